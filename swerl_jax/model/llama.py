@@ -1,0 +1,294 @@
+"""Llama 3 decoder in Flax Linen, numerically matching Hugging Face `LlamaForCausalLM`.
+
+Layers are stacked with `nn.scan` (one compiled layer body, parameters with a leading `layers` axis), so
+compile time does not grow with depth. Every parameter carries logical axis names (`embed`, `mlp`,
+`q_heads`, `kv_heads`, `head_dim`, `vocab`, `layers`, `norm`) and major activations are constrained with
+`activation_*` names; `swerl_jax.sharding` maps them onto the device mesh.
+
+The same module serves training (no cache) and decoding: pass a `KVCache` and the slot at which the new
+tokens are written. Attention masks are given per key slot (`kv_mask`), causality is by slot index, and
+RoPE uses explicit `positions`, which is what left-padded batches need.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from swerl_jax.model.config import LlamaConfig
+
+Array = jax.Array
+
+
+class KVCache(NamedTuple):
+    """Keys and values of every layer: [layers, batch, max_len, kv_heads, head_dim]."""
+
+    k: Array
+    v: Array
+
+    @classmethod
+    def zeros(cls, config: LlamaConfig, batch: int, max_len: int, dtype: str | None = None) -> KVCache:
+        """An empty cache for `batch` sequences of up to `max_len` tokens."""
+        shape = (config.num_layers, batch, max_len, config.num_kv_heads, config.head_size)
+        dt = jnp.dtype(dtype or config.dtype)
+        return cls(jnp.zeros(shape, dt), jnp.zeros(shape, dt))
+
+
+def rope_inv_freq(config: LlamaConfig) -> Array:
+    """RoPE inverse frequencies, with Llama 3 wavelength-dependent scaling when configured."""
+    d = config.head_size
+    inv_freq = 1.0 / (config.rope_theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    s = config.rope_scaling
+    if s is None:
+        return inv_freq
+    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = jnp.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return jnp.where(medium, smoothed, scaled)
+
+
+def rope_cos_sin(config: LlamaConfig, positions: Array) -> tuple[Array, Array]:
+    """cos/sin tables [batch, seq, head_dim] for integer `positions` [batch, seq] (fp32, as HF computes them)."""
+    freqs = positions.astype(jnp.float32)[..., None] * rope_inv_freq(config)
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb), jnp.sin(emb)
+
+
+def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
+    """Rotate `x` [batch, seq, heads, head_dim] with HF's rotate-half convention."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    cos, sin = cos[:, :, None, :].astype(x.dtype), sin[:, :, None, :].astype(x.dtype)
+    return x * cos + rotated * sin
+
+
+def _param(module: nn.Module, name: str, shape: tuple[int, ...], axes: tuple[str, ...], init, dtype) -> Array:
+    return module.param(name, nn.with_logical_partitioning(init, axes), shape, jnp.dtype(dtype))
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square layer norm, computed in fp32 like HF's LlamaRMSNorm."""
+
+    config: LlamaConfig
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        cfg = self.config
+        scale = _param(self, "scale", (cfg.hidden_size,), ("norm",), nn.initializers.ones, cfg.param_dtype)
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + cfg.rms_norm_eps)
+        return scale.astype(cfg.dtype) * normed.astype(cfg.dtype)
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention with RoPE and an optional KV cache."""
+
+    config: LlamaConfig
+
+    @nn.compact
+    def __call__(self, x: Array, cos: Array, sin: Array, mask: Array, cache: tuple[Array, Array] | None,
+                 cache_index: Array | None) -> tuple[Array, tuple[Array, Array] | None]:
+        cfg = self.config
+        e, h, kvh, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_size
+        init = nn.initializers.normal(0.02)
+        wq = _param(self, "q_proj", (e, h, d), ("embed", "q_heads", "head_dim"), init, cfg.param_dtype)
+        wk = _param(self, "k_proj", (e, kvh, d), ("embed", "kv_heads", "head_dim"), init, cfg.param_dtype)
+        wv = _param(self, "v_proj", (e, kvh, d), ("embed", "kv_heads", "head_dim"), init, cfg.param_dtype)
+        wo = _param(self, "o_proj", (h, d, e), ("q_heads", "head_dim", "embed"), init, cfg.param_dtype)
+        dt = jnp.dtype(cfg.dtype)
+        q = jnp.einsum("bte,ehd->bthd", x, wq.astype(dt))
+        k = jnp.einsum("bte,ehd->bthd", x, wk.astype(dt))
+        v = jnp.einsum("bte,ehd->bthd", x, wv.astype(dt))
+        q = nn.with_logical_constraint(apply_rope(q, cos, sin),
+                                       ("activation_batch", "activation_length", "activation_heads", None))
+        k = apply_rope(k, cos, sin)
+        new_cache = None
+        if cache is not None:
+            ck = jax.lax.dynamic_update_slice_in_dim(cache[0], k.astype(cache[0].dtype), cache_index, axis=1)
+            cv = jax.lax.dynamic_update_slice_in_dim(cache[1], v.astype(cache[1].dtype), cache_index, axis=1)
+            new_cache = (ck, cv)
+            k, v = ck.astype(dt), cv.astype(dt)
+        out = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=d ** -0.5, implementation=cfg.attention_impl)
+        out = nn.with_logical_constraint(out, ("activation_batch", "activation_length", "activation_heads", None))
+        return jnp.einsum("bthd,hde->bte", out, wo.astype(dt)), new_cache
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    config: LlamaConfig
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        cfg = self.config
+        e, f = cfg.hidden_size, cfg.intermediate_size
+        init = nn.initializers.normal(0.02)
+        gate = _param(self, "gate_proj", (e, f), ("embed", "mlp"), init, cfg.param_dtype)
+        up = _param(self, "up_proj", (e, f), ("embed", "mlp"), init, cfg.param_dtype)
+        down = _param(self, "down_proj", (f, e), ("mlp", "embed"), init, cfg.param_dtype)
+        dt = jnp.dtype(cfg.dtype)
+        hidden = jax.nn.silu(x @ gate.astype(dt)) * (x @ up.astype(dt))
+        hidden = nn.with_logical_constraint(hidden, ("activation_batch", "activation_length", "activation_mlp"))
+        return hidden @ down.astype(dt)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm attention block + pre-norm MLP block, both residual; the body that `nn.scan` repeats."""
+
+    config: LlamaConfig
+
+    @nn.compact
+    def __call__(self, x: Array, cos: Array, sin: Array, mask: Array, cache: tuple[Array, Array] | None,
+                 cache_index: Array | None) -> tuple[Array, tuple[Array, Array] | None]:
+        act_axes = ("activation_batch", "activation_length", "activation_embed")
+        x = nn.with_logical_constraint(x, act_axes)
+        attn, new_cache = Attention(self.config, name="self_attn")(
+            RMSNorm(self.config, name="input_layernorm")(x), cos, sin, mask, cache, cache_index)
+        x = x + attn
+        x = x + MLP(self.config, name="mlp")(RMSNorm(self.config, name="post_attention_layernorm")(x))
+        return nn.with_logical_constraint(x, act_axes), new_cache
+
+
+def _remat_policy(name: str):
+    if name == "full":
+        return None
+    policy = getattr(jax.checkpoint_policies, name, None)
+    if policy is None:
+        raise ValueError(f"model.remat={name!r} is not 'none', 'full' or a jax.checkpoint_policies name")
+    return policy
+
+
+class Llama(nn.Module):
+    """Llama 3 causal LM. `__call__` returns (logits or final hidden states, updated cache or None)."""
+
+    config: LlamaConfig
+
+    def setup(self) -> None:
+        cfg = self.config
+        self.embed_tokens = self.param(
+            "embed_tokens", nn.with_logical_partitioning(nn.initializers.normal(0.02), ("vocab", "embed")),
+            (cfg.vocab_size, cfg.hidden_size), jnp.dtype(cfg.param_dtype))
+        layer = DecoderLayer
+        if cfg.remat != "none":
+            layer = nn.remat(layer, policy=_remat_policy(cfg.remat), prevent_cse=False)
+        self.layers = nn.scan(
+            layer, variable_axes={"params": 0}, split_rngs={"params": True},
+            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0, nn.broadcast),
+            length=cfg.num_layers, metadata_params={nn.PARTITION_NAME: "layers"})(cfg, name="layers")
+        self.norm = RMSNorm(cfg, name="norm")
+        if not cfg.tie_word_embeddings:
+            self.lm_head = self.param(
+                "lm_head", nn.with_logical_partitioning(nn.initializers.normal(0.02), ("embed", "vocab")),
+                (cfg.hidden_size, cfg.vocab_size), jnp.dtype(cfg.param_dtype))
+
+    def __call__(self, tokens: Array, positions: Array, kv_mask: Array, cache: KVCache | None = None,
+                 cache_index: Array | int | None = None, return_hidden: bool = False
+                 ) -> tuple[Array, KVCache | None]:
+        """Run the decoder.
+
+        Args:
+          tokens: [batch, seq] token ids.
+          positions: [batch, seq] RoPE positions (left-padded rows start counting at their first real token).
+          kv_mask: [batch, keys] bool, True where a key slot holds a real token. Without a cache, keys are the
+            input tokens (keys == seq); with a cache, keys are the cache slots (keys == max_len).
+          cache: optional KVCache; the new keys/values are written at slots [cache_index, cache_index + seq).
+          cache_index: first slot to write (scalar).
+          return_hidden: return the final normed hidden states [batch, seq, hidden] instead of logits.
+
+        Returns:
+          logits [batch, seq, vocab] in fp32 (or hidden states), and the updated cache (None without one).
+        """
+        cfg = self.config
+        dt = jnp.dtype(cfg.dtype)
+        x = jnp.take(self.embed_tokens, tokens, axis=0).astype(dt)
+        cos, sin = rope_cos_sin(cfg, positions)
+        seq = tokens.shape[1]
+        start = 0 if cache is None else cache_index
+        query_slot = start + jnp.arange(seq)
+        key_slot = jnp.arange(kv_mask.shape[1])
+        causal = key_slot[None, :] <= query_slot[:, None]
+        mask = causal[None, None, :, :] & kv_mask[:, None, None, :].astype(bool)
+        layer_cache = None if cache is None else (cache.k, cache.v)
+        x, new_layer_cache = self.layers(x, cos, sin, mask, layer_cache, start)
+        x = self.norm(x)
+        new_cache = None if cache is None else KVCache(*new_layer_cache)
+        if return_hidden:
+            return x, new_cache
+        return self.logits(x), new_cache
+
+    def logits(self, hidden: Array) -> Array:
+        """Project hidden states [..., hidden] to fp32 vocabulary logits."""
+        head = self.embed_tokens.T if self.config.tie_word_embeddings else self.lm_head
+        logits = jnp.einsum("...e,ev->...v", hidden, head.astype(hidden.dtype),
+                            preferred_element_type=jnp.float32)
+        return nn.with_logical_constraint(logits, ("activation_batch", "activation_length", "activation_vocab"))
+
+
+def positions_from_mask(attention_mask: Array) -> Array:
+    """RoPE positions for a (possibly left-padded) [batch, seq] mask: 0 at each row's first real token."""
+    return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def init_params(config: LlamaConfig, rng: Array) -> dict:
+    """Randomly initialised parameters (unboxed: plain arrays), for tests and from-scratch runs."""
+    model = Llama(config)
+    tokens = jnp.zeros((1, 1), jnp.int32)
+    variables = model.init(rng, tokens, tokens, jnp.ones((1, 1), bool))
+    return nn.meta.unbox(variables["params"])
+
+
+def forward(config: LlamaConfig, params: dict, tokens: Array, attention_mask: Array | None = None) -> Array:
+    """Logits [batch, seq, vocab] (fp32) of a full, possibly left-padded batch without a cache."""
+    if attention_mask is None:
+        attention_mask = jnp.ones(tokens.shape, bool)
+    logits, _ = Llama(config).apply({"params": params}, tokens, positions_from_mask(attention_mask),
+                                    attention_mask)
+    return logits
+
+
+def token_logprobs(config: LlamaConfig, params: dict, tokens: Array, attention_mask: Array,
+                   targets: Array | None = None, chunk_size: int = 1024, with_entropy: bool = False,
+                   temperature: float = 1.0) -> Array | tuple[Array, Array]:
+    """Log-probabilities of `targets` (default: the next token, tokens shifted left) at every position.
+
+    The vocabulary projection, log-sum-exp and gather run chunk by chunk over the sequence, so full-vocab
+    logits exist for at most `chunk_size` positions at a time and are never normalised twice.
+
+    Returns:
+      logp [batch, seq] fp32 (the last position has no next token when targets is None: its value is 0),
+      and, if `with_entropy`, the entropy of each position's distribution [batch, seq].
+    """
+    model = Llama(config)
+    hidden, _ = model.apply({"params": params}, tokens, positions_from_mask(attention_mask), attention_mask,
+                            return_hidden=True)
+    if targets is None:
+        targets = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
+    b, t, e = hidden.shape
+    chunk = min(chunk_size, t)
+    pad = (-t) % chunk
+    hidden_c = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, -1, chunk, e).swapaxes(0, 1)
+    targets_c = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, -1, chunk).swapaxes(0, 1)
+
+    def one_chunk(args):
+        h, tgt = args
+        logits = model.apply({"params": params}, h, method=Llama.logits) / temperature
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, tgt[..., None], axis=-1)[..., 0]
+        if not with_entropy:
+            return picked - lse, jnp.zeros_like(lse)
+        probs = jnp.exp(logits - lse[..., None])
+        return picked - lse, lse - jnp.sum(probs * logits, axis=-1)
+
+    logp, entropy = jax.lax.map(one_chunk, (hidden_c, targets_c))
+    logp = logp.swapaxes(0, 1).reshape(b, -1)[:, :t]
+    entropy = entropy.swapaxes(0, 1).reshape(b, -1)[:, :t]
+    return (logp, entropy) if with_entropy else logp

@@ -1,0 +1,27 @@
+"""Suite-wide settings: CPU only, 8 fake devices available to tests that ask, a persistent compile cache."""
+
+import os
+import pathlib
+
+# Must be set before jax is imported anywhere in the test process.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+JAX_CACHE = pathlib.Path(os.environ.get("SWERL_JAX_CACHE", pathlib.Path.home() / ".cache" / "swerl_jax" / "jax"))
+
+jax.config.update("jax_compilation_cache_dir", str(JAX_CACHE))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> pathlib.Path:
+    """../shared/data, or skip the test with the reason when it is absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data folder {SHARED_DATA} is absent (it sits beside the clone in CI)")
+    return SHARED_DATA
