@@ -103,6 +103,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sft.num_steps = 0
     c.sft.batch_size = 32
     c.sft.max_len = 2048
+    c.sft.learning_rate = 1e-5
 
     # Checkpoints.
     c.checkpoint = ml_collections.ConfigDict()

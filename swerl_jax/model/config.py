@@ -89,6 +89,10 @@ MODEL_CONFIGS: dict[str, LlamaConfig] = {
     "smollm2-135m": LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
                                 num_heads=9, num_kv_heads=3, rope_theta=100000.0, tie_word_embeddings=True,
                                 max_position_embeddings=8192),
+    # The CPU demo's policy: SmolLM2's 49152-token vocabulary over a small decoder (~7M params).
+    "demo-7m": LlamaConfig(vocab_size=49152, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
+                           num_kv_heads=2, rope_theta=10000.0, tie_word_embeddings=True,
+                           max_position_embeddings=4096),
     # Test configs: GQA, llama3 scaling, tied and untied heads, odd vocab sizes.
     "tiny": LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                         num_kv_heads=2, rope_theta=10000.0, max_position_embeddings=2048),
