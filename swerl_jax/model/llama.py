@@ -257,21 +257,27 @@ def forward(config: LlamaConfig, params: dict, tokens: Array, attention_mask: Ar
 
 def token_logprobs(config: LlamaConfig, params: dict, tokens: Array, attention_mask: Array,
                    targets: Array | None = None, chunk_size: int = 1024, with_entropy: bool = False,
-                   temperature: float = 1.0) -> Array | tuple[Array, Array]:
+                   temperature: float = 1.0, start: int = 0, length: int | None = None
+                   ) -> Array | tuple[Array, Array]:
     """Log-probabilities of `targets` (default: the next token, tokens shifted left) at every position.
 
     The vocabulary projection, log-sum-exp and gather run chunk by chunk over the sequence, so full-vocab
-    logits exist for at most `chunk_size` positions at a time and are never normalised twice.
+    logits exist for at most `chunk_size` positions at a time and are never normalised twice. `start` and
+    `length` (static) restrict the projection to positions [start, start + length): RL scores only the
+    completion, which is a fraction of a long prompt + completion sequence.
 
     Returns:
-      logp [batch, seq] fp32 (the last position has no next token when targets is None: its value is 0),
-      and, if `with_entropy`, the entropy of each position's distribution [batch, seq].
+      logp [batch, length] fp32 (the last position has no next token when targets is None: its value is 0),
+      and, if `with_entropy`, the entropy of each position's distribution [batch, length].
     """
     model = Llama(config)
     hidden, _ = model.apply({"params": params}, tokens, positions_from_mask(attention_mask), attention_mask,
                             return_hidden=True)
     if targets is None:
         targets = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
+    length = hidden.shape[1] - start if length is None else length
+    hidden = jax.lax.slice_in_dim(hidden, start, start + length, axis=1)
+    targets = jax.lax.slice_in_dim(targets, start, start + length, axis=1)
     b, t, e = hidden.shape
     chunk = min(chunk_size, t)
     pad = (-t) % chunk
