@@ -1,0 +1,127 @@
+"""Parsing a model answer: the think/solution tags and the SEARCH/REPLACE edit blocks.
+
+The official SWE-RL reward extracts edit blocks with ``re.findall`` and this pattern (no flags)::
+
+    ```.*?\\n### (.*)\\n<<<<<<< SEARCH\\n([\\s\\S]*?)\\n=======\\n([\\s\\S]*?)\\n>>>>>>> REPLACE\\n```
+
+The pattern backtracks: a block header without a later ``=======`` or ``REPLACE`` line makes the regex
+engine rescan the rest of the text from every following start position, which is quadratic (a 10 MB
+output with thousands of unterminated headers never finishes). ``find_blocks`` computes exactly the
+matches ``re.findall`` returns, in linear time, with ``str.find``:
+
+* ``.`` does not match a newline, so the lazy ``.*?`` after the fence must run to the end of the fence
+  line and the greedy path group is exactly the next line after ``### ``: a start position has one
+  possible header.
+* lazy search then lazy replace: the match takes the first ``\\n=======\\n`` after the header and then
+  the first terminator after it; if either is missing no later header can match either (its body
+  starts no earlier), so the scan stops.
+"""
+
+from __future__ import annotations
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+ANSWER_START = "<solution>"
+ANSWER_END = "</solution>"
+TAGS = (THINK_START, THINK_END, ANSWER_START, ANSWER_END)
+
+SEARCH_REPLACE_REGEX = (
+    r"```.*?\n### (.*)\n<<<<<<< SEARCH\n([\s\S]*?)\n=======\n([\s\S]*?)\n>>>>>>> REPLACE\n```"
+)
+
+_FENCE = "```"
+_PATH_PREFIX = "\n### "
+_SEARCH_OPEN = "\n<<<<<<< SEARCH\n"
+_DIVIDER = "\n=======\n"
+_TERMINATOR = "\n>>>>>>> REPLACE\n```"
+
+
+class FormatError(Exception):
+    """A malformed answer. ``str(err)`` is the official release's message; the attributes say where.
+
+    reason: one of tag_count, empty_thought, no_blocks, identical_search_replace, search_not_found,
+    file_too_large. tag / block_index / path locate the failure when they apply (block_index counts the
+    blocks of one path, in order, from 0).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        reason: str,
+        *,
+        tag: str | None = None,
+        block_index: int | None = None,
+        path: str | None = None,
+    ):
+        super().__init__(message)
+        self.reason = reason
+        self.tag = tag
+        self.block_index = block_index
+        self.path = path
+
+    def info(self) -> dict:
+        """The info dict of a format error: the official ``error`` message plus where it happened."""
+        out: dict = {"error": str(self), "reason": self.reason}
+        for key in ("tag", "block_index", "path"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value
+        return out
+
+
+def extract_thought_solution(output: str) -> tuple[str, str]:
+    """Return (thought, answer), both stripped; each tag must occur exactly once, order is not checked.
+
+    Raises FormatError (reason tag_count naming the tag, or empty_thought).
+    """
+    for tag in TAGS:
+        if output.count(tag) != 1:
+            raise FormatError(f"count of {tag} is not 1", "tag_count", tag=tag)
+    # Same splits as the release: with </think> before <think> the thought runs to the end of the text.
+    thought = output.split(THINK_START)[1].split(THINK_END)[0].strip()
+    answer = output.split(ANSWER_START)[1].split(ANSWER_END)[0].strip()
+    if len(thought) == 0:
+        raise FormatError("Thought is empty", "empty_thought", tag=THINK_START)
+    return thought, answer
+
+
+def find_blocks(text: str) -> list[tuple[str, str, str]]:
+    """All (path, search, replace) blocks, exactly ``re.findall(SEARCH_REPLACE_REGEX, text)``, in O(len)."""
+    blocks: list[tuple[str, str, str]] = []
+    pos = 0
+    while True:
+        fence = text.find(_FENCE, pos)
+        if fence < 0:
+            return blocks
+        line_end = text.find("\n", fence)
+        if line_end < 0:
+            return blocks
+        if not text.startswith(_PATH_PREFIX, line_end):
+            # Every fence on this line shares the same (failing) continuation: skip the line.
+            pos = line_end + 1
+            continue
+        path_start = line_end + len(_PATH_PREFIX)
+        path_end = text.find("\n", path_start)
+        if path_end < 0:
+            return blocks
+        if not text.startswith(_SEARCH_OPEN, path_end):
+            pos = line_end + 1
+            continue
+        search_start = path_end + len(_SEARCH_OPEN)
+        divider = text.find(_DIVIDER, search_start)
+        if divider < 0:
+            return blocks
+        replace_start = divider + len(_DIVIDER)
+        terminator = text.find(_TERMINATOR, replace_start)
+        if terminator < 0:
+            return blocks
+        blocks.append((text[path_start:path_end], text[search_start:divider], text[replace_start:terminator]))
+        pos = terminator + len(_TERMINATOR)
+
+
+def parse_search_replace(text: str) -> dict[str, list[tuple[str, str]]]:
+    """Group the blocks by path (first appearance order), keeping each path's blocks in order."""
+    grouped: dict[str, list[tuple[str, str]]] = {}
+    for path, search, replace in find_blocks(text):
+        grouped.setdefault(path, []).append((search, replace))
+    return grouped
