@@ -40,7 +40,7 @@ def generate_unified_diff(old_code: str, new_code: str, n_context: int = 3, lib=
 def get_normalized_patch(
     code_context: dict[str, str], new_content_dict: dict[str, str], lib=None
 ) -> dict[str, str]:
-    """path -> normalised diff of ``code_context[path]`` (missing: "") vs the new content; empty ones omitted."""
+    """path -> diff of ``code_context[path]`` (missing: "") vs the new content; empty diffs omitted."""
     patch_dict: dict[str, str] = {}
     for path, new_content in new_content_dict.items():
         patch = generate_unified_diff(code_context.get(path, ""), new_content, lib=lib)

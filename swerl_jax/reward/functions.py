@@ -97,7 +97,7 @@ def calculate_discrete_reward(
     output: str,
     max_file_chars: int = MAX_FILE_CHARS,
 ) -> tuple[float, dict]:
-    """The paper's discrete ablation: 1.0 if the per-file diffs equal the oracle's, else 0.0; -1.0 on format error."""
+    """Discrete ablation: 1.0 if the per-file diffs equal the oracle's, else 0.0; -1.0 on format error."""
     try:
         thought, answer, pred_new_content = _predicted_content(code_context, output, max_file_chars)
     except FormatError as e:
