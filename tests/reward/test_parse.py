@@ -1,0 +1,76 @@
+"""Tag extraction and the linear block parser against re.findall with the release's pattern."""
+
+import random
+import re
+
+import pytest
+
+from swerl_jax.reward.parse import (
+    SEARCH_REPLACE_REGEX,
+    FormatError,
+    extract_thought_solution,
+    find_blocks,
+    parse_search_replace,
+)
+
+PIECES = ["```", "```python", "\n", "### ", "a.py", "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE", "x", " ",
+          "\n\n", "\r", "é", "\ud800", "\x00"]
+
+
+def test_tags_each_exactly_once_order_unchecked():
+    assert extract_thought_solution("<think> t </think><solution> s </solution>") == ("t", "s")
+    # Order is not checked: solution before think is accepted.
+    assert extract_thought_solution("<solution>s</solution><think>t</think>") == ("t", "s")
+    # </think> before <think>: the thought runs to the end of the text, as in the release.
+    assert extract_thought_solution("</think><solution>s</solution><think>t") == ("t", "s")
+
+
+@pytest.mark.parametrize("tag", ["<think>", "</think>", "<solution>", "</solution>"])
+def test_tag_missing_or_duplicated_names_the_tag(tag):
+    good = "<think>t</think><solution>s</solution>"
+    for bad in (good.replace(tag, ""), good + tag):
+        with pytest.raises(FormatError) as err:
+            extract_thought_solution(bad)
+        assert err.value.reason == "tag_count" and err.value.tag == tag
+        assert str(err.value) == f"count of {tag} is not 1"
+
+
+def test_empty_thought():
+    with pytest.raises(FormatError) as err:
+        extract_thought_solution("<think> \n </think><solution>s</solution>")
+    assert err.value.reason == "empty_thought" and str(err.value) == "Thought is empty"
+
+
+def test_blocks_grouped_by_path_in_order():
+    text = ("```\n### a.py\n<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n```\n"
+            "```python\n### b.py\n<<<<<<< SEARCH\n\n=======\nz\n>>>>>>> REPLACE\n```\n"
+            "```\n### a.py\n<<<<<<< SEARCH\ny\n=======\nw\n>>>>>>> REPLACE\n```")
+    assert parse_search_replace(text) == {"a.py": [("x", "y"), ("y", "w")], "b.py": [("", "z")]}
+
+
+def test_quirks_of_the_pattern():
+    # "SEARCH\n=======" has no empty search: the search runs on to the next divider.
+    text = "```\n### a\n<<<<<<< SEARCH\n=======\nq\n=======\nr\n>>>>>>> REPLACE\n```"
+    assert find_blocks(text) == [("a", "=======\nq", "r")]
+    # An unterminated block's replacement swallows the next block up to its terminator.
+    text = ("```\n### a\n<<<<<<< SEARCH\nx\n=======\ny\n```\n"
+            "```\n### b\n<<<<<<< SEARCH\nu\n=======\nv\n>>>>>>> REPLACE\n```")
+    assert find_blocks(text) == re.findall(SEARCH_REPLACE_REGEX, text)
+    assert find_blocks(text)[0][0] == "a" and len(find_blocks(text)) == 1
+
+
+def test_equals_re_findall_on_random_texts():
+    rng = random.Random(1)
+    for _ in range(3000):
+        text = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 60)))
+        assert find_blocks(text) == re.findall(SEARCH_REPLACE_REGEX, text), repr(text)
+
+
+def test_linear_where_the_regex_is_quadratic():
+    # 20k unterminated headers: the regex rescans the tail from each one; the parser stops at the first.
+    header = "```\n### a.py\n<<<<<<< SEARCH\nx\n=======\ny\n"
+    text = header * 20_000
+    small = header * 300
+    assert find_blocks(small) == re.findall(SEARCH_REPLACE_REGEX, small) == []
+    # The regex needs minutes here (it rescans the tail from every header); the linear scan stops at once.
+    assert find_blocks(text) == []
