@@ -130,7 +130,8 @@ def test_real_records_gold_mutated_partial_extra(shared_data):
         part = "\n".join(replace.split("\n")[:1] + search.split("\n")[1:])
         if part != search:
             new = ("\n" + ctx[path]).replace("\n" + search, "\n" + part)[1:]
-            want = ratio(stdlib_diff(ctx[path], new), oracle_diff[path]) if stdlib_diff(ctx[path], new) else 0.0
+            pred_diff = stdlib_diff(ctx[path], new)
+            want = ratio(pred_diff, oracle_diff[path]) if pred_diff else 0.0
             got = calculate_search_replace_reward(ctx, oracle, answer([(path, search, part)]))[0]
             assert got == want
         # Extra file: gold plus a new file the oracle does not touch -> (1 + 0) / 2.
@@ -143,9 +144,10 @@ def test_unidiff_variant_on_real_gpt4_predictions(shared_data):
     preds = [json.loads(line) for line in open(shared_data / "swebench_lite_gpt4_preds.jsonl")]
     rewards = [calculate_reward_unidiff([gold[p["instance_id"]]], [p["model_patch"] or ""])[0] for p in preds]
     assert len(rewards) == 168 and all(0.0 <= r <= 1.0 for r in rewards)
-    # Measured once and matched bit for bit by the official swe-rl calculate_reward_unidiff (see BENCHMARKS.md).
+    # Measured once; the official swe-rl calculate_reward_unidiff gives the same bits (see BENCHMARKS.md).
     assert sum(rewards) / len(rewards) == 0.21482581435647216
-    assert calculate_reward_unidiff([gold[preds[0]["instance_id"]]], [gold[preds[0]["instance_id"]]])[0] == 1.0
+    first = gold[preds[0]["instance_id"]]
+    assert calculate_reward_unidiff([first], [first])[0] == 1.0
     assert calculate_reward_unidiff([], ["not a diff"]) == (1.0, {"similarities": []})
 
 
