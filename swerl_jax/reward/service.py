@@ -211,6 +211,9 @@ class RewardService:
             self._cond.notify_all()
         self._thread.join(10)
         for worker in self._workers:
+            if worker.busy is not None:
+                worker.process.kill()  # mid-item: its result is no longer wanted
+                continue
             try:
                 worker.conn.send(None)
             except (BrokenPipeError, OSError):
