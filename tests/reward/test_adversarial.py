@@ -21,7 +21,8 @@ def score(output: str) -> float:
     [
         "x" * (10 * MB),  # 10 MB without tags
         "<think>" * (MB // 7) + "</think><solution></solution>",  # duplicated tags
-        "<think>t</think><solution>" + "```\n### a.py\n<<<<<<< SEARCH\nq\n=======\n" * 200_000 + "</solution>",
+        "<think>t</think><solution>" + "```\n### a.py\n<<<<<<< SEARCH\nq\n=======\n" * 200_000
+        + "</solution>",
         "<think><think>t</think></think><solution><solution>s</solution></solution>",  # nested
         bytes(range(256)).decode("latin-1") * 40_000,  # binary junk
         "<think>\ud800\udfff</think><solution>\ud800```\n### \ud800\n<<<<<<< SEARCH\n\n=======\n"

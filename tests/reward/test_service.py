@@ -26,7 +26,7 @@ def test_results_equal_the_function_and_metrics_count_them():
         futures = service.submit([item(o) for o in outputs])
         results = [f.result(timeout=60) for f in futures]
         m = service.metrics()
-    for out, (reward, info) in zip(outputs, results):
+    for out, (reward, _) in zip(outputs, results, strict=True):
         assert reward == calculate_search_replace_reward(CTX, ORACLE, out)[0]
     assert results[0][0] == 1.0 and results[-1] == (-1.0, {"reason": "tag_count", "tag": "<think>",
                                                            "error": "count of <think> is not 1"})
