@@ -40,7 +40,8 @@ def test_results_equal_the_function_and_metrics_count_them():
 def test_timeout_gets_fallback_and_worker_is_replaced():
     with RewardService(num_workers=1, timeout_s=1.0, fallback_reward=-0.5, kind=HOOK) as service:
         pid = service.worker_pids()[0]
-        slow, fast = service.submit([item("sleep:60"), item(answer([("a.py", "    return 1", "    return 2")]))])
+        gold = answer([("a.py", "    return 1", "    return 2")])
+        slow, fast = service.submit([item("sleep:60"), item(gold)])
         assert slow.result(timeout=60) == (-0.5, {"reason": "timeout"})
         assert fast.result(timeout=60)[0] == 1.0  # served by the replacement worker
         assert service.worker_pids()[0] != pid
