@@ -27,23 +27,23 @@ _ITEM_KEYS = ("code_context", "oracle_new_content", "output")
 
 
 def _worker_main(conn, kind: str, fallback_reward: float) -> None:
-    """Worker loop: receive (id, item), reply (id, reward, compact info, seconds); None stops it."""
+    """Worker loop: receive a chunk [(id, item)], reply (id, reward, compact info, seconds) per item."""
     fn = get_reward_fn(kind)
     while True:
         try:
-            msg = conn.recv()
+            chunk = conn.recv()
         except EOFError:
             return
-        if msg is None:
+        if chunk is None:
             return
-        item_id, item = msg
-        start = time.perf_counter()
-        try:
-            reward, info = fn(item["code_context"], item["oracle_new_content"], item["output"])
-            reward, info = float(reward), compact_info(info)
-        except Exception as e:  # noqa: BLE001 - a user hook's bug must not kill the pool
-            reward, info = fallback_reward, {"reason": "exception", "error": repr(e)[:500]}
-        conn.send((item_id, reward, info, time.perf_counter() - start))
+        for item_id, item in chunk:
+            start = time.perf_counter()
+            try:
+                reward, info = fn(item["code_context"], item["oracle_new_content"], item["output"])
+                reward, info = float(reward), compact_info(info)
+            except Exception as e:  # noqa: BLE001 - a user hook's bug must not kill the pool
+                reward, info = fallback_reward, {"reason": "exception", "error": repr(e)[:500]}
+            conn.send((item_id, reward, info, time.perf_counter() - start))
 
 
 def histogram_bin(reward: float) -> int:
@@ -61,14 +61,17 @@ class _Worker:
         self.process = ctx.Process(target=_worker_main, args=(child, kind, fallback_reward), daemon=True)
         self.process.start()
         child.close()
-        self.busy: tuple[int, float] | None = None  # (item id, deadline)
+        # Items sent and not yet answered, in order; the first one's deadline is ``deadline``.
+        self.busy: collections.deque | None = None
+        self.deadline = 0.0
 
 
 class RewardService:
     """Score rollouts in ``num_workers`` processes; ``submit(items) -> list[Future[(reward, info)]]``.
 
     items are dicts with code_context, oracle_new_content, output. Use as a context manager or call
-    ``close()``. ``metrics()`` reports format errors by reason, a reward histogram, time per item,
+    ``close()``. Items go to workers in chunks of up to ``chunk_size`` (the time limit still applies per
+    item). ``metrics()`` reports format errors by reason, a reward histogram, time per item,
     timeouts and crashes; ``state_dict()`` / ``load_state_dict()`` carry the counters through checkpoints.
     """
 
@@ -79,6 +82,7 @@ class RewardService:
         fallback_reward: float = -1.0,
         kind: str = "continuous",
         max_pending: int = 4096,
+        chunk_size: int = 8,
         start_method: str = "spawn",
     ):
         if num_workers < 1:
@@ -89,7 +93,7 @@ class RewardService:
             raise ValueError(f"reward.max_pending must be >= 1, got {max_pending}")
         get_reward_fn(kind)  # fail here, in the caller, on an unknown kind
         self.kind, self.timeout_s, self.fallback_reward = kind, timeout_s, float(fallback_reward)
-        self.max_pending = max_pending
+        self.max_pending, self.chunk_size = max_pending, chunk_size
         self._ctx = mp.get_context(start_method)
         self._cond = threading.Condition()
         self._queue: collections.deque = collections.deque()
@@ -153,9 +157,12 @@ class RewardService:
             worker.process.kill()
         worker.process.join(5)
         worker.conn.close()
-        if worker.busy is not None:
-            item_id = worker.busy[0]
+        if worker.busy:
+            # The item being scored gets the fallback; the rest of its chunk goes back to the queue front.
+            item_id, _ = worker.busy.popleft()
             log.warning("reward item %d: %s; fallback reward %s", item_id, reason, self.fallback_reward)
+            with self._cond:
+                self._queue.extendleft(reversed(worker.busy))
             self._resolve(item_id, self.fallback_reward, {"reason": reason}, None)
         if not self._closed:
             self._workers[index] = _Worker(self._ctx, self.kind, self.fallback_reward)
@@ -168,20 +175,24 @@ class RewardService:
                 sends = []
                 for worker in self._workers:
                     if worker.busy is None and self._queue:
-                        item_id, item = self._queue.popleft()
-                        worker.busy = (item_id, time.monotonic() + self.timeout_s)
-                        sends.append((worker, item_id, item))
+                        # Chunks of consecutive items (one GRPO group shares its context): pickle
+                        # sends a shared code_context once per chunk, and there are fewer round trips.
+                        size = max(1, min(self.chunk_size, len(self._queue) // len(self._workers)))
+                        chunk = [self._queue.popleft() for _ in range(min(size, len(self._queue)))]
+                        worker.busy = collections.deque(chunk)
+                        worker.deadline = time.monotonic() + self.timeout_s
+                        sends.append((worker, chunk))
                 if not sends and all(w.busy is None for w in self._workers):
                     self._cond.wait(0.5)
                     continue
             # Send outside the lock: a large item blocks until the worker reads it; submit must not wait.
-            for worker, item_id, item in sends:
+            for worker, chunk in sends:
                 try:
-                    worker.conn.send((item_id, item))
+                    worker.conn.send(chunk)
                 except (BrokenPipeError, OSError):
                     pass  # the sentinel below reports the dead worker
             busy = [w for w in self._workers if w.busy is not None]
-            deadline = min((w.busy[1] for w in busy), default=time.monotonic() + 0.05)
+            deadline = min((w.deadline for w in busy), default=time.monotonic() + 0.05)
             timeout = min(max(deadline - time.monotonic(), 0.0), 0.05)
             ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout)
             for index, worker in enumerate(list(self._workers)):
@@ -193,11 +204,14 @@ class RewardService:
                     except (EOFError, OSError):
                         self._replace(index, "crash")
                         continue
-                    worker.busy = None
+                    worker.busy.popleft()
+                    worker.deadline = time.monotonic() + self.timeout_s  # the next item's clock starts
+                    if not worker.busy:
+                        worker.busy = None
                     self._resolve(item_id, reward, info, seconds)
                 elif worker.process.sentinel in ready or not worker.process.is_alive():
                     self._replace(index, "crash")
-                elif time.monotonic() > worker.busy[1]:
+                elif time.monotonic() > worker.deadline:
                     self._replace(index, "timeout")
 
     # -- lifecycle and metrics ---------------------------------------------------------------------
