@@ -75,7 +75,8 @@ def build_items(repeat: int) -> list[dict]:
     for _ in range(repeat):
         for rec in records:
             ctx, oracle = rec["code_context"], rec["oracle_new_content"]
-            path, search, replace = next(gold_block(ctx[p], new, p) for p, new in oracle.items() if ctx[p] != new)
+            changed = [(p, new) for p, new in oracle.items() if ctx[p] != new]
+            path, search, replace = gold_block(ctx[changed[0][0]], changed[0][1], changed[0][0])
             lines = replace.split("\n")
             outputs = [answer([(path, search, replace)])]
             for k in range(1, 12):  # mutated: a changed or extra line at varying places
@@ -117,7 +118,8 @@ def main() -> None:
 
     n = len(items)
     print(f"stdlib difflib, 1 process : {n / t_base:10.1f} items/s  ({t_base:.2f} s)")
-    print(f"swerl_jax function        : {n / t_ours:10.1f} items/s  ({t_ours:.2f} s)  {t_base / t_ours:6.1f}x")
+    print(f"swerl_jax function        : {n / t_ours:10.1f} items/s  ({t_ours:.2f} s)  "
+          f"{t_base / t_ours:6.1f}x")
     print(f"swerl_jax service, 2 procs: {n / t_service:10.1f} items/s  ({t_service:.2f} s)  "
           f"{t_base / t_service:6.1f}x")
     print(f"mean reward {sum(base) / n:.4f}; format errors {sum(r == -1.0 for r in base)}")
