@@ -36,6 +36,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.mesh.shape = ml_collections.ConfigDict({"data": 1, "fsdp": -1, "tensor": 1})
     c.mesh.dcn_shape = ml_collections.ConfigDict({"data": 1, "fsdp": 1, "tensor": 1})
     c.mesh.logical_axis_rules = ()  # empty: swerl_jax.sharding.DEFAULT_RULES
+    # Multi-process runs (swerl_jax.sharding.initialize_distributed): empty/0/-1 = from the environment
+    # (JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID, SLURM or Cloud TPU auto-detection).
+    c.mesh.coordinator_address = ""
+    c.mesh.num_processes = 0
+    c.mesh.process_id = -1
 
     # Data: PR records and the prompt.
     c.data = ml_collections.ConfigDict()

@@ -1,0 +1,76 @@
+"""Named device meshes: the hardware (device kind, HBM, peak bf16 FLOP/s) and default ICI/DCN axis sizes.
+
+A config selects one with `mesh.name`; `mesh.shape` / `mesh.dcn_shape` override the axis sizes (see
+`swerl_jax.sharding.resolve_mesh_shape`). ICI sizes are per slice / per node (fast interconnect: NVLink or TPU
+ICI); DCN sizes multiply them across slices / nodes (data-centre network). The product over both is the
+global axis size. -1 means "the rest of the devices".
+
+Hardware figures are the vendors' published dense bf16 peaks and HBM capacities (per JAX device: a TPU chip
+since v4, one GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+AXES = ("data", "fsdp", "tensor")
+
+GiB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshSpec:
+    """A named mesh: how many devices of which kind, and the default axis sizes within and across slices."""
+
+    name: str
+    device_kind: str  # "cpu", "gpu" or "tpu": which jax platform runs it
+    num_devices: int  # 0: whatever jax.devices() offers (CPU meshes)
+    hbm_bytes: int  # memory per device
+    peak_bf16_flops: float  # dense bf16 FLOP/s per device
+    ici_shape: dict[str, int]
+    dcn_shape: dict[str, int]
+    description: str = ""
+
+    @property
+    def num_slices(self) -> int:
+        """Slices (TPU) or nodes (GPU) joined by DCN: the product of the DCN axis sizes."""
+        n = 1
+        for axis in AXES:
+            n *= self.dcn_shape.get(axis, 1)
+        return n
+
+
+def _shape(data: int = 1, fsdp: int = 1, tensor: int = 1) -> dict[str, int]:
+    return {"data": data, "fsdp": fsdp, "tensor": tensor}
+
+
+_H100 = dict(device_kind="gpu", hbm_bytes=80 * 10**9, peak_bf16_flops=989e12)
+
+MESHES: dict[str, MeshSpec] = {m.name: m for m in [
+    # CPU meshes size themselves to the devices present (`--xla_force_host_platform_device_count`).
+    MeshSpec("cpu", "cpu", 1, 16 * GiB, 1e12, _shape(fsdp=-1), _shape(), "one CPU device"),
+    MeshSpec("cpu8", "cpu", 8, 16 * GiB, 1e12, _shape(fsdp=-1), _shape(), "8 fake CPU devices (tests)"),
+    MeshSpec("h100x1", num_devices=1, ici_shape=_shape(), dcn_shape=_shape(), description="one H100 80GB",
+             **_H100),
+    # One node: FSDP over NVLink (8 x 80 GB hold 70B params + Adam state only with remat; see launch/plan.py).
+    MeshSpec("h100x8", num_devices=8, ici_shape=_shape(fsdp=8), dcn_shape=_shape(), description="one 8xH100 node",
+             **_H100),
+    MeshSpec("h100x64", num_devices=64, ici_shape=_shape(fsdp=8), dcn_shape=_shape(fsdp=8),
+             description="8 nodes of 8xH100, FSDP across nodes", **_H100),
+    # The paper's run: 512 sequences per step = one 16k sequence per GPU; FSDP over all 512 GPUs keeps the
+    # 70B state at ~2 GB per device, leaving HBM for 16k-token activations under full remat.
+    MeshSpec("h100x512", num_devices=512, ici_shape=_shape(fsdp=8), dcn_shape=_shape(fsdp=64),
+             description="64 nodes of 8xH100 (SWE-RL's 70B run)", **_H100),
+    # TPU names count TensorCores for v4/v5p (2 per chip, one JAX device per chip) and chips for v6e.
+    MeshSpec("tpu-v4-8", "tpu", 4, 32 * GiB, 275e12, _shape(fsdp=4), _shape(), "TPU v4-8: 4 chips"),
+    MeshSpec("tpu-v5p-128", "tpu", 64, 95 * GiB, 459e12, _shape(fsdp=64), _shape(), "TPU v5p-128: 64 chips"),
+    MeshSpec("tpu-v5p-512", "tpu", 256, 95 * GiB, 459e12, _shape(fsdp=256), _shape(), "TPU v5p-512: 256 chips"),
+    MeshSpec("tpu-v6e-256", "tpu", 256, 32 * GiB, 918e12, _shape(fsdp=256), _shape(), "TPU v6e-256: 256 chips"),
+]}
+
+
+def get_mesh_spec(name: str) -> MeshSpec:
+    """The named mesh; a clear error lists the known names."""
+    if name not in MESHES:
+        raise KeyError(f"unknown mesh.name={name!r}; known: {', '.join(MESHES)}")
+    return MESHES[name]

@@ -1,0 +1,144 @@
+"""A generic sharded training step: loss -> gradients (micro-batched) -> optax update, jitted over a mesh.
+
+The GRPO and SFT trainers supply their own `loss_fn(params, batch) -> (loss, aux)`; this module owns the
+parallelism: explicit input/output shardings (parameters and optimizer state stay sharded as
+`swerl_jax.sharding` laid them out, the batch is split over the data axes), the state buffers donated so the
+update happens in place, and gradient accumulation over micro-batches in fp32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding
+
+from swerl_jax.sharding import DEFAULT_RULES, Rules, batch_spec, mesh_context, replicated
+
+LossFn = Callable[[Any, Any], tuple[jax.Array, dict[str, jax.Array]]]
+
+
+class TrainState(NamedTuple):
+    """Everything the step updates: the step counter, parameters and optimizer state."""
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+
+
+def state_shardings(optimizer: optax.GradientTransformation, params_shardings: Any, abstract_params: Any,
+                    mesh: Mesh) -> TrainState:
+    """Shardings of a TrainState: optimizer moments follow their parameter's sharding, the rest is replicated.
+
+    `abstract_params` is the unboxed params tree (arrays or ShapeDtypeStructs): only shapes are used.
+    """
+    opt_abstract = jax.eval_shape(optimizer.init, abstract_params)
+    opt = optax.tree_map_params(optimizer, lambda _, sharding: sharding, opt_abstract, params_shardings,
+                                transform_non_params=lambda _: replicated(mesh),
+                                is_leaf=lambda x: isinstance(x, NamedSharding))
+    return TrainState(step=replicated(mesh), params=params_shardings, opt_state=opt)
+
+
+def init_train_state(params: Any, optimizer: optax.GradientTransformation, shardings: TrainState) -> TrainState:
+    """A TrainState at step 0 whose optimizer state is created directly in its shards."""
+    def init(p: Any) -> TrainState:
+        return TrainState(jnp.zeros((), jnp.int32), p, optimizer.init(p))
+
+    return jax.jit(init, in_shardings=(shardings.params,), out_shardings=shardings)(params)
+
+
+def _split_micro(batch: Any, num_micro: int) -> Any:
+    """[B, ...] -> [num_micro, B / num_micro, ...] taking rows i, i + M, i + 2M, ... for micro-batch i.
+
+    Strided selection keeps every micro-batch spread evenly over the batch-sharded devices, so splitting
+    needs no communication (a contiguous split would put micro-batch 0 on the first devices only).
+    """
+    def one(x: jax.Array) -> jax.Array:
+        if x.shape[0] % num_micro:
+            raise ValueError(f"batch of {x.shape[0]} rows does not split into {num_micro} micro-batches")
+        x = x.reshape(x.shape[0] // num_micro, num_micro, *x.shape[1:])
+        return jnp.moveaxis(x, 1, 0)
+
+    return jax.tree.map(one, batch)
+
+
+def accumulate_gradients(loss_fn: LossFn, params: Any, batch: Any, num_micro_batches: int = 1,
+                         rules: Rules | None = None) -> tuple[jax.Array, dict[str, jax.Array], Any]:
+    """(loss, aux, grads) of `loss_fn` averaged over `num_micro_batches` equal micro-batches.
+
+    With one micro-batch this is plain `value_and_grad`. Otherwise gradients accumulate in fp32 inside a
+    `lax.scan` (only one micro-batch's activations live at a time); the result is the mean of the
+    micro-batch losses and gradients, which equals the full-batch value for losses that are means over
+    equally sized micro-batches.
+    """
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    if num_micro_batches == 1:
+        (loss, aux), grads = grad_fn(params, batch)
+        return loss, aux, grads
+    micro = _split_micro(batch, num_micro_batches)
+
+    def body(carry: Any, mb: Any) -> tuple[Any, None]:
+        if rules is not None:  # keep each micro-batch split over the data axes
+            mb = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, batch_spec(rules, x.ndim)), mb)
+        (loss, aux), grads = grad_fn(params, mb)
+        acc_loss, acc_aux, acc_grads = carry
+        acc_grads = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc_grads, grads)
+        acc_aux = jax.tree.map(lambda a, v: a + v.astype(jnp.float32), acc_aux, aux)
+        return (acc_loss + loss.astype(jnp.float32), acc_aux, acc_grads), None
+
+    first = jax.tree.map(lambda x: x[0], micro)
+    aux_shape = jax.eval_shape(lambda p, b: loss_fn(p, b)[1], params, first)
+    zeros = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), aux_shape),
+             jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
+    (loss, aux, grads), _ = jax.lax.scan(body, zeros, micro)
+    scale = 1.0 / num_micro_batches
+    grads = jax.tree.map(lambda g, p: (g * scale).astype(p.dtype), grads, params)
+    return loss * scale, jax.tree.map(lambda v: v * scale, aux), grads
+
+
+def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, mesh: Mesh, shardings: TrainState,
+                    batch_shardings: Any, rules: Rules = DEFAULT_RULES, num_micro_batches: int = 1,
+                    donate: bool = True) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array]]]:
+    """A jitted `step(state, batch) -> (new_state, metrics)` with explicit shardings.
+
+    Args:
+      loss_fn: `(params, batch) -> (scalar loss, dict of scalar metrics)`; traced inside the mesh context so
+        the model's logical sharding constraints apply.
+      optimizer: any optax transformation (clipping, schedules included).
+      mesh, shardings: from `swerl_jax.sharding.create_mesh` and `state_shardings`.
+      batch_shardings: a NamedSharding per batch leaf (`swerl_jax.sharding.batch_shardings`).
+      num_micro_batches: gradient accumulation; the per-device batch must divide evenly.
+      donate: donate the input state's buffers (the caller must not reuse `state` after the call).
+
+    Metrics (replicated scalars): loss, grad_norm (before the optimizer's clipping), param_norm, and aux.
+    """
+    metrics_sharding = replicated(mesh)
+
+    def step(state: TrainState, batch: Any) -> tuple[TrainState, dict[str, jax.Array]]:
+        loss, aux, grads = accumulate_gradients(loss_fn, state.params, batch, num_micro_batches, rules)
+        # Gradients share their parameter's layout (reduce-scatter rather than all-reduce under FSDP).
+        grads = jax.lax.with_sharding_constraint(grads, shardings.params)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads), "param_norm": optax.global_norm(params),
+                   **aux}
+        return TrainState(state.step + 1, params, opt_state), metrics
+
+    jitted = jax.jit(step, in_shardings=(shardings, batch_shardings),
+                     out_shardings=(shardings, metrics_sharding), donate_argnums=(0,) if donate else ())
+
+    def run(state: TrainState, batch: Any) -> tuple[TrainState, dict[str, jax.Array]]:
+        with mesh_context(mesh, rules):
+            return jitted(state, batch)
+
+    run.jitted = jitted  # for .lower(...).compile().memory_analysis() / cost_analysis()
+    run.lower = lambda state, batch: _lower(jitted, mesh, rules, state, batch)
+    return run
+
+
+def _lower(jitted: Any, mesh: Mesh, rules: Rules, state: Any, batch: Any) -> Any:
+    with mesh_context(mesh, rules):
+        return jitted.lower(state, batch)
