@@ -168,9 +168,9 @@ def create_mesh(config: Any, devices: Sequence[Any] | None = None) -> Mesh:
     ici, dcn = resolve_mesh_shape(config, len(devices))
     ici_shape, dcn_shape = [ici[a] for a in AXES], [dcn[a] for a in AXES]
     if math.prod(dcn_shape) > 1:
-        # Slices are TPU slices when the devices know theirs; otherwise (GPU nodes, CPU processes) each
-        # process is one granule of the DCN mesh.
-        per_process = not hasattr(devices[0], "slice_index")
+        # DCN granules are TPU slices on TPU; elsewhere (GPU nodes, CPU processes) each process is one granule
+        # (multi-process CPU devices report slice_index 0 for all, so the attribute alone does not tell).
+        per_process = devices[0].platform != "tpu" or getattr(devices[0], "slice_index", None) is None
         grid = mesh_utils.create_hybrid_device_mesh(ici_shape, dcn_shape, devices,
                                                     process_is_granule=per_process)
     elif len(devices) == 1 or devices[0].platform == "cpu":
@@ -249,6 +249,23 @@ def shard_batch(local_batch: Any, mesh: Mesh, rules: Rules = DEFAULT_RULES) -> A
         return jax.make_array_from_process_local_data(NamedSharding(mesh, batch_spec(rules, x.ndim)), x)
 
     return jax.tree.map(one, local_batch)
+
+
+def local_batch_slice(mesh: Mesh, global_batch: int, rules: Rules = DEFAULT_RULES) -> slice:
+    """The rows [start, stop) of a global batch that this process's devices hold (what it must load).
+
+    Raises if they are not one contiguous block (a mesh whose batch axes interleave processes).
+    """
+    sharding = NamedSharding(mesh, batch_spec(rules, 1))
+    rows = sorted({idx[0].indices(global_batch)[:2] for idx in
+                   sharding.addressable_devices_indices_map((global_batch,)).values()})
+    start, stop = rows[0][0], rows[0][0]
+    for lo, hi in rows:
+        if lo > stop:
+            raise ValueError(f"process {jax.process_index()} holds non-contiguous batch rows {rows}; put the "
+                             "DCN / process split on the outer mesh axes (mesh.dcn_shape)")
+        stop = max(stop, hi)
+    return slice(start, stop)
 
 
 def is_main_process() -> bool:

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run one JAX program as N cooperating processes on this machine (loopback coordinator, gloo CPU collectives).
+#
+#   launch/multiprocess_cpu.sh NUM_PROCESSES DEVICES_PER_PROCESS COMMAND [ARGS...]
+#   launch/multiprocess_cpu.sh 2 2 .venv/bin/python -m swerl_jax.train --config=experiments/tiny_cpu.py \
+#       --config.mesh.shape.fsdp=-1
+#
+# Every process gets JAX_PLATFORMS=cpu, DEVICES_PER_PROCESS fake CPU devices and JAX_COORDINATOR_ADDRESS /
+# JAX_NUM_PROCESSES / JAX_PROCESS_ID, which swerl_jax.sharding.initialize_distributed() reads. Output lines are
+# prefixed with the process id; logs also go to $LOG_DIR (default: a temp dir). If any process fails, the others
+# are stopped and the script exits with that status.
+set -euo pipefail
+
+if [[ $# -lt 3 ]]; then
+  sed -n '2,12p' "$0"; exit 2
+fi
+NUM="$1"; DEV="$2"; shift 2
+PORT="${PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}"
+LOG_DIR="${LOG_DIR:-$(mktemp -d -t swerl_mp.XXXXXX)}"
+mkdir -p "$LOG_DIR"
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT INT TERM
+
+for ((i = 0; i < NUM; i++)); do
+  (
+    export JAX_PLATFORMS=cpu
+    export XLA_FLAGS="--xla_force_host_platform_device_count=${DEV} ${EXTRA_XLA_FLAGS:-}"
+    export JAX_COORDINATOR_ADDRESS="127.0.0.1:${PORT}" JAX_NUM_PROCESSES="$NUM" JAX_PROCESS_ID="$i"
+    exec "$@" >"$LOG_DIR/process_$i.log" 2>&1
+  ) &
+  pids+=("$!")
+done
+
+status=0
+for i in "${!pids[@]}"; do
+  rc=0
+  wait "${pids[$i]}" || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    status=$rc
+    echo "process $i failed (exit $rc); log: $LOG_DIR/process_$i.log" >&2
+    cleanup
+  fi
+done
+trap - EXIT
+for ((i = 0; i < NUM; i++)); do sed "s/^/[$i] /" "$LOG_DIR/process_$i.log"; done
+exit "$status"
