@@ -1,0 +1,42 @@
+"""Curation settings: every threshold that changes which PRs survive lives here (and on the command line)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class CurateConfig:
+    """Thresholds and switches of the curation pipeline.
+
+    The paper removes "empty or very large changes" without publishing numbers; the defaults below keep
+    PRs whose oracle fits a 16k-token SWE-RL prompt (about 4 chars per token) with room for context.
+    """
+
+    # Very large changes: any one of these exceeded drops the PR.
+    max_changed_files: int = 20
+    max_changed_lines: int = 1000
+    max_file_bytes: int = 200_000  # one modified file's size at base or head
+    max_context_bytes: int = 400_000  # code_context + oracle_new_content together
+    # Relevant (unmodified) files added to code_context.
+    relevant_predictor: str = "heuristic"  # "heuristic", "llm" or "none"
+    max_relevant_files: int = 3
+    relevant_bytes_budget: int = 60_000
+    sampler_address: str = ""  # the sampler server, for relevant_predictor="llm"
+    # Outputs.
+    num_shards: int = 4
+    formats: tuple[str, ...] = ("jsonl", "array_record")
+
+    def __post_init__(self) -> None:
+        for name in ("max_changed_files", "max_changed_lines", "max_file_bytes", "max_context_bytes", "num_shards"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"CurateConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.relevant_predictor not in ("heuristic", "llm", "none"):
+            raise ValueError(
+                f"CurateConfig.relevant_predictor must be heuristic, llm or none, got {self.relevant_predictor!r}"
+            )
+        if self.relevant_predictor == "llm" and not self.sampler_address:
+            raise ValueError("CurateConfig.sampler_address is required when relevant_predictor='llm'")
+        bad = [f for f in self.formats if f not in ("jsonl", "array_record")]
+        if bad or not self.formats:
+            raise ValueError(f"CurateConfig.formats must be a non-empty subset of jsonl, array_record: {self.formats}")

@@ -1,0 +1,171 @@
+"""Relevant-but-unmodified files: pluggable predictors and the size-budgeted merge into ``code_context``.
+
+A predictor is any object with ``predict(problem_statement, modified: dict[path, content], tree: list[path])
+-> list[path]`` (best first). ``HeuristicPredictor`` is cheap (imports of the modified files, same-folder
+siblings, lexical overlap with the issue); ``LLMPredictor`` asks a language model, as the paper does,
+through any ``generate(prompt) -> text`` callable (our sampler client in production).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Callable, Sequence
+
+from swerl_jax.data.curate.filters import is_generated_file, is_programming_file
+
+_PY_IMPORT = re.compile(r"^\s*(?:from\s+(\.*)([\w.]*)\s+import\s+([\w., ()]+)|import\s+([\w., ]+))", re.MULTILINE)
+_JS_IMPORT = re.compile(r"""(?:from\s+|require\(\s*|import\s*\(\s*)['"](\.{1,2}/[^'"]+)['"]""")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]+")
+_STOP = frozenset(
+    "the and for with that this from not are was but when have has use using used into can will should would "
+    "there their which what than then also only does its self none true false return import def class".split()
+)
+_JS_EXTS = (".js", ".ts", ".jsx", ".tsx", ".mjs")
+
+
+def _tokens(text: str) -> set[str]:
+    out = set()
+    for word in _WORD.findall(text):
+        for part in re.sub(r"([a-z])([A-Z])", r"\1 \2", word).replace("_", " ").split():
+            part = part.lower()
+            if len(part) >= 3 and part not in _STOP:
+                out.add(part)
+    return out
+
+
+def imported_paths(path: str, content: str, tree: set[str]) -> list[str]:
+    """Files of ``tree`` that ``path`` imports (Python absolute/relative imports, JS/TS relative imports)."""
+    found: list[str] = []
+    folder = posixpath.dirname(path)
+
+    def add(candidates: Sequence[str]) -> None:
+        for c in candidates:
+            c = posixpath.normpath(c)
+            if c in tree and c != path and c not in found:
+                found.append(c)
+                return
+
+    if path.endswith(".py"):
+        # Absolute imports may live under a source root (src/pkg/...): match by suffix.
+        by_suffix: dict[str, list[str]] = {}
+        for p in tree:
+            if p.endswith(".py"):
+                parts = p.split("/")
+                for i in range(len(parts)):
+                    by_suffix.setdefault("/".join(parts[i:]), []).append(p)
+        for m in _PY_IMPORT.finditer(content):
+            dots, mod, names, plain = m.group(1) or "", m.group(2) or "", m.group(3) or "", m.group(4) or ""
+            modules = []
+            if plain:
+                modules = [(0, n.split(" as ")[0].strip()) for n in plain.split(",")]
+            else:
+                subs = [n.split(" as ")[0].strip(" ()") for n in names.split(",")]
+                modules = [(len(dots), mod)] + [(len(dots), f"{mod}.{s}" if mod else s) for s in subs if s]
+            for level, module in modules:
+                if not module:
+                    continue
+                rel = module.replace(".", "/")
+                if level:
+                    base = folder
+                    for _ in range(level - 1):
+                        base = posixpath.dirname(base)
+                    add([posixpath.join(base, rel + ".py"), posixpath.join(base, rel, "__init__.py")])
+                else:
+                    for suffix in (rel + ".py", rel + "/__init__.py"):
+                        hits = sorted(by_suffix.get(suffix, []), key=len)
+                        add(hits[:1])
+    elif path.endswith(_JS_EXTS):
+        for m in _JS_IMPORT.finditer(content):
+            target = posixpath.join(folder, m.group(1))
+            add([target, *(target + e for e in _JS_EXTS), *(posixpath.join(target, "index" + e) for e in _JS_EXTS)])
+    return found
+
+
+class HeuristicPredictor:
+    """Scores unmodified programming files: imported by a modified file (+3), same folder and extension (+1),
+    path words shared with the problem statement (+0.5 each, at most +2). Best first, score > 0 only."""
+
+    def predict(self, problem_statement: str, modified: dict[str, str], tree: list[str]) -> list[str]:
+        """Rank candidate relevant files for one PR."""
+        tree_set = set(tree)
+        scores: dict[str, float] = {}
+        for path, content in modified.items():
+            for p in imported_paths(path, content, tree_set):
+                scores[p] = scores.get(p, 0.0) + 3.0
+        folders = {(posixpath.dirname(p), posixpath.splitext(p)[1]) for p in modified}
+        words = _tokens(problem_statement)
+        for p in tree:
+            if p in modified or not is_programming_file(p) or is_generated_file(p):
+                continue
+            if (posixpath.dirname(p), posixpath.splitext(p)[1]) in folders:
+                scores[p] = scores.get(p, 0.0) + 1.0
+            overlap = len(words & _tokens(posixpath.splitext(p)[0]))
+            if overlap:
+                scores[p] = scores.get(p, 0.0) + min(2.0, 0.5 * overlap)
+        ranked = [p for p in scores if p not in modified and scores[p] > 0]
+        return sorted(ranked, key=lambda p: (-scores[p], p))
+
+
+class LLMPredictor:
+    """Asks a model which unmodified files are relevant, through ``generate(prompt) -> completion``.
+
+    The prompt lists the issue, the modified files and up to ``max_listed`` candidate paths; every line of the
+    answer that names a listed path counts (bullets, backticks and numbering are stripped).
+    """
+
+    def __init__(self, generate: Callable[[str], str], max_listed: int = 300, max_files: int = 5):
+        self.generate = generate
+        self.max_listed = max_listed
+        self.max_files = max_files
+
+    @classmethod
+    def from_sampler(cls, address: str, **kwargs) -> LLMPredictor:
+        """A predictor backed by our sampler server (``swerl_jax.sampler.client.SamplerClient``)."""
+        from swerl_jax.sampler.client import SamplerClient  # optional: only this predictor needs it
+
+        client = SamplerClient(address)
+        return cls(lambda prompt: client.generate([prompt])[0], **kwargs)
+
+    def prompt(self, problem_statement: str, modified: dict[str, str], tree: list[str]) -> tuple[str, list[str]]:
+        """The question and the candidate paths it lists."""
+        candidates = [p for p in tree if p not in modified and is_programming_file(p)][: self.max_listed]
+        text = (
+            "Below is a GitHub issue, the files a fix modifies, and other files of the repository.\n"
+            f"List up to {self.max_files} of the other files that a developer must read to understand or make "
+            "the fix, one path per line, most relevant first, and nothing else.\n\n"
+            f"--- ISSUE ---\n{problem_statement.strip()}\n\n--- MODIFIED FILES ---\n"
+            + "\n".join(sorted(modified)) + "\n\n--- OTHER FILES ---\n" + "\n".join(candidates) + "\n"
+        )
+        return text, candidates
+
+    def predict(self, problem_statement: str, modified: dict[str, str], tree: list[str]) -> list[str]:
+        """Query the model and keep the listed paths it names, in its order."""
+        text, candidates = self.prompt(problem_statement, modified, tree)
+        allowed, picked = set(candidates), []
+        for line in self.generate(text).splitlines():
+            path = re.sub(r"^\s*(?:[-*+]|\d+[.)])?\s*", "", line).strip().strip("`'\"")
+            if path in allowed and path not in picked:
+                picked.append(path)
+        return picked[: self.max_files]
+
+
+def add_relevant_files(
+    record: dict, ranked: Sequence[str], read: Callable[[str], str | None], max_files: int, budget_bytes: int
+) -> dict:
+    """A copy of ``record`` with up to ``max_files`` of ``ranked`` added to ``code_context`` and listed in
+    ``relevant_files``, skipping unreadable ones (``read`` returns None) and any that would pass the byte budget."""
+    context = dict(record["code_context"])
+    chosen, used = [], 0
+    for path in ranked:
+        if len(chosen) >= max_files:
+            break
+        if path in context or path in record["oracle_new_content"]:
+            continue
+        content = read(path)
+        if content is None or used + len(content) > budget_bytes:
+            continue
+        context[path] = content
+        chosen.append(path)
+        used += len(content)
+    return {**record, "code_context": context, "relevant_files": chosen}
