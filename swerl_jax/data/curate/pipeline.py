@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
+from typing import Any
 
 import apache_beam as beam
+from apache_beam.typehints import with_output_types
 
 from swerl_jax.data.curate import events as ev
 from swerl_jax.data.curate import sinks
@@ -25,6 +27,7 @@ FUNNEL = "funnel"
 _MENTION = re.compile(r"(?:#|/issues/)(\d+)")
 
 
+@with_output_types(Any)  # tagged outputs defeat Beam's inference
 class ParseEvents(beam.DoFn):
     """GH Archive line -> ((repo, kind, number), item); bad lines -> funnel "input:<reason>"."""
 
@@ -38,6 +41,7 @@ class ParseEvents(beam.DoFn):
             yield parsed
 
 
+@with_output_types(Any)  # tagged outputs defeat Beam's inference
 class ParseIssues(beam.DoFn):
     """Issues-file line -> (repo, issue); bad lines -> funnel "input:unparsable_issue"."""
 
@@ -59,6 +63,7 @@ def aggregate(item: tuple[tuple[str, str, int], list[dict]]):
     return ("pr", repo, pr) if pr is not None else ("not_merged", repo, number)
 
 
+@with_output_types(Any)  # tagged outputs defeat Beam's inference
 class ListCandidates(beam.DoFn):
     """Per repository: merged PRs from events, plus PRs recovered from git history that events lack.
 
@@ -110,6 +115,7 @@ class _RepoCache(beam.DoFn):
             r.close()
 
 
+@with_output_types(Any)  # tagged outputs defeat Beam's inference
 class ExtractPRs(_RepoCache):
     """(repo, path, pr, issues) -> (content_hash, (record, meta, path)), or a funnel "drop:<reason>"."""
 
@@ -125,6 +131,7 @@ class ExtractPRs(_RepoCache):
         yield meta["content_hash"], (record, meta, path)
 
 
+@with_output_types(Any)  # tagged outputs defeat Beam's inference
 def dedupe(item):
     """Keep the earliest PR of each content hash (ties: smallest instance_id); count the others."""
     _, group = item
@@ -134,6 +141,7 @@ def dedupe(item):
         yield beam.pvalue.TaggedOutput(FUNNEL, "drop:duplicate")
 
 
+@with_output_types(Any)  # tagged outputs defeat Beam's inference
 class AddRelevant(_RepoCache):
     """Adds predicted relevant-but-unmodified files to each kept record within the byte budget."""
 
@@ -174,6 +182,7 @@ class AddRelevant(_RepoCache):
         yield add_relevant_files(record, ranked, read, c.max_relevant_files, c.relevant_bytes_budget), meta
 
 
+@with_output_types(Any)  # tagged outputs defeat Beam's inference
 def select_seed(item):
     """Tag each kept PR with its RL-seed outcome; seeds go to the "seed" output."""
     record, meta = item
@@ -184,6 +193,7 @@ def select_seed(item):
     yield record
 
 
+@with_output_types(Any)  # tagged outputs defeat Beam's inference
 class WriteShard(beam.DoFn):
     """(shard index, records) -> the shard's files in staging (temp + rename)."""
 

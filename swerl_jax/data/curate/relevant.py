@@ -34,8 +34,23 @@ def _tokens(text: str) -> set[str]:
     return out
 
 
-def imported_paths(path: str, content: str, tree: set[str]) -> list[str]:
-    """Files of ``tree`` that ``path`` imports (Python absolute/relative imports, JS/TS relative imports)."""
+def suffix_index(tree: set[str]) -> dict[str, list[str]]:
+    """Every path suffix ("pkg/mod.py", "mod.py") of the tree's Python files -> the files ending with it."""
+    index: dict[str, list[str]] = {}
+    for p in tree:
+        if p.endswith(".py"):
+            parts = p.split("/")
+            for i in range(len(parts)):
+                index.setdefault("/".join(parts[i:]), []).append(p)
+    return index
+
+
+def imported_paths(path: str, content: str, tree: set[str], index: dict[str, list[str]] | None = None) -> list[str]:
+    """Files of ``tree`` that ``path`` imports (Python absolute/relative imports, JS/TS relative imports).
+
+    Absolute Python imports may live under a source root (src/pkg/...), so they match by path suffix; of
+    several matches the shallowest wins (``flask`` is src/flask/__init__.py, not tests/apps/flask.py).
+    """
     found: list[str] = []
     folder = posixpath.dirname(path)
 
@@ -47,13 +62,7 @@ def imported_paths(path: str, content: str, tree: set[str]) -> list[str]:
                 return
 
     if path.endswith(".py"):
-        # Absolute imports may live under a source root (src/pkg/...): match by suffix.
-        by_suffix: dict[str, list[str]] = {}
-        for p in tree:
-            if p.endswith(".py"):
-                parts = p.split("/")
-                for i in range(len(parts)):
-                    by_suffix.setdefault("/".join(parts[i:]), []).append(p)
+        by_suffix = suffix_index(tree) if index is None else index
         for m in _PY_IMPORT.finditer(content):
             dots, mod, names, plain = m.group(1) or "", m.group(2) or "", m.group(3) or "", m.group(4) or ""
             modules = []
@@ -72,9 +81,8 @@ def imported_paths(path: str, content: str, tree: set[str]) -> list[str]:
                         base = posixpath.dirname(base)
                     add([posixpath.join(base, rel + ".py"), posixpath.join(base, rel, "__init__.py")])
                 else:
-                    for suffix in (rel + ".py", rel + "/__init__.py"):
-                        hits = sorted(by_suffix.get(suffix, []), key=len)
-                        add(hits[:1])
+                    hits = by_suffix.get(rel + ".py", []) + by_suffix.get(rel + "/__init__.py", [])
+                    add(sorted(hits, key=lambda h: (h.count("/"), h))[:1])
     elif path.endswith(_JS_EXTS):
         for m in _JS_IMPORT.finditer(content):
             target = posixpath.join(folder, m.group(1))
@@ -90,8 +98,9 @@ class HeuristicPredictor:
         """Rank candidate relevant files for one PR."""
         tree_set = set(tree)
         scores: dict[str, float] = {}
+        index = suffix_index(tree_set)
         for path, content in modified.items():
-            for p in imported_paths(path, content, tree_set):
+            for p in imported_paths(path, content, tree_set, index):
                 scores[p] = scores.get(p, 0.0) + 3.0
         folders = {(posixpath.dirname(p), posixpath.splitext(p)[1]) for p in modified}
         words = _tokens(problem_statement)
