@@ -48,14 +48,14 @@ def build_funnel(counts: dict[str, int]) -> dict:
 
 def format_table(funnel: dict) -> str:
     """A plain-text table of the funnel."""
-    lines = [f"{'stage':<28}{'dropped':>10}{'remaining':>12}", "-" * 50]
-    lines.append(f"{'PR candidates':<28}{'':>10}{funnel['pr_candidates']:>12}")
+    lines = [f"{'stage':<34}{'dropped':>10}{'remaining':>12}", "-" * 56]
+    lines.append(f"{'PR candidates':<34}{'':>10}{funnel['pr_candidates']:>12}")
     for s in funnel["stages"]:
-        lines.append(f"{s['stage']:<28}{s['dropped']:>10}{s['remaining']:>12}")
-    lines.append(f"{'= PR records':<28}{'':>10}{funnel['kept']:>12}")
+        lines.append(f"{s['stage']:<34}{s['dropped']:>10}{s['remaining']:>12}")
+    lines.append(f"{'= PR records':<34}{'':>10}{funnel['kept']:>12}")
     for s in funnel["rl_seed_stages"]:
-        lines.append(f"{'seed: ' + s['stage']:<28}{s['dropped']:>10}{s['remaining']:>12}")
-    lines.append(f"{'= RL seeds':<28}{'':>10}{funnel['rl_seeds']:>12}")
+        lines.append(f"{'seed: ' + s['stage']:<34}{s['dropped']:>10}{s['remaining']:>12}")
+    lines.append(f"{'= RL seeds':<34}{'':>10}{funnel['rl_seeds']:>12}")
     if funnel["inputs"]:
         lines.append("inputs: " + ", ".join(f"{k}={v}" for k, v in funnel["inputs"].items()))
     return "\n".join(lines)

@@ -57,11 +57,14 @@ class GitRepo:
 
     def __init__(self, path: str):
         self.path = path
+        # An explicit --git-dir stops git from walking up into an enclosing repository when ``path`` is not one.
+        dot_git = os.path.join(path, ".git")
+        self.git_dir = dot_git if os.path.exists(dot_git) else path
         self._batch: subprocess.Popen | None = None
 
     def git(self, *args: str, check_missing: bool = True) -> bytes:
-        """Run ``git -C path args`` and return stdout; a failure raises GitError naming the reason."""
-        cmd = ["git", "-c", "safe.directory=*", "-c", "core.quotepath=off", "-C", self.path, *args]
+        """Run ``git --git-dir=... args`` and return stdout; a failure raises GitError naming the reason."""
+        cmd = ["git", "-c", "safe.directory=*", "-c", "core.quotepath=off", f"--git-dir={self.git_dir}", *args]
         proc = subprocess.run(cmd, capture_output=True, env={**os.environ, **_GIT_ENV})
         if proc.returncode != 0:
             err = proc.stderr.decode("utf-8", "replace").strip()
@@ -78,7 +81,7 @@ class GitRepo:
         """Contents of blob ``sha`` via the batch process; a missing object raises GitError("missing_object")."""
         if self._batch is None:
             self._batch = subprocess.Popen(
-                ["git", "-c", "safe.directory=*", "-C", self.path, "cat-file", "--batch"],
+                ["git", "-c", "safe.directory=*", f"--git-dir={self.git_dir}", "cat-file", "--batch"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env={**os.environ, **_GIT_ENV},
             )
