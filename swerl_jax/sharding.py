@@ -190,6 +190,9 @@ def mesh_context(mesh: Mesh, rules: Rules = DEFAULT_RULES) -> Iterator[None]:
 def abstract_params(model_config: LlamaConfig) -> Any:
     """The model's parameters as ShapeDtypeStructs still boxed in `nn.Partitioned` (no memory allocated)."""
     tokens = jnp.zeros((1, 1), jnp.int32)
+    # Attention kernel and remat do not change the parameters; XLA attention traces on any backend (cuDNN's
+    # would refuse to trace on a machine without a GPU, e.g. when planning an H100 run on a laptop).
+    model_config = model_config.replace(attention_impl=None, remat="none")
     variables = jax.eval_shape(lambda rng: Llama(model_config).init(rng, tokens, tokens, jnp.ones((1, 1), bool)),
                                jax.random.key(0))
     return variables["params"]

@@ -1,0 +1,253 @@
+"""Will this config fit? Per-device memory of the train step and the sampler, from abstract shapes only.
+
+    python launch/plan.py --config=experiments/swerl_llama3_70b.py --mesh=h100x512 [--model=llama3.1-8b]
+    python launch/plan.py --config=experiments/swerl_llama3_70b.py --all   # every mesh x {1B, 8B, 70B}
+
+Parameters come from `jax.eval_shape` of the model's init (nothing is allocated) and are sharded with the
+config's logical-axis rules, so the per-device bytes of params, gradients and optimizer state are exact up
+to padding. Activations are a per-layer count of what the backward pass keeps (see `layer_activation_bytes`).
+
+Assumptions: gradients in param_dtype; Adam keeps 2 fp32 moments, plus an fp32 master copy when params are
+not fp32; FSDP all-gathers one layer's weights at a time; the loss projects to the vocabulary only over the
+scored tokens (RL: the completion, SFT: the sequence), in fp32; the peak is the saved activations plus the
+larger of one layer's backward and the loss; one micro-batch's activations live at a time (gradient
+accumulation over micro-batches); the sampler is a separate process on the same kind of mesh, holding params
+in `dtype` and a KV cache for `sampler.max_batch` sequences of prompt + completion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from absl import app, flags
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from swerl_jax import sharding  # noqa: E402
+from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
+from swerl_jax.model.config import LlamaConfig, get_model_config  # noqa: E402
+
+GiB = 1024**3
+PLAN_MODELS = ("llama3.2-1b", "llama3.1-8b", "llama3.3-70b")
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """What one train micro-step and the sampler process: global sequences and lengths."""
+
+    micro_batch: int  # sequences per micro-batch (global)
+    seq_len: int  # tokens per training sequence
+    loss_len: int  # positions projected to the vocabulary per sequence
+    sampler_batch: int  # sequences decoded at once (global)
+    sampler_len: int  # KV-cache slots per sequence
+
+
+def workload_from_config(config: Any, mode: str = "rl") -> Workload:
+    """The RL (prompt + completion, loss over the completion) or SFT workload the config describes."""
+    sampler_len = config.data.max_prompt_len + config.sampler.max_new_tokens
+    if mode == "sft":
+        return Workload(config.sft.batch_size, config.sft.max_len, config.sft.max_len, config.sampler.max_batch,
+                        sampler_len)
+    step_batch = config.rl.prompts_per_step * config.rl.num_samples
+    micro = config.rl.micro_batch_size or step_batch
+    return Workload(micro, sampler_len, config.sampler.max_new_tokens, config.sampler.max_batch, sampler_len)
+
+
+def _bytes(dtype: str) -> int:
+    return jnp.dtype(dtype).itemsize
+
+
+def _factor(axes: Any, sizes: dict[str, int]) -> int:
+    if axes is None:
+        return 1
+    axes = (axes,) if isinstance(axes, str) else axes
+    return math.prod(sizes[a] for a in axes)
+
+
+def param_elements_per_device(model: LlamaConfig, sizes: dict[str, int], rules: sharding.Rules) -> int:
+    """Parameter elements one device holds under `rules` (shards rounded up, as XLA pads them)."""
+    abstract = jax.tree.leaves(sharding.abstract_params(model), is_leaf=lambda x: hasattr(x, "names"))
+    specs = jax.tree.leaves(sharding.param_partition_specs(model, rules),
+                            is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+    total = 0
+    for boxed, spec in zip(abstract, specs, strict=True):
+        shape = boxed.value.shape
+        spec = tuple(spec) + (None,) * (len(shape) - len(spec))
+        total += math.prod(-(-d // _factor(a, sizes)) for d, a in zip(shape, spec))
+    return total
+
+
+def layer_activation_bytes(model: LlamaConfig, b: int, t: int, tensor: int, remat: str) -> int:
+    """Bytes one decoder layer keeps for its backward pass, for b sequences of t tokens on one device.
+
+    Counted per layer (s = bytes of `dtype`, E hidden, F MLP width, H/KV heads of size D, sharded by `tensor`):
+    "none": layer input, two norm outputs, attention and MLP outputs, the residual (6 bTE s) plus the fp32
+    norm statistics' inputs (2 bTE 4), q/k/v and the attention output (bT(2H + 2KV)D/tensor s), attention
+    probabilities unless cuDNN flash attention (bH T^2/tensor: logits in s, masked logits and probs in fp32),
+    the SwiGLU's gate, up, silu and product (4 bTF/tensor s). "full": only the layer input bTE s. A checkpoint policy
+    (dots_with_no_batch_dims_saveable and friends) keeps the projections' outputs:
+    bT(H + 2KV)D/tensor s + 2 bTE s + 2 bTF/tensor s.
+    """
+    s = _bytes(model.dtype)
+    e, f, d = model.hidden_size, model.intermediate_size, model.head_size
+    h, kv = model.num_heads / tensor, model.num_kv_heads / tensor
+    bt = b * t
+    if remat == "full":
+        return bt * e * s
+    projections = bt * (h + 2 * kv) * d * s
+    if remat != "none":
+        return int(projections + 2 * bt * e * s + 2 * bt * f / tensor * s)
+    attention = 0 if model.attention_impl == "cudnn" else b * h * t * t * (8 + s)
+    return int(6 * bt * e * s + 2 * bt * e * 4 + projections + bt * h * d * s + attention + 4 * bt * f / tensor * s)
+
+
+@dataclasses.dataclass
+class Plan:
+    """Per-device bytes by component; `total` is the train step's peak under the config's remat."""
+
+    mesh: str
+    model: str
+    sizes: dict[str, int]
+    rows: dict[str, int]
+    hbm: int
+    usable: float
+    notes: list[str]
+
+    @property
+    def total(self) -> int:
+        return self.rows["train total"]
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.hbm * self.usable and self.rows["sampler total"] <= self.hbm * self.usable
+
+
+def estimate(model: LlamaConfig, sizes: dict[str, int], rules: sharding.Rules, work: Workload,
+             optimizer_fp32_moments: bool = True) -> dict[str, int]:
+    """Per-device bytes of every component (see the module docstring for the assumptions)."""
+    batch_shards = _factor(dict(rules).get("activation_batch"), sizes)
+    tensor = _factor(dict(rules).get("activation_heads"), sizes)
+    vocab_shards = _factor(dict(rules).get("activation_vocab"), sizes)
+    fsdp = _factor(dict(rules).get("embed"), sizes)
+    n = param_elements_per_device(model, sizes, rules)
+    p, s = _bytes(model.param_dtype), _bytes(model.dtype)
+    rows = {"params": n * p, "grads": n * p}
+    master = 4 if p != 4 else 0
+    rows["optimizer"] = n * (8 + master) if optimizer_fp32_moments else n * 2 * p
+    b = -(-work.micro_batch // batch_shards)
+    t = work.seq_len
+    for remat in ("none", "full", model.remat):
+        rows[f"saved activations (remat={remat})"] = model.num_layers * layer_activation_bytes(model, b, t, tensor,
+                                                                                             remat)
+    # The backward's peak is the larger of two phases on top of the saved activations:
+    # - a layer's backward: its recomputed activations (under remat), its weights all-gathered by FSDP (still
+    #   tensor-sharded) and the fp32 gradient flowing through the hidden states (in and out);
+    # - the loss: fp32 logits over the scored positions and their gradient, with the gathered embedding/head.
+    e, f, d = model.hidden_size, model.intermediate_size, model.head_size
+    layer_weights = (e * d * (2 * model.num_heads + 2 * model.num_kv_heads) + 3 * e * f) / tensor * s
+    head_weights = model.vocab_size * e / vocab_shards * s * (1 if model.tie_word_embeddings else 2)
+    recompute = layer_activation_bytes(model, b, t, tensor, "none") if model.remat != "none" else 0
+    rows["layer backward peak"] = int(recompute + (layer_weights if fsdp > 1 else 0) + 2 * b * t * e * 4)
+    rows["loss peak (fp32 logits)"] = int(b * work.loss_len * model.vocab_size / vocab_shards * 4 * 2
+                                          + (head_weights if fsdp > 1 else 0))
+    rows["train total"] = (rows["params"] + rows["grads"] + rows["optimizer"]
+                           + rows[f"saved activations (remat={model.remat})"]
+                           + max(rows["layer backward peak"], rows["loss peak (fp32 logits)"]))
+    sb = -(-work.sampler_batch // batch_shards)
+    kv_heads = model.num_kv_heads / _factor(dict(rules).get("kv_heads"), sizes)
+    rows["sampler params"] = n * s
+    rows["sampler KV cache"] = int(2 * model.num_layers * sb * work.sampler_len * kv_heads * d * s)
+    rows["sampler total"] = rows["sampler params"] + rows["sampler KV cache"]
+    return rows
+
+
+def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str = "rl",
+              usable: float = 0.9) -> Plan:
+    """The plan for `config` on the named mesh (its device count), optionally with another model."""
+    spec = get_mesh_spec(mesh)
+    config = config.copy_and_resolve_references()
+    config.mesh.name = mesh
+    m = config.model
+    model = get_model_config(model_name or m.name, param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
+                             attention_impl=m.attention_impl)
+    n_devices = spec.num_devices
+    sizes = sharding.mesh_axis_sizes(config, n_devices)
+    work = workload_from_config(config, mode)
+    notes = []
+    try:
+        sharding.validate_mesh(config, model, n_devices)
+    except ValueError as err:
+        notes.append(f"invalid mesh: {err}")
+    shards = sizes["data"] * sizes["fsdp"]
+    if work.micro_batch % shards:
+        notes.append(f"micro-batch of {work.micro_batch} sequences over {shards} batch shards: padded to "
+                     f"{-(-work.micro_batch // shards)} per device")
+    rows = estimate(model, sizes, sharding.logical_axis_rules(config), work)
+    return Plan(mesh, model_name or m.name, sizes, rows, spec.hbm_bytes, usable, notes)
+
+
+def format_plan(plan: Plan, work: Workload) -> str:
+    """A readable table with the verdict."""
+    shape = " x ".join(f"{a}={plan.sizes[a]}" for a in AXES)
+    lines = [f"model {plan.model} on {plan.mesh} ({shape}); micro-batch {work.micro_batch} x {work.seq_len} "
+             f"tokens, loss over {work.loss_len}; sampler {work.sampler_batch} x {work.sampler_len} slots",
+             f"{'component':<32}{'GiB/device':>12}"]
+    lines += [f"{k:<32}{v / GiB:>12.3f}" for k, v in plan.rows.items()]
+    budget = plan.hbm * plan.usable
+    lines.append(f"{'HBM (usable ' + format(plan.usable, '.0%') + ')':<32}{budget / GiB:>12.3f}")
+    lines += [f"note: {n}" for n in plan.notes]
+    verdict = "fits" if plan.fits and not any(n.startswith("invalid") for n in plan.notes) else "does not fit"
+    lines.append(f"verdict: {verdict} (train {plan.total / GiB:.2f} GiB, sampler "
+                 f"{plan.rows['sampler total'] / GiB:.2f} GiB per device)")
+    return "\n".join(lines)
+
+
+def load_config(path: str) -> Any:
+    """`get_config()` of an experiment file (experiments/X.py; "path:arg" passes arg)."""
+    path, _, arg = path.partition(":")
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    if spec is None or not Path(path).is_file():
+        raise FileNotFoundError(f"--config={path}: no such experiment file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg or None)
+
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("config", "experiments/swerl_llama3_70b.py", "experiment file (experiments/X.py[:arg])")
+flags.DEFINE_string("mesh", "", "named mesh from swerl_jax.meshes (default: the config's mesh.name)")
+flags.DEFINE_string("model", "", "model registry name (default: the config's model.name)")
+flags.DEFINE_enum("mode", "rl", ["rl", "sft"], "which trainer's batch to plan")
+flags.DEFINE_float("usable", 0.9, "fraction of HBM the runtime leaves to the program (XLA_PYTHON_CLIENT_MEM_FRACTION)")
+flags.DEFINE_bool("all", False, "one line per mesh x {llama3.2-1b, llama3.1-8b, llama3.3-70b}")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    start = time.perf_counter()
+    config = load_config(FLAGS.config)
+    work = workload_from_config(config, FLAGS.mode)
+    if FLAGS.all:
+        print(f"{'mesh':<14}{'model':<15}{'train GiB':>10}{'sampler GiB':>12}{'HBM GiB':>9}  verdict")
+        for mesh in MESHES:
+            for model in PLAN_MODELS:
+                plan = make_plan(config, mesh, model, FLAGS.mode, FLAGS.usable)
+                ok = plan.fits and not any(n.startswith("invalid") for n in plan.notes)
+                print(f"{mesh:<14}{model:<15}{plan.total / GiB:>10.2f}{plan.rows['sampler total'] / GiB:>12.2f}"
+                      f"{plan.hbm / GiB:>9.1f}  {'fits' if ok else 'does not fit'}")
+    else:
+        plan = make_plan(config, FLAGS.mesh or config.mesh.name, FLAGS.model or None, FLAGS.mode, FLAGS.usable)
+        print(format_plan(plan, work))
+    print(f"(planned in {time.perf_counter() - start:.1f} s from abstract shapes)")
+
+
+if __name__ == "__main__":
+    app.run(main)
