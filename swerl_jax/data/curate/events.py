@@ -66,7 +66,7 @@ def parse_event(line: str) -> tuple[tuple[str, str, int], dict] | None:
         issue = payload["issue"]
         number = int(issue["number"])
         if etype == "IssueCommentEvent":
-            kind = "pr" if issue.get("pull_request") else "issue"
+            kind = "pr" if "pull_request" in issue else "issue"  # the key marks PRs, whatever its value
             body = (payload.get("comment") or {}).get("body") or ""
             return (repo, kind, number), {"type": "comment", "time": time, "user": actor, "body": body}
         labels = [lab.get("name", "") if isinstance(lab, dict) else str(lab) for lab in issue.get("labels") or []]
