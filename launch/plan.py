@@ -2,6 +2,8 @@
 
     python launch/plan.py --config=experiments/swerl_llama3_70b.py --mesh=h100x512 [--model=llama3.1-8b]
     python launch/plan.py --config=experiments/swerl_llama3_70b.py --all   # every mesh x {1B, 8B, 70B}
+    python launch/plan.py --config=experiments/swerl_llama3_70b.py --config.mesh.name=h100x64 \
+        --config.mesh.shape.tensor=8 --config.rl.micro_batch_size=64
 
 Parameters come from `jax.eval_shape` of the model's init (nothing is allocated) and are sharded with the
 config's logical-axis rules, so the per-device bytes of params, gradients and optimizer state are exact up
@@ -28,6 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from absl import app, flags
+from ml_collections import config_flags
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
@@ -222,7 +225,8 @@ def load_config(path: str) -> Any:
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("config", "experiments/swerl_llama3_70b.py", "experiment file (experiments/X.py[:arg])")
+config_flags.DEFINE_config_file("config", "experiments/swerl_llama3_70b.py",
+                                "experiment file (experiments/X.py[:arg]); --config.FIELD=VALUE overrides")
 flags.DEFINE_string("mesh", "", "named mesh from swerl_jax.meshes (default: the config's mesh.name)")
 flags.DEFINE_string("model", "", "model registry name (default: the config's model.name)")
 flags.DEFINE_enum("mode", "rl", ["rl", "sft"], "which trainer's batch to plan")
@@ -233,7 +237,7 @@ flags.DEFINE_bool("all", False, "one line per mesh x {llama3.2-1b, llama3.1-8b, 
 def main(argv: list[str]) -> None:
     del argv
     start = time.perf_counter()
-    config = load_config(FLAGS.config)
+    config = FLAGS.config
     work = workload_from_config(config, FLAGS.mode)
     if FLAGS.all:
         print(f"{'mesh':<14}{'model':<15}{'train GiB':>10}{'sampler GiB':>12}{'HBM GiB':>9}  verdict")

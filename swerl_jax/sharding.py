@@ -291,8 +291,9 @@ def initialize_distributed(config: Any | None = None) -> bool:
 
     Explicit settings win: `config.mesh.coordinator_address` / `num_processes` / `process_id`, else the
     environment's JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID (launch/multiprocess_cpu.sh
-    sets them). Otherwise SLURM jobs with several tasks and multi-host Cloud TPU slices are detected by
-    `jax.distributed.initialize()` itself. Must run before any other JAX call touches the devices.
+    sets them). Otherwise SLURM jobs with several tasks, multi-host Cloud TPU slices and SWERL_DISTRIBUTED=auto
+    (launch/tpu_pod.sh) are handed to `jax.distributed.initialize()`'s own cluster detection. SLURM runs use one
+    process per node (JAX_LOCAL_DEVICE_IDS lists the node's GPUs), so DCN granules are nodes. Must run before any other JAX call touches the devices.
     CPU processes get gloo collectives, which cross-process CPU all-reduces need.
     """
     if jax.distributed.is_initialized():
@@ -311,6 +312,8 @@ def initialize_distributed(config: Any | None = None) -> bool:
             raise ValueError(f"coordinator {address} and {num} processes given, but no process id: set "
                              "JAX_PROCESS_ID or mesh.process_id")
         jax.distributed.initialize(coordinator_address=address, num_processes=num, process_id=pid)
+    elif os.environ.get("SWERL_DISTRIBUTED") == "auto":
+        jax.distributed.initialize()  # the launcher knows it is multi-host (launch/tpu_pod.sh): let JAX detect
     elif _env_int("SLURM_NTASKS") and _env_int("SLURM_NTASKS") > 1:
         jax.distributed.initialize()  # SLURM auto-detection: coordinator = first node of the job
     elif "," in os.environ.get("TPU_WORKER_HOSTNAMES", "") or os.environ.get("MEGASCALE_COORDINATOR_ADDRESS"):

@@ -129,7 +129,7 @@ def test_batches_split_over_data_axes():
 
 def test_initialize_distributed_from_environment(monkeypatch):
     for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "SLURM_NTASKS",
-                "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS"):
+                "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS", "SWERL_DISTRIBUTED"):
         monkeypatch.delenv(var, raising=False)
     assert sharding.initialize_distributed(base.get_config()) is False  # single process: nothing to join
     monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:1")

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One process on this machine (CPU, one GPU or one 8-GPU node): check the fit, then train.
+#
+#   launch/local.sh experiments/tiny_cpu.py [--config.rl.num_steps=10 ...]
+#   MODE=sft MODULE=swerl_jax.sft.train launch/local.sh experiments/sft_llama3_70b.py
+#   SKIP_PLAN=1 launch/local.sh ...        # do not print the memory plan first
+#
+# All devices of the machine join one mesh (config.mesh); on CPU, CPU_DEVICES=8 splits the host into 8 fake
+# devices to try a mesh shape (`--config.mesh.name=cpu8 --config.mesh.shape.tensor=2`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CONFIG="${1:?usage: launch/local.sh experiments/NAME.py [--config.FIELD=VALUE ...]}"; shift
+PY="${PY:-.venv/bin/python}"
+if [[ -n "${CPU_DEVICES:-}" ]]; then
+  export JAX_PLATFORMS=cpu XLA_FLAGS="--xla_force_host_platform_device_count=${CPU_DEVICES} ${XLA_FLAGS:-}"
+fi
+if [[ -z "${SKIP_PLAN:-}" ]]; then
+  "$PY" launch/plan.py --config="$CONFIG" --mode="${MODE:-rl}" "$@" || true
+fi
+exec "$PY" -m "${MODULE:-swerl_jax.train}" --config="$CONFIG" "$@"
