@@ -293,8 +293,8 @@ def initialize_distributed(config: Any | None = None) -> bool:
     environment's JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID (launch/multiprocess_cpu.sh
     sets them). Otherwise SLURM jobs with several tasks, multi-host Cloud TPU slices and SWERL_DISTRIBUTED=auto
     (launch/tpu_pod.sh) are handed to `jax.distributed.initialize()`'s own cluster detection. SLURM runs use one
-    process per node (JAX_LOCAL_DEVICE_IDS lists the node's GPUs), so DCN granules are nodes. Must run before any other JAX call touches the devices.
-    CPU processes get gloo collectives, which cross-process CPU all-reduces need.
+    process per node (JAX_LOCAL_DEVICE_IDS lists the node's GPUs), so DCN granules are nodes. Must run before
+    any other JAX call touches the devices. CPU processes get gloo collectives (cross-process all-reduces).
     """
     if jax.distributed.is_initialized():
         return True
