@@ -30,7 +30,8 @@ def _tokens(text: str) -> set[str]:
         for part in re.sub(r"([a-z])([A-Z])", r"\1 \2", word).replace("_", " ").split():
             part = part.lower()
             if len(part) >= 3 and part not in _STOP:
-                out.add(part)
+                # A light stem, so "sessions.py" matches "session" in the issue.
+                out.add(part[:-1] if len(part) > 3 and part.endswith("s") and not part.endswith("ss") else part)
     return out
 
 
