@@ -1,0 +1,77 @@
+"""Git access: clone names, PR recovery from history, diffs with renames, blobs, missing objects."""
+
+import os
+import subprocess
+
+import pytest
+
+from swerl_jax.data.curate.git_source import GitError, GitRepo, discover_clones, repo_name_from_dir
+from tests.data.curate.builders import Repo
+
+
+def test_repo_names():
+    assert repo_name_from_dir("psf__requests.git") == "psf/requests"
+    assert repo_name_from_dir("pallets__flask") == "pallets/flask"
+    assert repo_name_from_dir("my-org__my.repo") == "my-org/my.repo"
+    assert repo_name_from_dir("noseparator") is None
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    r = Repo(tmp_path_factory.mktemp("g") / "o__r")
+    r.commit("init", {"a.py": "x = 1\n" * 20, "b.txt": "hello\n"})
+    r.commit("Rename a (#4)\n\nbody line", {}, ())
+    r.git("mv", "a.py", "c.py")
+    r.commit("Move a to c (#5)", {"c.py": "x = 1\n" * 19 + "x = 2\n"})
+    r.merge_pr(6, "u/feature", "Add d", "Fixes #1", {"d.py": "d = 1\n"})
+    r.commit("Not a PR: mentions (#7) in the middle")
+    return r
+
+
+def test_pr_candidates(repo):
+    prs = {p["number"]: p for p in GitRepo(str(repo.path)).pr_candidates()}
+    assert sorted(prs) == [4, 5, 6]
+    assert prs[4]["kind"] == "git-squash" and prs[4]["title"] == "Rename a" and prs[4]["body"] == "body line"
+    assert prs[6]["kind"] == "git-merge" and prs[6]["title"] == "Add d" and prs[6]["body"] == "Fixes #1"
+    assert prs[6]["branch"] == "u/feature" and len(prs[6]["parents"]) == 2
+
+
+def test_diff_raw_rename_and_blobs(repo):
+    g = GitRepo(str(repo.path))
+    try:
+        head = repo.head()
+        changes = g.diff_raw(f"{head}~3", f"{head}~2")  # the "Move a to c" commit
+        assert len(changes) == 1 and changes[0].status == "R"
+        assert (changes[0].old_path, changes[0].new_path) == ("a.py", "c.py")
+        assert g.read_blob(changes[0].new_blob).endswith(b"x = 2\n")
+        assert g.read_blob(changes[0].old_blob) == b"x = 1\n" * 20
+        with pytest.raises(GitError) as e:
+            g.read_blob("1" * 40)
+        assert e.value.reason == "missing_object"
+        assert g.read_blob(changes[0].old_blob) == b"x = 1\n" * 20  # the batch process survives a miss
+    finally:
+        g.close()
+
+
+def test_bare_clone_and_not_a_repo(repo, tmp_path):
+    bare = tmp_path / "o__r.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo.path), str(bare)], check=True)
+    assert sorted(p["number"] for p in GitRepo(str(bare)).pr_candidates()) == [4, 5, 6]
+    (tmp_path / "x__y").mkdir()
+    with pytest.raises(GitError) as e:
+        GitRepo(str(tmp_path / "x__y")).pr_candidates()
+    assert e.value.reason == "not_a_repository"
+    assert [n for n, _ in discover_clones(tmp_path)] == ["o__r.git", "x__y"]
+    with pytest.raises(FileNotFoundError, match="--clones"):
+        discover_clones(tmp_path / "absent")
+
+
+def test_missing_object_in_diff(repo, tmp_path):
+    r = Repo(tmp_path / "m__m")
+    r.commit("init", {"f.py": "a\n"})
+    r.commit("change (#1)", {"f.py": "b\n"})
+    blob = r.git("rev-parse", "HEAD:f.py")
+    os.remove(r.path / ".git" / "objects" / blob[:2] / blob[2:])
+    with pytest.raises(GitError) as e:
+        GitRepo(str(r.path)).diff_patch("HEAD~1", "HEAD")
+    assert e.value.reason == "missing_object"
