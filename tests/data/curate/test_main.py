@@ -1,0 +1,31 @@
+"""The command line on the default multi-process DirectRunner (2 workers) gives the in-memory run's results."""
+
+import json
+
+import pytest
+
+from swerl_jax.data.curate.__main__ import main, parse_args
+from tests.data.curate.builders import build_world
+
+
+def test_flags_split_between_ours_and_beams():
+    args, beam = parse_args(["--clones", "c", "--out", "o", "--max-changed-lines", "50", "--formats", "jsonl",
+                             "--runner=FlinkRunner", "--flink_master=h:8081"])
+    assert args.max_changed_lines == 50 and args.formats == ["jsonl"]
+    assert beam == ["--runner=FlinkRunner", "--flink_master=h:8081"]
+
+
+@pytest.mark.slow
+def test_cli_multiprocess(tmp_path, capsys):
+    build_world(tmp_path)
+    out = tmp_path / "out"
+    rc = main(["--clones", str(tmp_path / "clones"), "--events", str(tmp_path / "events.jsonl"),
+               "--issues", str(tmp_path / "issues.jsonl"), "--out", str(out), "--num-shards", "3",
+               "--formats", "jsonl"])
+    assert rc == 0
+    funnel = json.loads((out / "funnel.json").read_text())
+    assert funnel["pr_candidates"] == 17 and funnel["kept"] == 5 and funnel["rl_seeds"] == 1
+    assert "= PR records" in capsys.readouterr().out
+    ids = sorted(json.loads(line)["instance_id"] for p in (out / "records").glob("*.jsonl") for line in open(p))
+    assert ids == ["acme__gadget-1", "acme__widget-1", "acme__widget-12", "acme__widget-2", "acme__widget-7"]
+    assert not list((out / "records").glob("*.array_record"))
