@@ -191,8 +191,9 @@ def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str =
         notes.append(f"invalid mesh: {err}")
     shards = sizes["data"] * sizes["fsdp"]
     if work.micro_batch % shards:
-        notes.append(f"micro-batch of {work.micro_batch} sequences over {shards} batch shards: padded to "
-                     f"{-(-work.micro_batch // shards)} per device")
+        notes.append(f"micro-batch of {work.micro_batch} sequences does not split over {shards} batch shards "
+                     f"(data x fsdp); planned as {-(-work.micro_batch // shards)} per device, i.e. a micro-batch "
+                     f"of {-(-work.micro_batch // shards) * shards}: set rl.micro_batch_size to a multiple of {shards}")
     rows = estimate(model, sizes, sharding.logical_axis_rules(config), work)
     return Plan(mesh, model_name or m.name, sizes, rows, spec.hbm_bytes, usable, notes)
 
