@@ -162,9 +162,15 @@ def _axis_error(axes: tuple[str, ...], sizes: Mapping[str, int], what: str, logi
             f"(logical axis {logical!r} is sharded over {axes}); change mesh.shape or mesh.logical_axis_rules")
 
 
-def create_mesh(config: Any, devices: Sequence[Any] | None = None) -> Mesh:
-    """The (data, fsdp, tensor) Mesh over `devices` (default: all), hybrid ICI x DCN when DCN sizes > 1."""
+def create_mesh(config: Any, devices: Sequence[Any] | None = None, model_config: LlamaConfig | None = None,
+                global_batch: int | None = None) -> Mesh:
+    """The (data, fsdp, tensor) Mesh over `devices` (default: all), hybrid ICI x DCN when DCN sizes > 1.
+
+    Given `model_config` (and `global_batch`), the mesh is validated against them first (`validate_mesh`).
+    """
     devices = list(jax.devices() if devices is None else devices)
+    if model_config is not None:
+        validate_mesh(config, model_config, len(devices), global_batch)
     ici, dcn = resolve_mesh_shape(config, len(devices))
     ici_shape, dcn_shape = [ici[a] for a in AXES], [dcn[a] for a in AXES]
     if math.prod(dcn_shape) > 1:

@@ -16,7 +16,15 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding
 
-from swerl_jax.sharding import DEFAULT_RULES, Rules, batch_spec, mesh_context, replicated
+from swerl_jax.sharding import (
+    DEFAULT_RULES,
+    Rules,
+    batch_spec,
+    init_params_sharded,
+    mesh_context,
+    param_shardings,
+    replicated,
+)
 
 LossFn = Callable[[Any, Any], tuple[jax.Array, dict[str, jax.Array]]]
 
@@ -48,6 +56,19 @@ def init_train_state(params: Any, optimizer: optax.GradientTransformation, shard
         return TrainState(jnp.zeros((), jnp.int32), p, optimizer.init(p))
 
     return jax.jit(init, in_shardings=(shardings.params,), out_shardings=shardings)(params)
+
+
+def create_train_state(model_config: Any, mesh: Mesh, optimizer: optax.GradientTransformation, rng: jax.Array,
+                       rules: Rules = DEFAULT_RULES, params: Any | None = None) -> tuple[TrainState, TrainState]:
+    """(state, its shardings) for a model on `mesh`: random params initialised in their shards, or `params`
+    (e.g. loaded from a checkpoint, host or device arrays) placed onto them."""
+    p_shard = param_shardings(model_config, mesh, rules)
+    if params is None:
+        params = init_params_sharded(model_config, mesh, rng, rules)
+    else:
+        params = jax.device_put(params, p_shard)
+    shardings = state_shardings(optimizer, p_shard, params, mesh)
+    return init_train_state(params, optimizer, shardings), shardings
 
 
 def _split_micro(batch: Any, num_micro: int) -> Any:

@@ -139,3 +139,8 @@ def test_initialize_distributed_from_environment(monkeypatch):
     monkeypatch.setenv("JAX_PROCESS_ID", "zero")
     with pytest.raises(ValueError, match="JAX_PROCESS_ID='zero' is not an integer"):
         sharding.initialize_distributed(base.get_config())
+
+
+def test_create_mesh_validates_the_model_first():
+    with pytest.raises(ValueError, match=r"'tensor' \(size 8\) does not divide model.num_kv_heads=4"):
+        sharding.create_mesh(cfg(data=1, fsdp=1, tensor=8), model_config=MODEL)

@@ -12,7 +12,7 @@ import pytest
 from swerl_jax import sharding
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import forward, init_params
-from swerl_jax.train_step import TrainState, accumulate_gradients, init_train_state, make_train_step, state_shardings
+from swerl_jax.train_step import TrainState, accumulate_gradients, create_train_state, make_train_step
 
 # 8 query heads / 4 KV heads / 128 MLP / 256 vocab: every sharded dimension divides a tensor axis of 4.
 MODEL = get_model_config("tiny", num_heads=8, num_kv_heads=4, hidden_size=64, intermediate_size=128,
@@ -57,13 +57,10 @@ def reference():
 
 def sharded_step(shape, params, num_micro_batches=1, optimizer=None):
     config = mesh_config(*shape)
-    sharding.validate_mesh(config, MODEL, jax.device_count(), global_batch=BATCH)
-    mesh = sharding.create_mesh(config)
+    mesh = sharding.create_mesh(config, model_config=MODEL, global_batch=BATCH)
     rules = sharding.logical_axis_rules(config)
-    p_shard = sharding.param_shardings(MODEL, mesh, rules)
     optimizer = optimizer or optax.sgd(1.0)
-    s_shard = state_shardings(optimizer, p_shard, params, mesh)
-    state = init_train_state(jax.device_put(params, p_shard), optimizer, s_shard)
+    state, s_shard = create_train_state(MODEL, mesh, optimizer, jax.random.key(1), rules, params=params)
     batch = make_batch()
     step = make_train_step(lm_loss, optimizer, mesh, s_shard, sharding.batch_shardings(mesh, batch, rules), rules,
                            num_micro_batches=num_micro_batches)
