@@ -34,9 +34,11 @@ def resolve_base_head(repo: GitRepo, pr: dict) -> tuple[str, str]:
     base_sha, head_sha, merge = pr.get("base_sha"), pr.get("head_sha"), pr.get("merge_commit")
     if base_sha and head_sha and repo.has_commit(base_sha) and repo.has_commit(head_sha):
         return repo.merge_base(base_sha, head_sha), head_sha
-    if not merge or not repo.has_commit(merge):
-        raise GitError("commit_not_in_clone", f"PR #{pr['number']}: merge commit {merge or '(none)'} not in clone")
-    parents = pr.get("parents") or repo.parents(merge)
+    parents = pr.get("parents")  # known for PRs read from this clone's history: no existence check needed
+    if not parents:
+        if not merge or not repo.has_commit(merge):
+            raise GitError("commit_not_in_clone", f"PR #{pr['number']}: merge commit {merge or '(none)'} not in clone")
+        parents = repo.parents(merge)
     if len(parents) >= 2:
         return repo.merge_base(parents[0], parents[1]), parents[1]
     if len(parents) == 1:
@@ -70,8 +72,8 @@ def extract_pr(
         return "bot", None, None
     try:
         base, head = resolve_base_head(repo, pr)
-        changes = repo.diff_raw(base, head)
-        patch = _decode(repo.diff_patch(base, head), "the PR's diff")
+        changes, patch_bytes = repo.diff(base, head)
+        patch = _decode(patch_bytes, "the PR's diff")
         code_context: dict[str, str] = {}
         new_content: dict[str, str] = {}
         binary_paths: list[str] = []
@@ -92,7 +94,10 @@ def extract_pr(
                 new_content[ch.new_path] = _decode(new, ch.new_path)
             if ch.old_path and ch.status in "DR":  # the old path is gone after the change
                 new_content[ch.old_path] = ""
-        messages = repo.git("log", "--format=%B%x00", f"{base}..{head}").decode("utf-8", "replace").split("\0")
+        if pr.get("kind") == "git-squash":  # one commit, whose message is the PR's title and body
+            messages = []
+        else:
+            messages = repo.git("log", "--format=%B%x00", f"{base}..{head}").decode("utf-8", "replace").split("\0")
     except GitError as e:
         return e.reason, None, None
     size = sum(map(len, code_context.values())) + sum(map(len, new_content.values()))

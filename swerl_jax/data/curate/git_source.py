@@ -131,9 +131,25 @@ class GitRepo:
         """Committer date of ``commit`` in strict ISO 8601."""
         return self.git("show", "-s", "--format=%cI", commit).decode().strip()
 
+    def diff(self, base: str, head: str) -> tuple[list[FileChange], bytes]:
+        """Changed files and the unified diff (renames detected) from ONE ``git diff --raw -p -z`` call.
+
+        With -z the raw section is NUL-separated and ends with an empty field; the patch text follows.
+        """
+        out = self.git("diff", "--raw", "-p", "-z", "-M", "--no-abbrev", "--full-index", "--no-color",
+                       "--no-ext-diff", base, head)
+        end = out.find(b"\0\0")
+        if end < 0:
+            return self._parse_raw(out), b""
+        return self._parse_raw(out[: end + 1]), out[end + 2:]
+
     def diff_raw(self, base: str, head: str) -> list[FileChange]:
         """Changed files between two commits, with renames detected (``git diff --raw -z -M``)."""
-        out = self.git("diff", "--raw", "-z", "-M", "--no-abbrev", "--no-ext-diff", base, head).split(b"\0")
+        return self._parse_raw(self.git("diff", "--raw", "-z", "-M", "--no-abbrev", "--no-ext-diff", base, head))
+
+    @staticmethod
+    def _parse_raw(raw: bytes) -> list[FileChange]:
+        out = raw.split(b"\0")
         changes, i, zero = [], 0, "0" * 40
         while i < len(out) - 1:
             meta = out[i].decode().lstrip(":").split()
