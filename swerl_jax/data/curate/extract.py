@@ -119,6 +119,8 @@ def extract_pr(
     else:
         problem = f"{pr.get('title', '')}\n{pr.get('body', '')}".strip() + "\n"
         source = SOURCE_PR
+    if not problem.strip():  # e.g. an old merge commit that carries no PR title: nothing to state the task
+        return "no_problem_statement", None, None
     owner, name = repo_name.split("/", 1)
     instance_id = f"{owner}__{name}-{pr['number']}"
     record = {

@@ -24,6 +24,12 @@ from swerl_jax.data.curate.git_source import GitError, GitRepo, discover_clones,
 from swerl_jax.data.curate.relevant import HeuristicPredictor, LLMPredictor, add_relevant_files
 
 FUNNEL = "funnel"
+DROPPED = "dropped"  # {"instance_id", "reason"} per dropped PR: the funnel's audit trail
+
+
+def _dropped(repo: str, number: int, reason: str) -> beam.pvalue.TaggedOutput:
+    owner, name = repo.split("/", 1)
+    return beam.pvalue.TaggedOutput(DROPPED, {"instance_id": f"{owner}__{name}-{number}", "reason": reason})
 _MENTION = re.compile(r"(?:#|/issues/)(\d+)")
 
 
@@ -75,9 +81,10 @@ class ListCandidates(beam.DoFn):
         clones, prs, issues = list(groups["clone"]), list(groups["prs"]), list(groups["issues"])
         candidates = {pr["number"]: pr for pr in prs}
         if not clones:
-            for _ in candidates:
+            for number in candidates:
                 yield beam.pvalue.TaggedOutput(FUNNEL, "candidate")
                 yield beam.pvalue.TaggedOutput(FUNNEL, "drop:no_clone")
+                yield _dropped(repo, number, "no_clone")
             return
         path = clones[0]
         yield beam.pvalue.TaggedOutput(FUNNEL, "input:repo")
@@ -127,6 +134,7 @@ class ExtractPRs(_RepoCache):
         reason, record, meta = extract_pr(self.repo(path), repo, pr, issues, self.config)
         if reason is not None:
             yield beam.pvalue.TaggedOutput(FUNNEL, f"drop:{reason}")
+            yield _dropped(repo, pr["number"], reason)
             return
         yield meta["content_hash"], (record, meta, path)
 
@@ -137,8 +145,9 @@ def dedupe(item):
     _, group = item
     ordered = sorted(group, key=lambda g: (g[0]["created_at"], g[0]["instance_id"]))
     yield ordered[0]
-    for _ in ordered[1:]:
+    for record, _, _ in ordered[1:]:
         yield beam.pvalue.TaggedOutput(FUNNEL, "drop:duplicate")
+        yield beam.pvalue.TaggedOutput(DROPPED, {"instance_id": record["instance_id"], "reason": "duplicate"})
 
 
 @with_output_types(Any)  # tagged outputs defeat Beam's inference
@@ -231,7 +240,7 @@ def build(
     issue_files: list[str] = (),
 ) -> None:
     """Add the curation graph to ``p``: outputs land in ``staging_dir`` (records/, rl_seeds/, meta/,
-    funnel_counts.json); ``swerl_jax.data.curate.run`` publishes them."""
+    dropped/, funnel_counts.json); ``swerl_jax.data.curate.runner`` publishes them."""
     funnel = []
     named = []
     for name, path in discover_clones(clones_dir):
@@ -246,7 +255,7 @@ def build(
     else:
         funnel_pcolls = []
 
-    prs, issues = [], []
+    prs, issues, dropped = [], [], []
     for i, pattern in enumerate(event_files):
         parsed = (
             p | f"ReadEvents{i}" >> beam.io.ReadFromText(pattern)
@@ -262,6 +271,8 @@ def build(
         )
         unmerged = agg | f"Unmerged{i}" >> beam.Filter(lambda a: a[0] == "not_merged")
         funnel_pcolls.append(unmerged | f"CountUnmerged{i}" >> beam.FlatMap(lambda _: ["candidate", "drop:not_merged"]))
+        dropped.append(unmerged | f"DropUnmerged{i}" >> beam.Map(
+            lambda a: _dropped(a[1], a[2], "not_merged").value))
     for i, pattern in enumerate(issue_files):
         parsed = (
             p | f"ReadIssues{i}" >> beam.io.ReadFromText(pattern)
@@ -276,16 +287,16 @@ def build(
     cands = (
         {"clone": clones, "prs": merged(prs, "AllPRs"), "issues": merged(issues, "AllIssues")}
         | "JoinByRepo" >> beam.CoGroupByKey()
-        | "ListCandidates" >> beam.ParDo(ListCandidates()).with_outputs(FUNNEL, main="main")
+        | "ListCandidates" >> beam.ParDo(ListCandidates()).with_outputs(FUNNEL, DROPPED, main="main")
     )
     extracted = (
         cands.main
         | "Spread" >> beam.Reshuffle()  # one repo's PRs fan out over all workers
-        | "Extract" >> beam.ParDo(ExtractPRs(config)).with_outputs(FUNNEL, main="main")
+        | "Extract" >> beam.ParDo(ExtractPRs(config)).with_outputs(FUNNEL, DROPPED, main="main")
     )
     unique = (
         extracted.main | "GroupByHash" >> beam.GroupByKey()
-        | "Dedupe" >> beam.ParDo(dedupe).with_outputs(FUNNEL, main="main")
+        | "Dedupe" >> beam.ParDo(dedupe).with_outputs(FUNNEL, DROPPED, main="main")
     )
     with_context = unique.main | "Relevant" >> beam.ParDo(AddRelevant(config)).with_outputs(FUNNEL, main="main")
     seeded = with_context.main | "Seeds" >> beam.ParDo(select_seed).with_outputs(FUNNEL, "seed", main="main")
@@ -297,6 +308,8 @@ def build(
     _write(records, staging_dir, "records", c.num_shards, c.formats)
     _write(seeded["seed"], staging_dir, "rl_seeds", c.num_shards, c.formats)
     _write(metas, staging_dir, "meta", c.num_shards, ("jsonl",))
+    dropped += [cands[DROPPED], extracted[DROPPED], unique[DROPPED]]
+    _write(dropped | "AllDropped" >> beam.Flatten(), staging_dir, "dropped", c.num_shards, ("jsonl",))
     counts_path = os.path.join(staging_dir, "funnel_counts.json")
     (
         funnel_pcolls | "AllFunnel" >> beam.Flatten()

@@ -25,7 +25,7 @@ def run_curation(
     beam_args: Sequence[str] = (),
     verbose: bool = True,
 ) -> dict:
-    """Run the pipeline, then publish ``out_dir/{records,rl_seeds,meta}/`` and ``out_dir/funnel.json``.
+    """Run the pipeline, then publish ``out_dir/{records,rl_seeds,meta,dropped}/`` and ``out_dir/funnel.json``.
 
     ``beam_args`` are Beam pipeline options (``--runner``, ``--direct_num_workers``, Dataflow/Flink/Spark
     flags); without ``--runner`` the DirectRunner is used. Returns the funnel dict plus ``seconds``.
@@ -44,7 +44,9 @@ def run_curation(
         with open(os.path.join(staging, "funnel_counts.json")) as f:
             counts = json.load(f)
         funnel = build_funnel(counts)
-        for dataset, formats in (("records", config.formats), ("rl_seeds", config.formats), ("meta", ("jsonl",))):
+        datasets = [("records", config.formats), ("rl_seeds", config.formats), ("meta", ("jsonl",)),
+                    ("dropped", ("jsonl",))]
+        for dataset, formats in datasets:
             sinks.publish(staging, out_dir, dataset, config.num_shards, formats)
         funnel["seconds"] = round(time.perf_counter() - start, 2)
         tmp = os.path.join(out_dir, ".funnel.json.tmp")

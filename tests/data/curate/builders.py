@@ -25,7 +25,7 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 WIDGET_OUTCOMES = {
     1: "kept", 2: "kept", 3: "bot", 4: "lock_only", 5: "version_bump", 6: "docs_only", 7: "kept",
     8: "generated_or_binary_only", 9: "empty", 12: "kept", 13: "duplicate", 14: "non_utf8", 16: "too_large",
-    15: "missing_object",
+    15: "missing_object", 17: "no_problem_statement",
 }
 
 
@@ -68,7 +68,7 @@ class Repo:
         """A PR branch merged with a merge commit; ``base_extra`` lands on main meanwhile (moves the base)."""
         start = self.head()
         self.git("checkout", "-q", "-b", branch)
-        head = self.commit(title, files)
+        head = self.commit(title or "wip", files)
         self.git("checkout", "-q", "main")
         if base_extra:
             base_extra()
@@ -107,6 +107,7 @@ def build_world(root: Path) -> dict:
                              "Resolves https://github.com/acme/widget/issues/30",
                              {"src/widget/helpers.py": UTIL_V1.replace("return 2", "return 3"),
                               "assets/logo.png": PNG, "setup.cfg": "[metadata]\nname = widget\nversion = 2\n"})
+    w.merge_pr(17, "x/untitled", "", "", {"src/widget/untitled.py": "U = 1\n"})  # no title: no problem statement
     w.commit("Add icon (#8)", {"assets/icon.png": PNG})
     w.commit("Empty change (#9)")
     w.commit("Revert helper2 (#12)\n\nCloses #11", {"src/widget/helpers.py": UTIL_V0}, remove=("src/widget/extra.py",))

@@ -12,7 +12,7 @@ import unidiff
 from swerl_jax.data.curate import sinks
 from swerl_jax.data.curate.config import CurateConfig
 from swerl_jax.data.curate.runner import run_curation
-from tests.data.curate.builders import CORE_V0, CORE_V1, EXTRA, UTIL_V0, UTIL_V1, build_world
+from tests.data.curate.builders import CORE_V0, CORE_V1, EXTRA, UTIL_V0, UTIL_V1, WIDGET_OUTCOMES, build_world
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 RECORD_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "code_context", "oracle_new_content",
@@ -41,17 +41,26 @@ def _read(out, dataset):
 def test_funnel_counts_every_reason(world):
     _, _, out, funnel = world
     assert json.loads((out / "funnel.json").read_text())["stages"] == funnel["stages"]
-    assert funnel["pr_candidates"] == 17
+    assert funnel["pr_candidates"] == 18
     drops = {s["stage"]: s["dropped"] for s in funnel["stages"]}
     assert drops == {r: 1 for r in ("not_merged", "no_clone", "bot", "missing_object", "non_utf8", "empty",
                                     "too_large", "lock_only", "version_bump", "docs_only",
-                                    "generated_or_binary_only", "duplicate")}
-    assert [s["remaining"] for s in funnel["stages"]] == list(range(16, 4, -1))
+                                    "generated_or_binary_only", "no_problem_statement", "duplicate")}
+    assert [s["remaining"] for s in funnel["stages"]] == list(range(17, 4, -1))
     assert funnel["kept"] == 5 and funnel["rl_seeds"] == 1
     assert {s["stage"]: s["dropped"] for s in funnel["rl_seed_stages"]} == {
         "no_linked_issue": 1, "linked_issue_text_unknown": 1, "issue_not_bug_fix": 1, "non_programming_files": 1}
     assert funnel["inputs"] == {"bad_clone_name": 1, "corrupt_repo:not_a_repository": 1, "malformed_event": 1,
                                 "repo": 3, "unparsable_event": 1, "unparsable_issue": 1}
+
+
+def test_every_pr_outcome(world):
+    _, _, out, _ = world
+    dropped = {iid: r["reason"] for iid, r in _read(out, "dropped").items()}
+    expected = {f"acme__widget-{n}": why for n, why in WIDGET_OUTCOMES.items() if why != "kept"}
+    assert dropped == {**expected, "acme__widget-20": "not_merged", "ghost__missing-5": "no_clone"}
+    kept = {f"acme__widget-{n}" for n, why in WIDGET_OUTCOMES.items() if why == "kept"}
+    assert kept | {"acme__gadget-1"} == set(_read(out, "records"))
 
 
 def test_records_schema_and_ids(world):
