@@ -18,6 +18,7 @@ from swerl_jax.data.curate.linking import is_bug_report, linked_issues
 
 SOURCE_ISSUE = "github-issue"
 SOURCE_PR = "github-pr"
+SOURCE_COMMITS = "github-commits"
 
 
 def is_binary(data: bytes) -> bool:
@@ -119,7 +120,10 @@ def extract_pr(
     else:
         problem = f"{pr.get('title', '')}\n{pr.get('body', '')}".strip() + "\n"
         source = SOURCE_PR
-    if not problem.strip():  # e.g. an old merge commit that carries no PR title: nothing to state the task
+        if not problem.strip():  # a merge commit without the PR title: the PR's commit messages, oldest first
+            problem = "\n\n".join(m.strip() for m in reversed(messages) if m.strip()) + "\n"
+            source = SOURCE_COMMITS
+    if not problem.strip():  # no PR text and no commit message: nothing states the task
         return "no_problem_statement", None, None
     owner, name = repo_name.split("/", 1)
     instance_id = f"{owner}__{name}-{pr['number']}"

@@ -25,7 +25,7 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01"
 WIDGET_OUTCOMES = {
     1: "kept", 2: "kept", 3: "bot", 4: "lock_only", 5: "version_bump", 6: "docs_only", 7: "kept",
     8: "generated_or_binary_only", 9: "empty", 12: "kept", 13: "duplicate", 14: "non_utf8", 16: "too_large",
-    15: "missing_object", 17: "no_problem_statement",
+    15: "missing_object", 17: "kept", 18: "no_problem_statement",
 }
 
 
@@ -58,17 +58,18 @@ class Repo:
         for rel in remove:
             self.git("rm", "-q", rel)
         self.git("add", "-A")
-        self.git("commit", "-q", "--allow-empty", "-m", message)
+        self.git("commit", "-q", "--allow-empty", "--allow-empty-message", "-m", message)
         return self.head()
 
     def head(self) -> str:
         return self.git("rev-parse", "HEAD")
 
-    def merge_pr(self, number: int, branch: str, title: str, body: str, files: dict, base_extra=None) -> dict:
+    def merge_pr(self, number: int, branch: str, title: str, body: str, files: dict, base_extra=None,
+                 branch_message: str | None = None) -> dict:
         """A PR branch merged with a merge commit; ``base_extra`` lands on main meanwhile (moves the base)."""
         start = self.head()
         self.git("checkout", "-q", "-b", branch)
-        head = self.commit(title or "wip", files)
+        head = self.commit(title if branch_message is None else branch_message, files)
         self.git("checkout", "-q", "main")
         if base_extra:
             base_extra()
@@ -107,7 +108,10 @@ def build_world(root: Path) -> dict:
                              "Resolves https://github.com/acme/widget/issues/30",
                              {"src/widget/helpers.py": UTIL_V1.replace("return 2", "return 3"),
                               "assets/logo.png": PNG, "setup.cfg": "[metadata]\nname = widget\nversion = 2\n"})
-    w.merge_pr(17, "x/untitled", "", "", {"src/widget/untitled.py": "U = 1\n"})  # no title: no problem statement
+    # Merge commits without the PR title: the commit messages state the task (#17), or nothing does (#18).
+    w.merge_pr(17, "x/untitled", "", "", {"src/widget/untitled.py": "U = 1\n"},
+               branch_message="Add untitled module\n\nNeeded for U.")
+    w.merge_pr(18, "x/silent", "", "", {"src/widget/silent.py": "S = 1\n"}, branch_message="")
     w.commit("Add icon (#8)", {"assets/icon.png": PNG})
     w.commit("Empty change (#9)")
     w.commit("Revert helper2 (#12)\n\nCloses #11", {"src/widget/helpers.py": UTIL_V0}, remove=("src/widget/extra.py",))

@@ -24,8 +24,9 @@ def test_cli_multiprocess(tmp_path, capsys):
                "--formats", "jsonl"])
     assert rc == 0
     funnel = json.loads((out / "funnel.json").read_text())
-    assert funnel["pr_candidates"] == 18 and funnel["kept"] == 5 and funnel["rl_seeds"] == 1
+    assert funnel["pr_candidates"] == 19 and funnel["kept"] == 6 and funnel["rl_seeds"] == 1
     assert "= PR records" in capsys.readouterr().out
     ids = sorted(json.loads(line)["instance_id"] for p in (out / "records").glob("*.jsonl") for line in open(p))
-    assert ids == ["acme__gadget-1", "acme__widget-1", "acme__widget-12", "acme__widget-2", "acme__widget-7"]
+    assert ids == ["acme__gadget-1", "acme__widget-1", "acme__widget-12", "acme__widget-17", "acme__widget-2",
+                   "acme__widget-7"]
     assert not list((out / "records").glob("*.array_record"))

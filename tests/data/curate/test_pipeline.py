@@ -41,15 +41,15 @@ def _read(out, dataset):
 def test_funnel_counts_every_reason(world):
     _, _, out, funnel = world
     assert json.loads((out / "funnel.json").read_text())["stages"] == funnel["stages"]
-    assert funnel["pr_candidates"] == 18
+    assert funnel["pr_candidates"] == 19
     drops = {s["stage"]: s["dropped"] for s in funnel["stages"]}
     assert drops == {r: 1 for r in ("not_merged", "no_clone", "bot", "missing_object", "non_utf8", "empty",
                                     "too_large", "lock_only", "version_bump", "docs_only",
                                     "generated_or_binary_only", "no_problem_statement", "duplicate")}
-    assert [s["remaining"] for s in funnel["stages"]] == list(range(17, 4, -1))
-    assert funnel["kept"] == 5 and funnel["rl_seeds"] == 1
+    assert [s["remaining"] for s in funnel["stages"]] == list(range(18, 5, -1))
+    assert funnel["kept"] == 6 and funnel["rl_seeds"] == 1
     assert {s["stage"]: s["dropped"] for s in funnel["rl_seed_stages"]} == {
-        "no_linked_issue": 1, "linked_issue_text_unknown": 1, "issue_not_bug_fix": 1, "non_programming_files": 1}
+        "no_linked_issue": 2, "linked_issue_text_unknown": 1, "issue_not_bug_fix": 1, "non_programming_files": 1}
     assert funnel["inputs"] == {"bad_clone_name": 1, "corrupt_repo:not_a_repository": 1, "malformed_event": 1,
                                 "repo": 3, "unparsable_event": 1, "unparsable_issue": 1}
 
@@ -66,8 +66,8 @@ def test_every_pr_outcome(world):
 def test_records_schema_and_ids(world):
     _, _, out, _ = world
     records = _read(out, "records")
-    assert sorted(records) == ["acme__gadget-1", "acme__widget-1", "acme__widget-12", "acme__widget-2",
-                               "acme__widget-7"]
+    assert sorted(records) == ["acme__gadget-1", "acme__widget-1", "acme__widget-12", "acme__widget-17",
+                               "acme__widget-2", "acme__widget-7"]
     try:
         from swerl_jax.data.records import validate_record
     except ImportError:  # records.py is another issue's; the schema check below still runs
@@ -110,6 +110,13 @@ def test_squash_pr_with_added_file(world):
     assert r["code_context"]["src/widget/util.py"] == UTIL_V0
     assert "src/widget/extra.py" not in r["code_context"]  # added files have no base content
     assert r["source"] == "github-pr" and r["problem_statement"] == "Add helper2 to util\n"
+
+
+def test_merge_without_title_falls_back_to_commit_messages(world):
+    _, _, out, _ = world
+    r = _read(out, "records")["acme__widget-17"]
+    assert r["problem_statement"] == "Add untitled module\n\nNeeded for U.\n" and r["source"] == "github-commits"
+    assert r["oracle_new_content"] == {"src/widget/untitled.py": "U = 1\n"}
 
 
 def test_rename_and_binary_file(world):
