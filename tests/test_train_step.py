@@ -49,7 +49,7 @@ def make_batch(seed: int = 0) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def reference():
-    params = init_params(MODEL, jax.random.key(0))
+    params = jax.jit(init_params, static_argnums=0)(MODEL, jax.random.key(0))  # jitted: eager init is slow
     batch = make_batch()
     (loss, _), grads = jax.jit(jax.value_and_grad(lm_loss, has_aux=True))(params, batch)
     return jax.device_get(params), batch, float(loss), jax.device_get(grads)
@@ -89,9 +89,10 @@ def test_micro_batches_average_gradients(reference):
     """4 micro-batches of 2 rows == the mean of 4 separate value_and_grad calls (hand-rolled reference)."""
     params, batch, _, _ = reference
     micro_losses, micro_grads = [], []
+    grad_fn = jax.jit(jax.value_and_grad(lm_loss, has_aux=True))  # one compile for the 4 equal-shape calls
     for i in range(4):
         mb = {k: v[i::4] for k, v in batch.items()}
-        (loss, _), grads = jax.value_and_grad(lm_loss, has_aux=True)(params, mb)
+        (loss, _), grads = grad_fn(params, mb)
         micro_losses.append(float(loss))
         micro_grads.append(grads)
     want = jax.tree.map(lambda *g: np.mean(np.stack(g), axis=0), *micro_grads)
@@ -102,7 +103,8 @@ def test_micro_batches_average_gradients(reference):
     # And sharded over 2x2x2 with micro-batching, through the full step.
     step, state, sbatch, _ = sharded_step((2, 2, 2), params, num_micro_batches=2)
     _, metrics = step(state, sbatch)
-    halves = [lm_loss(params, {k: v[i::2] for k, v in batch.items()})[0] for i in range(2)]
+    loss_fn = jax.jit(lm_loss)
+    halves = [loss_fn(params, {k: v[i::2] for k, v in batch.items()})[0] for i in range(2)]
     assert abs(float(metrics["loss"]) - float(np.mean(halves))) <= TOL
 
 
@@ -111,10 +113,15 @@ def test_adam_steps_match_and_buffers_are_donated(reference):
     opt = optax.adamw(1e-2)
     ref_state = TrainState(jnp.zeros((), jnp.int32), params, opt.init(params))
     ref_losses = []
+
+    @jax.jit
+    def ref_step(state):  # plain single-device Adam step
+        (loss, _), grads = jax.value_and_grad(lm_loss, has_aux=True)(state.params, batch)
+        updates, opt_state = opt.update(grads, state.opt_state, state.params)
+        return TrainState(state.step + 1, optax.apply_updates(state.params, updates), opt_state), loss
+
     for _ in range(3):
-        (loss, _), grads = jax.value_and_grad(lm_loss, has_aux=True)(ref_state.params, batch)
-        updates, opt_state = opt.update(grads, ref_state.opt_state, ref_state.params)
-        ref_state = TrainState(ref_state.step + 1, optax.apply_updates(ref_state.params, updates), opt_state)
+        ref_state, loss = ref_step(ref_state)
         ref_losses.append(float(loss))
     step, state, sbatch, _ = sharded_step((2, 2, 2), params, optimizer=opt)
     losses = []
