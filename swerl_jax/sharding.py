@@ -221,6 +221,7 @@ def init_params_sharded(model_config: LlamaConfig, mesh: Mesh, rng: jax.Array,
     """Random parameters created directly in their shards: no device or host ever holds the whole model."""
     shardings = param_shardings(model_config, mesh, rules)
     tokens = jnp.zeros((1, 1), jnp.int32)
+    model_config = model_config.replace(attention_impl=None, remat="none")  # same params, traces anywhere
 
     def init(key: jax.Array) -> Any:
         variables = Llama(model_config).init(key, tokens, tokens, jnp.ones((1, 1), bool))
@@ -237,6 +238,8 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 def batch_spec(rules: Rules = DEFAULT_RULES, ndim: int = 2) -> PartitionSpec:
     """PartitionSpec of a [batch, ...] array: leading dim over `activation_batch`'s mesh axes, rest whole."""
+    if ndim == 0:  # a scalar riding along in the batch (e.g. a step-level constant): replicated
+        return PartitionSpec()
     axes = dict(rules).get("activation_batch")
     return PartitionSpec(axes, *([None] * (ndim - 1)))
 

@@ -144,3 +144,12 @@ def test_initialize_distributed_from_environment(monkeypatch):
 def test_create_mesh_validates_the_model_first():
     with pytest.raises(ValueError, match=r"'tensor' \(size 8\) does not divide model.num_kv_heads=4"):
         sharding.create_mesh(cfg(data=1, fsdp=1, tensor=8), model_config=MODEL)
+
+
+def test_sharded_init_ignores_the_attention_kernel():
+    """cuDNN attention (an H100 config) still initialises on CPU: the kernel does not change the parameters."""
+    mesh = sharding.create_mesh(cfg(data=1, fsdp=8, tensor=1))
+    params = sharding.init_params_sharded(MODEL.replace(attention_impl="cudnn", remat="full"), mesh,
+                                          jax.random.key(3))
+    assert params["layers"]["mlp"]["up_proj"].sharding.spec == P(None, "fsdp", "tensor")
+    assert sharding.batch_spec(ndim=0) == P()
