@@ -26,7 +26,7 @@ from swerl_jax.sharding import (
     replicated,
 )
 
-LossFn = Callable[[Any, Any], tuple[jax.Array, dict[str, jax.Array]]]
+LossFn = Callable[[Any, Any], tuple[jax.Array, dict[str, jax.Array]]]  # aux: a flat dict of metrics
 
 
 class TrainState(NamedTuple):
@@ -87,42 +87,51 @@ def _split_micro(batch: Any, num_micro: int) -> Any:
 
 
 def accumulate_gradients(loss_fn: LossFn, params: Any, batch: Any, num_micro_batches: int = 1,
-                         rules: Rules | None = None) -> tuple[jax.Array, dict[str, jax.Array], Any]:
-    """(loss, aux, grads) of `loss_fn` averaged over `num_micro_batches` equal micro-batches.
+                         rules: Rules | None = None, weight_key: str | None = None
+                         ) -> tuple[jax.Array, dict[str, jax.Array], Any]:
+    """(loss, aux, grads) of `loss_fn` over `num_micro_batches` micro-batches.
 
     With one micro-batch this is plain `value_and_grad`. Otherwise gradients accumulate in fp32 inside a
-    `lax.scan` (only one micro-batch's activations live at a time); the result is the mean of the
-    micro-batch losses and gradients, which equals the full-batch value for losses that are means over
-    equally sized micro-batches.
+    `lax.scan` (only one micro-batch's activations live at a time). Without `weight_key` loss, grads and aux
+    are the plain mean over micro-batches (exact for per-sequence means over equal micro-batches). With it,
+    `aux[weight_key]` is each micro-batch's weight (e.g. its token count) and loss, grads and the other aux
+    values are weight-averaged, which makes a token-mean loss exact however tokens fall into micro-batches;
+    `aux[weight_key]` itself is summed.
     """
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     if num_micro_batches == 1:
         (loss, aux), grads = grad_fn(params, batch)
         return loss, aux, grads
     micro = _split_micro(batch, num_micro_batches)
+    f32 = jnp.float32
 
     def body(carry: Any, mb: Any) -> tuple[Any, None]:
         if rules is not None:  # keep each micro-batch split over the data axes
             mb = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, batch_spec(rules, x.ndim)), mb)
         (loss, aux), grads = grad_fn(params, mb)
-        acc_loss, acc_aux, acc_grads = carry
-        acc_grads = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc_grads, grads)
-        acc_aux = jax.tree.map(lambda a, v: a + v.astype(jnp.float32), acc_aux, aux)
-        return (acc_loss + loss.astype(jnp.float32), acc_aux, acc_grads), None
+        w = jax.lax.stop_gradient(aux[weight_key]).astype(f32) if weight_key else jnp.ones((), f32)
+        acc_loss, acc_aux, acc_grads, acc_w = carry
+        acc_grads = jax.tree.map(lambda a, g: a + w * g.astype(f32), acc_grads, grads)
+        acc_aux = {k: acc_aux[k] + (v.astype(f32) if k == weight_key else w * v.astype(f32)) for k, v in aux.items()}
+        return (acc_loss + w * loss.astype(f32), acc_aux, acc_grads, acc_w + w), None
 
     first = jax.tree.map(lambda x: x[0], micro)
     aux_shape = jax.eval_shape(lambda p, b: loss_fn(p, b)[1], params, first)
-    zeros = (jnp.zeros((), jnp.float32), jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), aux_shape),
-             jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params))
-    (loss, aux, grads), _ = jax.lax.scan(body, zeros, micro)
-    scale = 1.0 / num_micro_batches
+    if weight_key is not None and weight_key not in aux_shape:
+        raise KeyError(f"weight_key={weight_key!r} is not among the loss_fn's aux outputs {sorted(aux_shape)}")
+    zeros = (jnp.zeros((), f32), {k: jnp.zeros(v.shape, f32) for k, v in aux_shape.items()},
+             jax.tree.map(lambda p: jnp.zeros(p.shape, f32), params), jnp.zeros((), f32))
+    (loss, aux, grads, total_w), _ = jax.lax.scan(body, zeros, micro)
+    scale = 1.0 / jnp.maximum(total_w, jnp.finfo(f32).tiny)  # all-zero weights (fully masked): zero update
     grads = jax.tree.map(lambda g, p: (g * scale).astype(p.dtype), grads, params)
-    return loss * scale, jax.tree.map(lambda v: v * scale, aux), grads
+    aux = {k: v if k == weight_key else v * scale for k, v in aux.items()}
+    return loss * scale, aux, grads
 
 
 def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, mesh: Mesh, shardings: TrainState,
                     batch_shardings: Any, rules: Rules = DEFAULT_RULES, num_micro_batches: int = 1,
-                    donate: bool = True) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array]]]:
+                    donate: bool = True, weight_key: str | None = None
+                    ) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array]]]:
     """A jitted `step(state, batch) -> (new_state, metrics)` with explicit shardings.
 
     Args:
@@ -132,6 +141,7 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, me
       mesh, shardings: from `swerl_jax.sharding.create_mesh` and `state_shardings`.
       batch_shardings: a NamedSharding per batch leaf (`swerl_jax.sharding.batch_shardings`).
       num_micro_batches: gradient accumulation; the per-device batch must divide evenly.
+      weight_key: aux entry weighting micro-batches (see `accumulate_gradients`), e.g. the token count.
       donate: donate the input state's buffers (the caller must not reuse `state` after the call).
 
     Metrics (replicated scalars): loss, grad_norm (before the optimizer's clipping), param_norm, and aux.
@@ -139,7 +149,7 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, me
     metrics_sharding = replicated(mesh)
 
     def step(state: TrainState, batch: Any) -> tuple[TrainState, dict[str, jax.Array]]:
-        loss, aux, grads = accumulate_gradients(loss_fn, state.params, batch, num_micro_batches, rules)
+        loss, aux, grads = accumulate_gradients(loss_fn, state.params, batch, num_micro_batches, rules, weight_key)
         # Gradients share their parameter's layout (reduce-scatter rather than all-reduce under FSDP).
         grads = jax.lax.with_sharding_constraint(grads, shardings.params)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)

@@ -133,3 +133,20 @@ def test_adam_steps_match_and_buffers_are_donated(reference):
     np.testing.assert_allclose(losses, ref_losses, atol=TOL)
     mu = state.opt_state[0].mu["layers"]["mlp"]["gate_proj"]
     assert mu.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor")
+
+
+def test_token_weighted_micro_batches_equal_the_full_batch(reference):
+    """Micro-batches with different token counts: weighting by aux["tokens"] recovers the full-batch token mean."""
+    params, batch, ref_loss, ref_grads = reference
+    fn = jax.jit(lambda p, b: accumulate_gradients(lm_loss, p, b, 4, weight_key="tokens"))
+    loss, aux, grads = fn(params, batch)
+    assert abs(float(loss) - ref_loss) <= TOL
+    assert float(aux["tokens"]) == float(np.sum(batch["mask"][:, 1:]))
+    errs = jax.tree.map(lambda g, r: float(np.max(np.abs(np.asarray(g) - r))), grads, ref_grads)
+    assert max(jax.tree.leaves(errs)) <= TOL
+    # The unweighted mean differs here (the micro-batches hold different numbers of tokens).
+    plain, _, _ = jax.jit(lambda p, b: accumulate_gradients(lm_loss, p, b, 4))(params, batch)
+    assert abs(float(plain) - ref_loss) > 1e-4
+    with pytest.raises(KeyError, match="weight_key='count' is not among"):
+        accumulate_gradients(lm_loss, params, batch, 4, weight_key="count")
+
