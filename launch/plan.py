@@ -20,6 +20,7 @@ in `dtype` and a KV cache for `sampler.max_batch` sequences of prompt + completi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import math
 import sys
@@ -77,6 +78,12 @@ def _factor(axes: Any, sizes: dict[str, int]) -> int:
 
 def param_elements_per_device(model: LlamaConfig, sizes: dict[str, int], rules: sharding.Rules) -> int:
     """Parameter elements one device holds under `rules` (shards rounded up, as XLA pads them)."""
+    return _param_elements(model, tuple(sorted(sizes.items())), tuple(rules))
+
+
+@functools.lru_cache(maxsize=256)
+def _param_elements(model: LlamaConfig, sizes_items: tuple, rules: sharding.Rules) -> int:
+    sizes = dict(sizes_items)
     abstract = jax.tree.leaves(sharding.abstract_params(model), is_leaf=lambda x: hasattr(x, "names"))
     specs = jax.tree.leaves(sharding.param_partition_specs(model, rules),
                             is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
@@ -194,7 +201,18 @@ def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str =
         notes.append(f"micro-batch of {work.micro_batch} sequences does not split over {shards} batch shards "
                      f"(data x fsdp); planned as {-(-work.micro_batch // shards)} per device, i.e. a micro-batch "
                      f"of {-(-work.micro_batch // shards) * shards}: set rl.micro_batch_size to a multiple of {shards}")
-    rows = estimate(model, sizes, sharding.logical_axis_rules(config), work)
+    rules = sharding.logical_axis_rules(config)
+    rows = estimate(model, sizes, rules, work)
+    # The largest per-device micro-batch (sequences) whose train step fits: what rl.micro_batch_size could be.
+    budget = spec.hbm_bytes * usable
+    fit = 0
+    for per_device in (1, 2, 4, 8, 16, 32, 64):
+        trial = dataclasses.replace(work, micro_batch=per_device * shards)
+        if estimate(model, sizes, rules, trial)["train total"] > budget:
+            break
+        fit = per_device
+    notes.append(f"largest micro-batch that fits: {fit} per device = {fit * shards} sequences" if fit else
+                 "not even one sequence per device fits: more devices, tensor parallelism or remat")
     return Plan(mesh, model_name or m.name, sizes, rows, spec.hbm_bytes, usable, notes)
 
 
