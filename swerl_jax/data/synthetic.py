@@ -1,0 +1,182 @@
+"""Synthetic PR records: tiny Python repos with realistic single-file bug fixes, and their oracle answers.
+
+Used by the tests and the CPU demo, so the project runs without ../shared/data. Files stay short (10-25 lines)
+so a full SWE-RL prompt stays far below 1024 SmolLM2 tokens and a tiny model can learn the fix.
+`oracle_solution(record)` writes the SWE-RL answer (``<think>..</think><solution>`` + SEARCH/REPLACE blocks)
+that the reward scores 1.0: the SFT target and a test oracle. It works for any record, not only synthetic ones.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import random
+
+from swerl_jax.data.records import changed_paths, validate_record
+
+# Each bug: (module template, buggy snippet, fixed snippet, issue title, issue body). Names in {braces} are
+# filled from the word lists below so records differ in identifiers, not only in the bug kind.
+_BUGS = [
+    ("off-by-one",
+     '"""Helpers for {noun} lists."""\n\n\ndef last_{noun}s({items}, n):\n    """Return the last n {noun}s."""\n'
+     '    if n <= 0:\n        return []\n    return {items}[-n:]\n\n\ndef {noun}_window({items}, start, size):\n'
+     '    """Return `size` {noun}s starting at `start` (inclusive)."""\n    end = start + size\n'
+     '    return {items}[start:{BUG}]\n\n\ndef count_{noun}s({items}):\n    return len({items})\n',
+     "end - 1", "end",
+     "{noun}_window drops the last {noun}",
+     "Calling `{noun}_window(xs, 0, 3)` returns only 2 {noun}s instead of 3. The window should include "
+     "`size` elements."),
+    ("wrong-operator",
+     '"""{Noun} accounting."""\n\nLIMIT = {limit}\n\n\ndef total_{noun}s(values):\n    total = 0\n'
+     '    for v in values:\n        total += v\n    return total\n\n\ndef over_limit(values):\n'
+     '    """True when the total exceeds LIMIT."""\n    return total_{noun}s(values) {BUG} LIMIT\n',
+     "<", ">",
+     "over_limit returns the opposite result",
+     "`over_limit([{limit}, 1])` returns False although the total {big} is above LIMIT={limit}."),
+    ("missing-none-check",
+     '"""Lookup of {noun} settings."""\n\nDEFAULTS = {{"{key}": {limit}}}\n\n\ndef get_{noun}(config, name):\n'
+     '    """Value of `name` in config, falling back to DEFAULTS."""\n{BUG}'
+     '    return config.get(name, DEFAULTS.get(name))\n\n\ndef names(config):\n    return sorted(config)\n',
+     "", "    if config is None:\n        config = {{}}\n",
+     "get_{noun} crashes when config is None",
+     "`get_{noun}(None, \"{key}\")` raises AttributeError: 'NoneType' object has no attribute 'get'. "
+     "It should fall back to DEFAULTS."),
+    ("wrong-return",
+     '"""Search in {noun} sequences."""\n\n\ndef find_{noun}({items}, target):\n'
+     '    """Index of target in {items}, or -1 when absent."""\n    for i, x in enumerate({items}):\n'
+     '        if x == target:\n            return i\n    return {BUG}\n\n\ndef has_{noun}({items}, target):\n'
+     '    return find_{noun}({items}, target) != -1\n',
+     "0", "-1",
+     "find_{noun} returns 0 for a missing {noun}",
+     "`find_{noun}([5, 6], 7)` returns 0, so `has_{noun}` claims every missing {noun} is present. "
+     "The docstring says -1."),
+    ("inverted-condition",
+     '"""Filtering {noun}s."""\n\n\ndef active_{noun}s({items}):\n'
+     '    """Only the {noun}s whose `active` flag is set."""\n'
+     '    result = []\n    for item in {items}:\n        if {BUG}item.get("active"):\n'
+     '            result.append(item)\n    return result\n',
+     "not ", "",
+     "active_{noun}s returns the inactive ones",
+     "`active_{noun}s([{{\"active\": True}}])` returns an empty list; it should keep active {noun}s."),
+    ("wrong-default",
+     '"""Retry policy for {noun} requests."""\n\nimport time\n\n\ndef fetch_{noun}(get, retries={BUG}):\n'
+     '    """Call get() up to `retries` + 1 times, sleeping between attempts."""\n'
+     '    for attempt in range(retries + 1):\n'
+     '        try:\n            return get()\n        except IOError:\n            if attempt == retries:\n'
+     '                raise\n            time.sleep(0.01 * 2 ** attempt)\n',
+     "-1", "3",
+     "fetch_{noun} never calls get()",
+     "With the default arguments `fetch_{noun}(get)` returns None without calling `get` at all: "
+     "the default number of retries is negative. It should retry 3 times."),
+    ("string-format",
+     '"""Formatting of {noun} reports."""\n\n\ndef {noun}_line(name, count):\n'
+     '    """One report line: `name: count`."""\n'
+     '    return "{{}}: {{}}".format({BUG})\n\n\ndef report({items}):\n'
+     '    return "\\n".join({noun}_line(k, v) for k, v in sorted({items}.items()))\n',
+     "count, name", "name, count",
+     "{noun} report prints count before name",
+     "`{noun}_line(\"a\", 2)` returns `2: a` instead of `a: 2`."),
+]
+_NOUNS = ["user", "order", "item", "task", "page", "node", "file", "event", "token", "job", "row", "packet"]
+_REPOS = ["acme/widgets", "tinyorg/ledger", "pyfoo/core", "example/queue", "demo/shop", "lab/tools"]
+
+
+def _fill(template: str, names: dict[str, str]) -> str:
+    return template.format(**names)
+
+
+def synthetic_records(n: int, seed: int = 0) -> list[dict]:
+    """`n` valid single-file bug-fix PR records, deterministic in `seed`."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    rng = random.Random(seed)
+    records = []
+    for i in range(n):
+        kind, template, bug, fix, title, body = _BUGS[rng.randrange(len(_BUGS))]
+        noun = rng.choice(_NOUNS)
+        limit = rng.randrange(5, 100)
+        names = {"noun": noun, "Noun": noun.capitalize(), "items": f"{noun}s", "limit": str(limit),
+                 "big": str(limit + 1), "key": f"max_{noun}s"}
+        before = _fill(template.replace("{BUG}", "\x00"), names).replace("\x00", _fill(bug, names))
+        after = _fill(template.replace("{BUG}", "\x00"), names).replace("\x00", _fill(fix, names))
+        repo = rng.choice(_REPOS)
+        path = f"{repo.split('/')[1]}/{noun}s.py"
+        commit = hashlib.sha1(f"{seed}-{i}-{kind}".encode()).hexdigest()
+        diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}"))
+        record = {
+            "instance_id": f"{repo.replace('/', '__')}-{seed}-{i}",
+            "repo": repo,
+            "base_commit": commit,
+            "problem_statement": f"{_fill(title, names)}\n{_fill(body, names)}\n",
+            "code_context": {path: before},
+            "oracle_new_content": {path: after},
+            "oracle_patch": f"diff --git a/{path} b/{path}\n{diff}",
+            "created_at": f"2024-0{1 + i % 9}-1{i % 10}T12:00:00Z",
+            "source": f"synthetic:{kind}",
+        }
+        records.append(validate_record(record, where=f"synthetic[{i}]"))
+    return records
+
+
+def _search_replace_blocks(old: str, new: str, context: int = 1) -> list[tuple[str, str]]:
+    """(search, replace) pairs turning `old` into `new` under SWE-RL's rule ("\\n"+search -> "\\n"+replace).
+
+    One block per difflib hunk group; each search is widened by more context lines until it occurs exactly
+    once (str.replace replaces every occurrence).
+    """
+    a, b = old.split("\n"), new.split("\n")
+    blocks = []
+    for group in difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(context):
+        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        while True:
+            search, replace = "\n".join(a[i1:i2]), "\n".join(b[j1:j2])
+            if search.strip() and ("\n" + old).count("\n" + search) == 1 and search != replace:
+                break
+            # Widen both sides by one line; lines outside a hunk group are equal in old and new (a widening
+            # that runs into another group is caught by the reward check in oracle_solution).
+            grown = False
+            if i1 > 0 and j1 > 0:
+                i1, j1, grown = i1 - 1, j1 - 1, True
+            if i2 < len(a) and j2 < len(b):
+                i2, j2, grown = i2 + 1, j2 + 1, True
+            if not grown:
+                break
+        blocks.append((search, replace))
+    return blocks
+
+
+def oracle_solution(record: dict, thought: str | None = None) -> str:
+    """The SWE-RL answer whose reward is 1.0 for `record`: a thought and SEARCH/REPLACE blocks.
+
+    Raises:
+      ValueError: naming the record and path when the change cannot be written as SEARCH/REPLACE edits
+        (a new or emptied file: SWE-RL's format cannot create or delete files).
+    """
+    from swerl_jax.reward import calculate_search_replace_reward
+
+    rid = record.get("instance_id", "?")
+    paths = changed_paths(record)
+    edits = []
+    for path in paths:
+        old, new = record["code_context"].get(path), record["oracle_new_content"][path]
+        if not old:
+            raise ValueError(f"record {rid!r}: {path!r} is a new file, which SEARCH/REPLACE edits cannot create")
+        blocks = _search_replace_blocks(old, new)
+        edits.append((path, blocks))
+    if thought is None:
+        title = record["problem_statement"].strip().splitlines()[0]
+        thought = (f"The issue says: {title}. The code responsible is in {', '.join(paths)}. "
+                   f"I change the lines that cause it and keep the rest of the file as is.")
+    parts = [f"```python\n### {path}\n<<<<<<< SEARCH\n{s}\n=======\n{r}\n>>>>>>> REPLACE\n```"
+             for path, blocks in edits for s, r in blocks]
+    answer = f"<think>\n{thought}\n</think>\n<solution>\n" + "\n".join(parts) + "\n</solution>"
+    reward, meta = calculate_search_replace_reward(record["code_context"], record["oracle_new_content"], answer)
+    if reward != 1.0:
+        # Edits that interact (a replacement creating another block's search text) fall back to whole files.
+        parts = [f"```python\n### {p}\n<<<<<<< SEARCH\n{record['code_context'][p]}\n=======\n"
+                 f"{record['oracle_new_content'][p]}\n>>>>>>> REPLACE\n```" for p in paths]
+        answer = f"<think>\n{thought}\n</think>\n<solution>\n" + "\n".join(parts) + "\n</solution>"
+        reward, meta = calculate_search_replace_reward(record["code_context"], record["oracle_new_content"], answer)
+    if reward != 1.0:
+        raise ValueError(f"record {rid!r}: no SEARCH/REPLACE answer reproduces the oracle (reward {reward}, {meta})")
+    return answer
