@@ -82,7 +82,13 @@ def test_two_processes_match_one_process():
             _run([*worker_cmd, str(single)], {"JAX_PLATFORMS": "cpu",
                                               "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}),
         ]
-        outputs = [p.communicate(timeout=240)[0] for p in procs]
+        try:
+            outputs = [p.communicate(timeout=240)[0] for p in procs]
+        finally:  # a hung run must not outlive the test (SIGTERM lets the launcher stop its workers)
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait(timeout=30)
         for p, out in zip(procs, outputs):
             assert p.returncode == 0, out[-4000:]
         got, want = json.loads(multi.read_text()), json.loads(single.read_text())
