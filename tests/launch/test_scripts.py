@@ -50,11 +50,13 @@ def _fake_python(bin_dir: Path, log: Path) -> str:
 def test_tpu_pod_runs_the_trainer_on_every_worker(tmp_path):
     log = tmp_path / "calls.log"
     _recorder(tmp_path, "gcloud", log)
-    _fake_python(tmp_path, log)
-    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "TPU_NAME": "pod", "ZONE": "z1"}
+    py = _fake_python(tmp_path, log)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "TPU_NAME": "pod", "ZONE": "z1", "PY": py}
     subprocess.run(["bash", "launch/tpu_pod.sh", "experiments/swerl_llama3_70b.py", "--config.mesh.name=tpu-v5p-512"],
                    cwd=REPO, env=env, check=True, timeout=60, capture_output=True)
     calls = log.read_text()
+    assert calls.startswith("python launch/plan.py --config=experiments/swerl_llama3_70b.py "
+                            "--config.mesh.name=tpu-v5p-512\n")
     assert "gcloud compute tpus tpu-vm ssh pod --zone=z1 --worker=all --command=" in calls
     assert ("SWERL_DISTRIBUTED=auto .venv/bin/python -m swerl_jax.train --config=experiments/swerl_llama3_70b.py "
             "--config.mesh.name=tpu-v5p-512") in calls
