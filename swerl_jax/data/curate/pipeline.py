@@ -9,6 +9,7 @@ are counted with Count.PerElement and written to ``<staging>/funnel_counts.json`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from typing import Any
@@ -44,7 +45,8 @@ class ParseEvents(beam.DoFn):
             yield beam.pvalue.TaggedOutput(FUNNEL, f"input:{e.reason}")
             return
         if parsed is not None:
-            yield parsed
+            (repo, kind, number), item = parsed
+            yield (repo.lower(), kind, number), item  # GitHub names are case-insensitive
 
 
 @with_output_types(Any)  # tagged outputs defeat Beam's inference
@@ -55,7 +57,8 @@ class ParseIssues(beam.DoFn):
         if not line.strip():
             return
         try:
-            yield ev.parse_issue_line(line)
+            repo, issue = ev.parse_issue_line(line)
+            yield repo.lower(), issue  # GitHub names are case-insensitive: join on the lower-case name
         except ev.EventError as e:
             yield beam.pvalue.TaggedOutput(FUNNEL, f"input:{e.reason}")
 
@@ -69,6 +72,12 @@ def aggregate(item: tuple[tuple[str, str, int], list[dict]]):
     return ("pr", repo, pr) if pr is not None else ("not_merged", repo, number)
 
 
+def _keyed_by_repo(aggregated: tuple, kind: str):
+    """("pr"|"issue", repo, item) of the wanted kind -> (lower-case repo, item)."""
+    if aggregated[0] == kind:
+        yield aggregated[1].lower(), aggregated[2]
+
+
 @with_output_types(Any)  # tagged outputs defeat Beam's inference
 class ListCandidates(beam.DoFn):
     """Per repository: merged PRs from events, plus PRs recovered from git history that events lack.
@@ -77,16 +86,18 @@ class ListCandidates(beam.DoFn):
     """
 
     def process(self, item):
-        repo, groups = item
+        _, groups = item
         clones, prs, issues = list(groups["clone"]), list(groups["prs"]), list(groups["issues"])
         candidates = {pr["number"]: pr for pr in prs}
+        # The clone folder's spelling names the repo (instance ids); events may spell it in another case.
+        repo = clones[0][0] if clones else prs[0]["repo"]
         if not clones:
             for number in candidates:
                 yield beam.pvalue.TaggedOutput(FUNNEL, "candidate")
                 yield beam.pvalue.TaggedOutput(FUNNEL, "drop:no_clone")
                 yield _dropped(repo, number, "no_clone")
             return
-        path = clones[0]
+        path = clones[0][1]
         yield beam.pvalue.TaggedOutput(FUNNEL, "input:repo")
         git = GitRepo(path)
         try:
@@ -131,7 +142,11 @@ class ExtractPRs(_RepoCache):
 
     def process(self, item):
         repo, path, pr, issues = item
-        reason, record, meta = extract_pr(self.repo(path), repo, pr, issues, self.config)
+        try:
+            reason, record, meta = extract_pr(self.repo(path), repo, pr, issues, self.config)
+        except Exception:  # a bug or an input we did not foresee must not stop a run over millions of PRs
+            logging.exception("curation: extracting %s#%s failed", repo, pr.get("number"))
+            reason = "extract_error"
         if reason is not None:
             yield beam.pvalue.TaggedOutput(FUNNEL, f"drop:{reason}")
             yield _dropped(repo, pr["number"], reason)
@@ -186,7 +201,12 @@ class AddRelevant(_RepoCache):
                 return None
 
         modified = {p: record["code_context"].get(p, "") for p in record["oracle_new_content"]}
-        ranked = self.predictor.predict(record["problem_statement"], modified, sorted(files))
+        try:
+            ranked = self.predictor.predict(record["problem_statement"], modified, sorted(files))
+        except Exception:  # e.g. the sampler is unreachable: keep the record without relevant files
+            logging.exception("curation: relevant-file prediction for %s failed", record["instance_id"])
+            yield beam.pvalue.TaggedOutput(FUNNEL, "input:relevant_predictor_error")
+            ranked = []
         c = self.config
         yield add_relevant_files(record, ranked, read, c.max_relevant_files, c.relevant_bytes_budget), meta
 
@@ -248,7 +268,7 @@ def build(
         if repo is None:
             funnel.append("input:bad_clone_name")
         else:
-            named.append((repo, path))
+            named.append((repo.lower(), (repo, path)))
     clones = p | "Clones" >> beam.Create(named)
     if funnel:
         funnel_pcolls = [p | "BadNames" >> beam.Create(funnel)]
@@ -265,10 +285,8 @@ def build(
         agg = (
             parsed.main | f"GroupEvents{i}" >> beam.GroupByKey() | f"Aggregate{i}" >> beam.Map(aggregate)
         )
-        prs.append(agg | f"PRs{i}" >> beam.Filter(lambda a: a[0] == "pr") | f"KeyPR{i}" >> beam.Map(lambda a: a[1:]))
-        issues.append(
-            agg | f"Issues{i}" >> beam.Filter(lambda a: a[0] == "issue") | f"KeyIssue{i}" >> beam.Map(lambda a: a[1:])
-        )
+        prs.append(agg | f"PRs{i}" >> beam.FlatMap(_keyed_by_repo, "pr"))
+        issues.append(agg | f"Issues{i}" >> beam.FlatMap(_keyed_by_repo, "issue"))
         unmerged = agg | f"Unmerged{i}" >> beam.Filter(lambda a: a[0] == "not_merged")
         funnel_pcolls.append(unmerged | f"CountUnmerged{i}" >> beam.FlatMap(lambda _: ["candidate", "drop:not_merged"]))
         dropped.append(unmerged | f"DropUnmerged{i}" >> beam.Map(

@@ -141,7 +141,8 @@ def build_world(root: Path) -> dict:
              "number": 1, "title": "Fix crash when input is empty", "body": "Fixes #10", "user": {"login": "alice"},
              "merged": False, "created_at": "2024-01-01T00:00:10Z", "base": {"sha": pr1["start"]},
              "head": {"sha": pr1["head"], "ref": "fix-crash"}}}},
-        {"type": "IssueCommentEvent", "repo": {"name": "acme/widget"}, "created_at": "2024-01-01T00:00:30Z",
+        # Repository names are case-insensitive: this comment still joins PR #1.
+        {"type": "IssueCommentEvent", "repo": {"name": "Acme/Widget"}, "created_at": "2024-01-01T00:00:30Z",
          "actor": {"login": "carol"}, "payload": {"issue": {"number": 1, "pull_request": {}},
                                                   "comment": {"body": "LGTM after the test passes"}}},
         {"type": "PullRequestReviewEvent", "repo": {"name": "acme/widget"}, "created_at": "2024-01-01T00:00:20Z",

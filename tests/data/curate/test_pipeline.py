@@ -9,7 +9,7 @@ import os
 import pytest
 import unidiff
 
-from swerl_jax.data.curate import sinks
+from swerl_jax.data.curate import pipeline, sinks
 from swerl_jax.data.curate.config import CurateConfig
 from swerl_jax.data.curate.runner import run_curation
 from tests.data.curate.builders import CORE_V0, CORE_V1, EXTRA, UTIL_V0, UTIL_V1, WIDGET_OUTCOMES, build_world
@@ -177,3 +177,18 @@ def test_failed_run_publishes_nothing(world, tmp_path, monkeypatch):
     assert sorted(os.listdir(out)) == ["records"]  # no staging folder, no funnel.json
     assert os.listdir(out / "records") == ["records-00000-of-00001.jsonl"]
     assert (out / "records" / "records-00000-of-00001.jsonl").read_text() == '{"old": 1}\n'
+
+
+def test_unexpected_error_is_counted_not_fatal(world, tmp_path, monkeypatch):
+    root, _, _, _ = world
+    clones = tmp_path / "clones"
+    clones.mkdir()
+    (clones / "acme__gadget.git").symlink_to(root / "clones" / "acme__gadget.git")
+
+    def boom(*args):
+        raise RuntimeError("unforeseen")
+
+    monkeypatch.setattr(pipeline, "extract_pr", boom)
+    funnel = run_curation(str(clones), str(tmp_path / "out"), CurateConfig(num_shards=1), beam_args=IN_MEMORY,
+                          verbose=False)
+    assert funnel["stages"] == [{"stage": "extract_error", "dropped": 1, "remaining": 0}] and funnel["kept"] == 0
