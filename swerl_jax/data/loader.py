@@ -1,0 +1,345 @@
+"""Grain pipelines that stream PR records into fixed-shape RL and SFT batches, deterministically and resumably.
+
+    records (JSONL / ArrayRecord / in memory) -> MapDataset: shard by process -> seeded shuffle -> repeat
+    -> map: decode, validate, SWE-RL prompt, tokenize, pad (in `worker_count` Grain worker processes)
+    -> IterDataset: length/validity filter with per-reason counts (main process) -> batch
+
+The filter runs after the worker stage so the output never depends on the number of workers, and its counts
+are part of the iterator state. The iterator state (saved through Orbax with Grain's checkpoint handler, see
+`save_iterator` / `restore_iterator`) restores to exactly the next batch.
+
+RL batches: ``prompt_ids`` int32 [B, max_prompt_len] padded on the LEFT (generation appends on the right),
+``prompt_mask`` bool, ``prompt_len`` int32 [B], and the fields the reward needs (``instance_id``,
+``code_context``, ``oracle_new_content``: lists of length B). SFT batches: ``tokens`` int32 [B, max_len]
+(prompt + target + end-of-turn, padded on the right), ``mask`` bool, ``loss_mask`` bool (target tokens only).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import grain
+import numpy as np
+
+from swerl_jax.data.prompts import build_prompt
+from swerl_jax.data.records import RecordError, decode_record, validate_record
+
+DROP = "_drop"  # key of the marker element a worker returns for a record it cannot use
+
+
+class JsonlSource:
+    """Random access to the lines of JSONL files (Grain data source: `__len__`, `__getitem__` -> bytes).
+
+    The line index is built once (offsets only); file handles open lazily so the source pickles into workers.
+    """
+
+    def __init__(self, paths: Sequence[str]):
+        self._paths = [str(p) for p in paths]
+        index = []
+        for fi, path in enumerate(self._paths):
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"record file {path} does not exist")
+            with open(path, "rb") as f:
+                offset = 0
+                for line in f:
+                    if line.strip():
+                        index.append((fi, offset, len(line)))
+                    offset += len(line)
+        self._index = np.asarray(index, dtype=np.int64).reshape(-1, 3)
+        self._files: dict[int, Any] = {}
+
+    def __len__(self) -> int:
+        return int(self._index.shape[0])
+
+    def __getitem__(self, i: int) -> bytes:
+        fi, offset, size = (int(x) for x in self._index[i])
+        if fi not in self._files:
+            self._files[fi] = open(self._paths[fi], "rb")  # noqa: SIM115 (kept open for random access)
+        f = self._files[fi]
+        f.seek(offset)
+        return f.read(size)
+
+    def where(self, i: int) -> str:
+        """`path:line` of entry i, for error messages (line numbers count blank lines too)."""
+        fi, offset, _ = (int(x) for x in self._index[i])
+        with open(self._paths[fi], "rb") as f:
+            line = f.read(offset).count(b"\n") + 1
+        return f"{self._paths[fi]}:{line}"
+
+    def __getstate__(self) -> dict:
+        return {"_paths": self._paths, "_index": self._index, "_files": {}}
+
+
+def record_source(files: Sequence[str]) -> Sequence:
+    """A Grain random-access source of raw records over JSONL or ArrayRecord files (one kind per call)."""
+    files = [str(f) for f in files]
+    if not files:
+        raise ValueError("data.train_files is empty")
+    if all(f.endswith(".jsonl") for f in files):
+        return JsonlSource(files)
+    if all(f.endswith((".arrayrecord", ".array_record")) for f in files):
+        for f in files:
+            if not os.path.isfile(f):
+                raise FileNotFoundError(f"record file {f} does not exist")
+        return grain.sources.ArrayRecordDataSource(files)
+    raise ValueError(f"data.train_files {files}: use only .jsonl or only .arrayrecord/.array_record files")
+
+
+def _record(raw: Any) -> dict:
+    if isinstance(raw, dict):
+        return validate_record(raw)
+    return decode_record(raw, where="")
+
+
+def _left_pad(ids: np.ndarray, length: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    out = np.full((length,), pad_id, np.int32)
+    mask = np.zeros((length,), bool)
+    if len(ids):
+        out[-len(ids):] = ids
+        mask[-len(ids):] = True
+    return out, mask
+
+
+@dataclasses.dataclass(frozen=True)
+class RLPrepare(grain.transforms.Map):
+    """Record -> RL example (runs in the worker processes; holds the tokenizer's path, not the tokenizer)."""
+
+    tokenizer: str
+    max_prompt_len: int
+    prompt_style: str = "swe_rl"
+
+    def map(self, raw: Any) -> dict:
+        """Decode, validate, build and tokenize the prompt; a drop marker with the reason when unusable."""
+        from swerl_jax.model.tokenizer import load_tokenizer
+
+        try:
+            record = _record(raw)
+        except RecordError as e:
+            return {DROP: f"invalid record: {e.reason}", "error": str(e)}
+        tok = load_tokenizer(self.tokenizer)
+        prompt = build_prompt(record, tok, self.max_prompt_len, self.prompt_style)
+        if not prompt.fits:
+            return {DROP: "prompt longer than max_prompt_len", "error": record["instance_id"]}
+        ids, mask = _left_pad(prompt.ids, self.max_prompt_len, _pad_id(tok))
+        return {
+            "prompt_ids": ids, "prompt_mask": mask, "prompt_len": np.int32(prompt.num_tokens),
+            "prompt_cut": np.bool_(any(d.action != "kept" for d in prompt.decisions)),
+            "instance_id": record["instance_id"], "code_context": record["code_context"],
+            "oracle_new_content": record["oracle_new_content"],
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTPrepare(grain.transforms.Map):
+    """Record -> SFT example: prompt + the oracle SWE-RL answer + end of turn, right-padded to `max_len`."""
+
+    tokenizer: str
+    max_len: int
+    max_prompt_len: int
+    prompt_style: str = "swe_rl"
+
+    def map(self, raw: Any) -> dict:
+        """Decode, validate, build prompt and target; a drop marker with the reason when unusable."""
+        from swerl_jax.data.synthetic import oracle_solution
+        from swerl_jax.model.tokenizer import load_tokenizer
+
+        try:
+            record = _record(raw)
+            target = oracle_solution(record)
+        except (RecordError, ValueError) as e:
+            return {DROP: f"invalid record: {getattr(e, 'reason', 'no search/replace oracle')}", "error": str(e)}
+        tok = load_tokenizer(self.tokenizer)
+        # The end-of-turn token ends the completion (ChatML: <|im_end|>); the model must learn to emit it.
+        target_ids = np.asarray(tok(target + (tok.eos_token or ""), add_special_tokens=False)["input_ids"], np.int32)
+        budget = min(self.max_prompt_len, self.max_len - len(target_ids))
+        prompt = build_prompt(record, tok, budget, self.prompt_style) if budget > 0 else None
+        if prompt is None or not prompt.fits:
+            return {DROP: "prompt + target longer than max_len", "error": record["instance_id"]}
+        n = prompt.num_tokens + len(target_ids)
+        tokens = np.full((self.max_len,), _pad_id(tok), np.int32)
+        tokens[:n] = np.concatenate([prompt.ids, target_ids])
+        mask = np.arange(self.max_len) < n
+        loss_mask = mask & (np.arange(self.max_len) >= prompt.num_tokens)
+        return {"tokens": tokens, "mask": mask, "loss_mask": loss_mask, "prompt_len": np.int32(prompt.num_tokens),
+                "instance_id": record["instance_id"]}
+
+
+def _pad_id(tok) -> int:
+    return int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
+
+
+class _CountingFilterIterator(grain.DatasetIterator):
+    """Drops marker elements and counts them by reason; the counts are part of the (restorable) state."""
+
+    def __init__(self, parent: grain.DatasetIterator):
+        super().__init__(parent)
+        self.kept = 0
+        self.dropped: collections.Counter[str] = collections.Counter()
+
+    def __next__(self) -> dict:
+        while True:
+            element = next(self._parent)
+            if DROP in element:
+                self.dropped[element[DROP]] += 1
+                continue
+            self.kept += 1
+            return element
+
+    def get_state(self) -> dict[str, Any]:
+        """Parent state + counts."""
+        return {"parent": self._parent.get_state(), "kept": self.kept, "dropped": dict(self.dropped)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore parent state and counts."""
+        self._parent.set_state(state["parent"])
+        self.kept = int(state["kept"])
+        self.dropped = collections.Counter({k: int(v) for k, v in state["dropped"].items()})
+
+
+class CountingFilter(grain.IterDataset):
+    """`IterDataset` stage dropping the workers' drop markers, with counts (see `filter_stats`)."""
+
+    def __init__(self, parent: grain.IterDataset):
+        super().__init__(parent)
+
+    def __iter__(self) -> _CountingFilterIterator:
+        return _CountingFilterIterator(self._parent.__iter__())
+
+
+def collate(examples: Sequence[dict]) -> dict:
+    """Stack array fields into [B, ...]; keep the others (ids, file dicts) as lists of length B."""
+    out = {}
+    for key in examples[0]:
+        values = [e[key] for e in examples]
+        out[key] = np.stack(values) if isinstance(values[0], (np.ndarray, np.generic)) else values
+    return out
+
+
+def filter_stats(iterator: grain.DatasetIterator) -> dict:
+    """{'kept': n, 'dropped': {reason: n}} of the pipeline's filter stage, found by walking the iterator."""
+    todo = [iterator]
+    while todo:
+        it = todo.pop()
+        if isinstance(it, _CountingFilterIterator):
+            return {"kept": it.kept, "dropped": dict(it.dropped)}
+        todo.extend(getattr(it, "_parents", ()))
+    raise ValueError("iterator has no CountingFilter stage")
+
+
+def shard_args(shard_index: int | None, shard_count: int | None) -> tuple[int, int]:
+    """Explicit shard, or this JAX process's (`jax.process_index()`, `jax.process_count()`)."""
+    if shard_index is None or shard_count is None:
+        import jax
+
+        shard_index, shard_count = jax.process_index(), jax.process_count()
+    if not 0 <= shard_index < shard_count:
+        raise ValueError(f"shard_index {shard_index} not in [0, shard_count={shard_count})")
+    return shard_index, shard_count
+
+
+def _pipeline(source, prepare: grain.transforms.Map, *, batch_size: int, seed: int, shuffle: bool,
+              num_epochs: int, shard_index: int | None, shard_count: int | None, worker_count: int,
+              drop_remainder: bool) -> grain.IterDataset:
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be > 0, got {batch_size}")
+    index, count = shard_args(shard_index, shard_count)
+    ds = grain.MapDataset.source(source)
+    if len(ds) == 0:
+        raise ValueError("the record source is empty")
+    ds = ds[index::count]  # disjoint strided shards that together cover every record
+    if shuffle:
+        ds = ds.shuffle(seed=seed)  # after repeat each epoch gets its own permutation (seed + epoch)
+    ds = ds.repeat(None if num_epochs < 0 else num_epochs)
+    ds = ds.map(prepare).to_iter_dataset()
+    if worker_count > 0:
+        from absl import flags
+
+        # Grain's worker processes read absl flags; programs that are not absl apps (pytest, notebooks) have
+        # not parsed them, so use the defaults.
+        if not flags.FLAGS.is_parsed():
+            flags.FLAGS.mark_as_parsed()
+        ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count, per_worker_buffer_size=2))
+    return CountingFilter(ds).batch(batch_size, drop_remainder=drop_remainder, batch_fn=collate)
+
+
+def rl_dataset(source, *, tokenizer: str = "", batch_size: int, max_prompt_len: int, seed: int = 0,
+               shuffle: bool = True, num_epochs: int = -1, shard_index: int | None = None,
+               shard_count: int | None = None, worker_count: int = 0, drop_remainder: bool = True,
+               prompt_style: str = "swe_rl") -> grain.IterDataset:
+    """RL prompt batches (see the module docstring) from a source of raw records (`record_source`, or a list of
+    record dicts); `num_epochs` -1 repeats forever; shards default to this JAX process's."""
+    prepare = RLPrepare(tokenizer, max_prompt_len, prompt_style)
+    return _pipeline(source, prepare, batch_size=batch_size, seed=seed, shuffle=shuffle, num_epochs=num_epochs,
+                     shard_index=shard_index, shard_count=shard_count, worker_count=worker_count,
+                     drop_remainder=drop_remainder)
+
+
+def sft_dataset(source, *, tokenizer: str = "", batch_size: int, max_len: int, max_prompt_len: int | None = None,
+                seed: int = 0, shuffle: bool = True, num_epochs: int = -1, shard_index: int | None = None,
+                shard_count: int | None = None, worker_count: int = 0, drop_remainder: bool = True,
+                prompt_style: str = "swe_rl") -> grain.IterDataset:
+    """SFT batches (prompt + oracle answer, loss on the answer only), right-padded to `max_len`."""
+    prepare = SFTPrepare(tokenizer, max_len, max_prompt_len or max_len, prompt_style)
+    return _pipeline(source, prepare, batch_size=batch_size, seed=seed, shuffle=shuffle, num_epochs=num_epochs,
+                     shard_index=shard_index, shard_count=shard_count, worker_count=worker_count,
+                     drop_remainder=drop_remainder)
+
+
+def source_from_config(config) -> Sequence:
+    """`config.data.train_files` (comma-separated) as a record source, or synthetic records when empty."""
+    files = [f.strip() for f in str(config.data.train_files).split(",") if f.strip()]
+    if files:
+        return record_source(files)
+    from swerl_jax.data.synthetic import synthetic_records
+
+    return synthetic_records(int(config.data.synthetic_num_records), seed=int(config.seed))
+
+
+def rl_dataset_from_config(config, batch_size: int | None = None) -> grain.IterDataset:
+    """The RL pipeline of an experiment config (data.*, model.tokenizer, rl.prompts_per_step per process)."""
+    import jax
+
+    d = config.data
+    per_process = batch_size or max(1, int(config.rl.prompts_per_step) // jax.process_count())
+    return rl_dataset(source_from_config(config), tokenizer=str(config.model.tokenizer), batch_size=per_process,
+                      max_prompt_len=int(d.max_prompt_len), seed=int(config.seed), shuffle=bool(d.shuffle),
+                      num_epochs=int(d.num_epochs), worker_count=int(d.worker_count),
+                      prompt_style=str(d.prompt_style))
+
+
+def sft_dataset_from_config(config, batch_size: int | None = None) -> grain.IterDataset:
+    """The SFT pipeline of an experiment config (data.*, sft.batch_size per process, sft.max_len)."""
+    import jax
+
+    d = config.data
+    per_process = batch_size or max(1, int(config.sft.batch_size) // jax.process_count())
+    return sft_dataset(source_from_config(config), tokenizer=str(config.model.tokenizer), batch_size=per_process,
+                       max_len=int(config.sft.max_len), max_prompt_len=int(d.max_prompt_len), seed=int(config.seed),
+                       shuffle=bool(d.shuffle), num_epochs=int(d.num_epochs), worker_count=int(d.worker_count),
+                       prompt_style=str(d.prompt_style))
+
+
+def save_iterator(iterator: grain.DatasetIterator, directory: str | os.PathLike) -> None:
+    """Save the iterator state with Orbax through Grain's checkpoint handler (one JSON file per process)."""
+    import orbax.checkpoint as ocp
+
+    with ocp.Checkpointer(grain.checkpoint.CheckpointHandler()) as ckptr:
+        ckptr.save(os.path.abspath(directory), args=grain.checkpoint.CheckpointSave(iterator))
+
+
+def restore_iterator(iterator: grain.DatasetIterator, directory: str | os.PathLike) -> grain.DatasetIterator:
+    """Restore a state saved by `save_iterator` into a fresh iterator of the same pipeline (returned)."""
+    import orbax.checkpoint as ocp
+
+    with ocp.Checkpointer(grain.checkpoint.CheckpointHandler()) as ckptr:
+        return ckptr.restore(os.path.abspath(directory), args=grain.checkpoint.CheckpointRestore(iterator))
+
+
+def state_json(iterator: grain.DatasetIterator) -> str:
+    """The iterator state as JSON text (what the checkpoint stores), for logs and comparisons."""
+    return json.dumps(iterator.get_state(), sort_keys=True)
