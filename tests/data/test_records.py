@@ -1,0 +1,120 @@
+"""Record schema, validation messages, JSONL/ArrayRecord round trips, streaming past bad records."""
+
+import copy
+import json
+
+import pytest
+
+from swerl_jax.data.records import (
+    REQUIRED_FIELDS,
+    ErrorCounter,
+    RecordError,
+    read_records,
+    validate_record,
+    write_records,
+)
+from swerl_jax.data.synthetic import synthetic_records
+
+
+def test_real_records_load_and_validate(shared_data):
+    errors = []
+    records = list(read_records(shared_data / "pr_records_requests_flask.jsonl", on_error=errors.append))
+    assert len(records) == 17 and errors == []
+    assert {r["repo"] for r in records} == {"psf/requests", "pallets/flask"}
+    for r in records:
+        assert set(REQUIRED_FIELDS) <= set(r)
+
+
+def _bad_records() -> dict[str, tuple[dict | str, str]]:
+    """One broken entry per kind of error: (entry, expected message fragment)."""
+    good = synthetic_records(1, seed=3)[0]
+    path = next(iter(good["code_context"]))
+
+    def edit(fn):
+        r = copy.deepcopy(good)
+        r["instance_id"] = f"bad-{len(cases)}"
+        fn(r)
+        return r
+
+    cases: dict[str, tuple] = {}
+    cases["missing"] = (edit(lambda r: r.pop("base_commit")), "field 'base_commit': missing field")
+    cases["type"] = (edit(lambda r: r.update(code_context=[path])), "field 'code_context': wrong type: list")
+    cases["empty_ps"] = (edit(lambda r: r.update(problem_statement="  \n")), "empty problem statement")
+    cases["same"] = (edit(lambda r: r.update(oracle_new_content=dict(r["code_context"]))),
+                     "oracle identical to code_context")
+    cases["abs"] = (edit(lambda r: r.update(code_context={"/etc/passwd": "x"})), "unsafe path (absolute)")
+    cases["dotdot"] = (edit(lambda r: r.update(oracle_new_content={"a/../../x.py": "y"})), "'..'")
+    cases["backslash"] = (edit(lambda r: r.update(code_context={"a\\b.py": "x"})), "unsafe path (backslash)")
+    cases["surrogate"] = (edit(lambda r: r.update(problem_statement="bad \udcff text")), "not valid UTF-8")
+    cases["json"] = ('{"instance_id": "broken", ', "malformed JSON")
+    return cases
+
+
+def test_each_bad_record_gives_its_message():
+    for name, (entry, fragment) in _bad_records().items():
+        if isinstance(entry, str):
+            continue
+        with pytest.raises(RecordError) as e:
+            validate_record(entry, where="test")
+        assert fragment in str(e.value), (name, str(e.value))
+        assert entry["instance_id"] in str(e.value)
+    with pytest.raises(RecordError, match="not valid UTF-8"):
+        validate_record({**synthetic_records(1)[0], "repo": b"bytes"})
+
+
+def test_broken_file_reports_each_error_and_streams_good_ones(tmp_path):
+    good = synthetic_records(3, seed=1)
+    cases = _bad_records()
+    path = tmp_path / "mixed.jsonl"
+    with open(path, "w", encoding="utf-8", errors="surrogatepass") as f:
+        f.write(json.dumps(good[0]) + "\n")
+        for entry, _ in cases.values():
+            # json.dumps escapes the lone surrogate as \udcff, which json.loads turns back into one.
+            f.write((entry if isinstance(entry, str) else json.dumps(entry)) + "\n")
+        f.write("\n" + json.dumps(good[1]) + "\n")
+    with open(path, "ab") as f:
+        f.write(b'{"instance_id": "latin1", "repo": "caf\xe9"}\n' + json.dumps(good[2]).encode() + b"\n")
+    errors: list[RecordError] = []
+    out = list(read_records(path, on_error=errors.append))
+    assert [r["instance_id"] for r in out] == [g["instance_id"] for g in good]
+    messages = [str(e) for e in errors]
+    for name, (_, fragment) in cases.items():
+        assert any(fragment in m for m in messages), (name, messages)
+    assert len(errors) == len(cases) + 1 and "not valid UTF-8 (byte" in messages[-1]
+    assert any("mixed.jsonl:" in m for m in messages)  # the location is named
+    counter = ErrorCounter()
+    assert len(list(read_records(path, on_error=counter))) == 3 and counter.total == len(cases) + 1
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".arrayrecord", ".array_record"])
+def test_write_read_round_trip(tmp_path, suffix):
+    records = synthetic_records(5, seed=2)
+    records[0]["relevant_files"] = []
+    path = tmp_path / f"r{suffix}"
+    assert write_records(path, records) == 5
+    assert list(read_records(path)) == records
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left
+
+
+def test_write_is_atomic_on_bad_record(tmp_path):
+    records = synthetic_records(3)
+    path = tmp_path / "r.jsonl"
+    write_records(path, records[:1])
+    bad = dict(records[2], problem_statement="")
+    with pytest.raises(RecordError, match="empty problem statement"):
+        write_records(path, [records[1], bad])
+    assert list(read_records(path)) == records[:1]  # the old file is intact
+    assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+def test_unknown_extension_and_missing_file(tmp_path):
+    with pytest.raises(ValueError, match="unknown record file type"):
+        list(read_records(tmp_path / "x.csv"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        list(read_records(tmp_path / "x.jsonl"))
+
+
+def test_relevant_files_must_be_in_context():
+    r = synthetic_records(1)[0]
+    with pytest.raises(RecordError, match="relevant_files.*not in code_context"):
+        validate_record({**r, "relevant_files": ["other.py"]})
