@@ -15,6 +15,7 @@ from swerl_jax.data.curate import filters
 from swerl_jax.data.curate.config import CurateConfig
 from swerl_jax.data.curate.git_source import GitError, GitRepo
 from swerl_jax.data.curate.linking import is_bug_report, linked_issues
+from swerl_jax.data.records import RecordError, validate_record
 
 SOURCE_ISSUE = "github-issue"
 SOURCE_PR = "github-pr"
@@ -132,6 +133,10 @@ def extract_pr(
         "code_context": code_context, "oracle_new_content": new_content, "oracle_patch": patch,
         "created_at": pr.get("created_at", ""), "source": source,
     }
+    try:  # e.g. only a file mode changed (oracle == context), or a path the loaders refuse (backslash)
+        validate_record(record, where=instance_id)
+    except RecordError:
+        return "invalid_record", None, None
     meta = {
         "instance_id": instance_id, "pr_number": pr["number"], "kind": pr.get("kind", ""), "title": pr.get("title", ""),
         "user": pr.get("user", ""), "head_commit": head, "merge_commit": pr.get("merge_commit", ""),

@@ -16,7 +16,10 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from swerl_jax.data.records import write_records
+
 EXTENSIONS = {"jsonl": "jsonl", "array_record": "array_record"}
+VALIDATED = ("records", "rl_seeds")  # datasets of PR records (meta/ and dropped/ are side tables)
 
 
 def shard_index(key: str, num_shards: int) -> int:
@@ -29,43 +32,17 @@ def shard_name(dataset: str, index: int, num_shards: int, fmt: str) -> str:
     return f"{dataset}-{index:05d}-of-{num_shards:05d}.{EXTENSIONS[fmt]}"
 
 
-def _write_jsonl(path: str, records: list[dict]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _write_array_record(path: str, records: list[dict]) -> None:
-    from array_record.python.array_record_module import ArrayRecordWriter
-
-    # group_size:1 keeps every record randomly accessible for Grain's ArrayRecordDataSource.
-    writer = ArrayRecordWriter(path, "group_size:1")
-    try:
-        for r in records:
-            writer.write(json.dumps(r, ensure_ascii=False).encode("utf-8"))
-    finally:
-        writer.close()
-
-
 def write_shard(
     staging_dir: str, dataset: str, index: int, num_shards: int, records: Iterable[dict], formats: Iterable[str]
 ) -> list[str]:
     """Write one shard in every format (records sorted by instance_id), each via temp file + rename."""
     rows = sorted(records, key=lambda r: r["instance_id"])
     out_dir = Path(staging_dir) / dataset
-    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for fmt in formats:
         final = out_dir / shard_name(dataset, index, num_shards, fmt)
-        tmp = out_dir / f".{final.name}.tmp"
-        try:
-            (_write_jsonl if fmt == "jsonl" else _write_array_record)(str(tmp), rows)
-            os.replace(tmp, final)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
+        # records.write_records: the loaders' own format, temp file + fsync + rename; PR records are validated.
+        write_records(final, rows, validate=dataset in VALIDATED)
         written.append(str(final))
     return written
 
