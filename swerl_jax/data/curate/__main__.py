@@ -3,7 +3,8 @@
 Beam options pass through unchanged, e.g.
   DirectRunner (default), 2 processes: --direct_num_workers=2 --direct_running_mode=multi_processing
   Dataflow: --runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp --num_workers=N
-            --setup_file=./setup.py (clones and --out must then be on storage every worker can read)
+            --sdk_container_image=IMAGE (an image with this package installed; clones and --out must be
+            on a file system every worker mounts)
   Flink:    --runner=FlinkRunner --flink_master=HOST:8081 --environment_type=LOOPBACK
   Spark:    --runner=SparkRunner --spark_master_url=spark://HOST:7077 --environment_type=LOOPBACK
 """
@@ -23,7 +24,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap = argparse.ArgumentParser(prog="python -m swerl_jax.data.curate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clones", required=True, help="folder of clones named owner__name or owner__name.git")
-    ap.add_argument("--out", required=True, help="output folder (records/, rl_seeds/, meta/, funnel.json)")
+    ap.add_argument("--out", required=True, help="output folder (records/, rl_seeds/, meta/, dropped/, funnel.json)")
     ap.add_argument("--events", nargs="*", default=[], help="GH Archive JSONL files or globs (.gz allowed)")
     ap.add_argument("--issues", nargs="*", default=[], help="issues JSONL: {repo, number, title, body, labels}")
     for f in dataclasses.fields(CurateConfig):
