@@ -1,0 +1,1 @@
+"""Reinforcement learning: GRPO objectives (`objectives`), rollouts and the trainer built on them."""

@@ -1,0 +1,375 @@
+"""GRPO objectives: group advantages, KL estimators, the clipped policy loss, loss aggregation, `grpo_loss`.
+
+Everything here is a pure `jax.numpy` function of arrays (jit-able, masks everywhere). Shapes:
+rewards [P, G] (P prompts x G samples); per-token arrays [B, T] with B = P * G rows in (group, sample)
+order and `mask` 1.0 on real completion tokens. Variants live in three registries (`ADVANTAGE_ESTIMATORS`,
+`KL_ESTIMATORS`, `LOSS_AGGREGATORS`) so an ablation adds one decorated function and a config string.
+
+Formulas (DESIGN.md, "Reference facts"):
+  advantages   grpo (r - mean) / (std + eps); drgrpo r - mean; loo r_i - mean_{j != i} r_j
+  KL           k1 logp - ref; k2 0.5 (logp - ref)^2; k3 exp(ref - logp) - (ref - logp) - 1
+  policy loss  max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), r = exp(logp - old_logp);
+               dual clip (A < 0): min(that, -A c)
+  aggregation  token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (token sum / norm)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Array]] = {}
+KL_ESTIMATORS: dict[str, Callable[[Array, Array], Array]] = {}
+LOSS_AGGREGATORS: dict[str, Callable[..., Array]] = {}
+
+
+def _register(table: dict[str, Callable], name: str) -> Callable[[Callable], Callable]:
+    def deco(fn: Callable) -> Callable:
+        if name in table:
+            raise ValueError(f"{name!r} is already registered")
+        table[name] = fn
+        return fn
+    return deco
+
+
+def register_advantage(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: `fn(rewards [P, G], std_eps, std_ddof) -> advantages [P, G]` becomes `rl.advantage=name`."""
+    return _register(ADVANTAGE_ESTIMATORS, name)
+
+
+def register_kl(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: `fn(logp, ref_logp) -> per-token KL` becomes `rl.kl_estimator=name`."""
+    return _register(KL_ESTIMATORS, name)
+
+
+def register_loss_agg(name: str) -> Callable[[Callable], Callable]:
+    """Decorator: `fn(per_token [B, T], mask [B, T], norm) -> scalar` becomes `rl.loss_agg=name`."""
+    return _register(LOSS_AGGREGATORS, name)
+
+
+def _lookup(table: dict[str, Callable], name: str, key: str) -> Callable:
+    if name not in table:
+        raise ValueError(f"{key}={name!r} is not one of {sorted(table)}")
+    return table[name]
+
+
+# ---------------------------------------------------------------------------------------------- advantages
+
+@register_advantage("grpo")
+def _grpo_advantage(rewards: Array, std_eps: float, std_ddof: int) -> Array:
+    mean = rewards.mean(axis=-1, keepdims=True)
+    std = rewards.std(axis=-1, ddof=std_ddof, keepdims=True)
+    return (rewards - mean) / (std + std_eps)
+
+
+@register_advantage("drgrpo")
+def _drgrpo_advantage(rewards: Array, std_eps: float, std_ddof: int) -> Array:
+    del std_eps, std_ddof  # Dr.GRPO drops the std normalisation (its difficulty bias)
+    return rewards - rewards.mean(axis=-1, keepdims=True)
+
+
+@register_advantage("loo")
+def _loo_advantage(rewards: Array, std_eps: float, std_ddof: int) -> Array:
+    del std_eps, std_ddof
+    g = rewards.shape[-1]
+    others_mean = (rewards.sum(axis=-1, keepdims=True) - rewards) / (g - 1)
+    return rewards - others_mean
+
+
+def group_advantages(rewards: Array, kind: str = "grpo", std_eps: float = 1e-6, std_ddof: int = 0) -> Array:
+    """Advantages [P, G] of rewards [P, G], each row (one prompt's G samples) normalised on its own.
+
+    A zero-variance group (all samples equal) gets advantage 0 for every estimator: it carries no signal.
+    """
+    rewards = jnp.asarray(rewards, jnp.float32)
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must be [prompts, samples], got shape {rewards.shape}")
+    g = rewards.shape[-1]
+    if kind == "loo" and g < 2:
+        raise ValueError(f"rl.advantage='loo' needs at least 2 samples per prompt (rl.num_samples), got {g}")
+    if kind == "grpo" and g - std_ddof < 1:
+        raise ValueError(f"rl.std_ddof={std_ddof} needs more than {std_ddof} samples per prompt, got {g}")
+    return _lookup(ADVANTAGE_ESTIMATORS, kind, "rl.advantage")(rewards, std_eps, std_ddof)
+
+
+def zero_variance_groups(rewards: Array, tol: float = 0.0) -> Array:
+    """Bool [P]: groups whose rewards all lie within `tol` of each other (no learning signal)."""
+    rewards = jnp.asarray(rewards, jnp.float32)
+    return (rewards.max(axis=-1) - rewards.min(axis=-1)) <= tol
+
+
+def advantage_stats(rewards: Array, advantages: Array) -> dict[str, Array]:
+    """Scalars for the metrics: reward and advantage mean/std/min/max, fraction of zero-variance groups."""
+    rewards = jnp.asarray(rewards, jnp.float32)
+    advantages = jnp.asarray(advantages, jnp.float32)
+    out = {}
+    for name, x in (("reward", rewards), ("advantage", advantages)):
+        out.update({f"{name}_mean": x.mean(), f"{name}_std": x.std(), f"{name}_min": x.min(), f"{name}_max": x.max()})
+    zv = zero_variance_groups(rewards)
+    out["zero_variance_frac"] = zv.mean(dtype=jnp.float32)
+    out["zero_variance_groups"] = zv.sum(dtype=jnp.int32)
+    return out
+
+
+# -------------------------------------------------------------------------------------------------------- KL
+
+@register_kl("k1")
+def _k1(logp: Array, ref_logp: Array) -> Array:
+    return logp - ref_logp
+
+
+@register_kl("k2")
+def _k2(logp: Array, ref_logp: Array) -> Array:
+    return 0.5 * jnp.square(logp - ref_logp)
+
+
+@register_kl("k3")
+def _k3(logp: Array, ref_logp: Array) -> Array:
+    d = ref_logp - logp
+    return jnp.exp(d) - d - 1.0
+
+
+def kl_penalty(logp: Array, ref_logp: Array, estimator: str = "k3", mask: Array | None = None) -> Array:
+    """Per-token KL(pi || ref) estimate from sampled tokens' log-probs; 0 where `mask` is 0.
+
+    The masked-out positions are zeroed *before* the formula so padding (arbitrary log-probs) can never
+    produce inf/NaN values or gradients.
+    """
+    fn = _lookup(KL_ESTIMATORS, estimator, "rl.kl_estimator")
+    if mask is None:
+        return fn(logp, ref_logp)
+    on = mask > 0
+    return jnp.where(on, fn(jnp.where(on, logp, 0.0), jnp.where(on, ref_logp, 0.0)), 0.0)
+
+
+# ----------------------------------------------------------------------------------------------- policy loss
+
+def policy_loss(logp: Array, old_logp: Array, advantages: Array, mask: Array, clip_eps_low: float = 0.2,
+                clip_eps_high: float = 0.2, dual_clip: float = 0.0, log_ratio_clamp: float = 20.0
+                ) -> tuple[Array, dict[str, Array]]:
+    """PPO clipped surrogate per token, with separate low/high clip (clip-high) and optional dual clip.
+
+    Args:
+      logp, old_logp: [B, T] log-probs of the sampled tokens under the current and the behaviour policy.
+      advantages: [B] (one per sequence) or [B, T].
+      mask: [B, T], 1 on tokens that count.
+      dual_clip: c > 1 bounds the loss of negative-advantage tokens by -A c (Ye et al. 2020); 0 turns it off.
+      log_ratio_clamp: |logp - old_logp| is clamped here before exp, only so a wild ratio cannot overflow.
+
+    Returns (per-token loss [B, T], 0 on masked tokens; metrics: clip_frac (tokens where the clipped term
+    wins), clip_frac_low/high (ratio below 1 - eps_low / above 1 + eps_high and clipped), dual_clip_frac,
+    ratio_mean, ratio_max, approx_kl (k3 of old vs new); all token-means over the mask).
+    """
+    if dual_clip and dual_clip <= 1.0:
+        raise ValueError(f"rl.dual_clip must be 0 (off) or > 1, got {dual_clip}")
+    mask = mask.astype(jnp.float32)
+    on = mask > 0
+    adv = advantages[:, None] if advantages.ndim == 1 else advantages
+    adv = jnp.broadcast_to(adv.astype(jnp.float32), mask.shape)
+    log_ratio = jnp.where(on, logp - old_logp, 0.0)
+    log_ratio = jnp.clip(log_ratio, -log_ratio_clamp, log_ratio_clamp)
+    ratio = jnp.exp(log_ratio)
+    unclipped = -adv * ratio
+    clipped = -adv * jnp.clip(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    loss = jnp.maximum(unclipped, clipped)
+    is_clipped = clipped > unclipped
+    if dual_clip:
+        bound = -adv * dual_clip
+        dual = (adv < 0) & (loss > bound)
+        loss = jnp.where(adv < 0, jnp.minimum(loss, bound), loss)
+    else:
+        dual = jnp.zeros_like(on)
+    loss = jnp.where(on, loss, 0.0)
+    mean = lambda x: masked_mean(x.astype(jnp.float32), mask)
+    metrics = {
+        "clip_frac": mean(is_clipped),
+        "clip_frac_low": mean(is_clipped & (ratio < 1.0)),
+        "clip_frac_high": mean(is_clipped & (ratio > 1.0)),
+        "dual_clip_frac": mean(dual),
+        "ratio_mean": mean(ratio),
+        "ratio_max": jnp.max(jnp.where(on, ratio, 0.0)),
+        "approx_kl": mean(jnp.exp(-log_ratio) + log_ratio - 1.0),
+    }
+    return loss, metrics
+
+
+# ------------------------------------------------------------------------------------------------ aggregation
+
+def masked_mean(x: Array, mask: Array) -> Array:
+    """Mean of x over mask > 0 (0 when the mask is empty)."""
+    mask = mask.astype(jnp.float32)
+    return jnp.sum(x * mask) / jnp.maximum(mask.sum(), 1.0)
+
+
+def _seq_mean(per_seq: Array, mask: Array) -> Array:
+    # Only sequences with at least one counted token enter the mean: rows masked out entirely (compact
+    # filtering, batch padding) must not dilute it.
+    active = (mask.sum(axis=-1) > 0).astype(jnp.float32)
+    return jnp.sum(per_seq * active) / jnp.maximum(active.sum(), 1.0)
+
+
+@register_loss_agg("token-mean")
+def _token_mean(x: Array, mask: Array, norm: float) -> Array:
+    del norm
+    return masked_mean(x, mask)
+
+
+@register_loss_agg("seq-mean-token-mean")
+def _seq_mean_token_mean(x: Array, mask: Array, norm: float) -> Array:
+    del norm
+    return _seq_mean(jnp.sum(x * mask, axis=-1) / jnp.maximum(mask.sum(axis=-1), 1.0), mask)
+
+
+@register_loss_agg("seq-mean-token-sum")
+def _seq_mean_token_sum(x: Array, mask: Array, norm: float) -> Array:
+    del norm
+    return _seq_mean(jnp.sum(x * mask, axis=-1), mask)
+
+
+@register_loss_agg("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(x: Array, mask: Array, norm: float) -> Array:
+    if not norm or norm <= 0:
+        raise ValueError(f"loss_agg 'seq-mean-token-sum-norm' needs a positive normaliser (rl.loss_norm), got {norm}")
+    return _seq_mean(jnp.sum(x * mask, axis=-1) / norm, mask)
+
+
+def aggregate_loss(per_token: Array, mask: Array, mode: str = "token-mean", norm: float = 0.0) -> Array:
+    """Reduce a per-token [B, T] quantity to a scalar with one of `LOSS_AGGREGATORS` (masked).
+
+    Sequence means run over rows with at least one masked-in token; `norm` is the Dr.GRPO constant used by
+    seq-mean-token-sum-norm (each sequence's token sum / norm).
+    """
+    fn = _lookup(LOSS_AGGREGATORS, mode, "rl.loss_agg")
+    return fn(per_token, mask.astype(jnp.float32), norm)
+
+
+def aggregation_weight(mask: Array, mode: str) -> Array:
+    """What one batch's loss is a mean over: its token count (token-mean) or its active sequence count.
+
+    Weighting micro-batches by this (`train_step.accumulate_gradients(weight_key=...)`) makes the
+    accumulated loss equal the loss of the whole batch for every mode.
+    """
+    _lookup(LOSS_AGGREGATORS, mode, "rl.loss_agg")
+    mask = mask.astype(jnp.float32)
+    if mode == "token-mean":
+        return mask.sum()
+    return (mask.sum(axis=-1) > 0).sum(dtype=jnp.float32)
+
+
+def compact_filter_mask(mask: Array, truncated: Array) -> Array:
+    """`mask` with every truncated completion's row zeroed (DeepSWE compact filtering)."""
+    return mask * (~truncated.astype(bool))[:, None].astype(mask.dtype)
+
+
+# --------------------------------------------------------------------------------------------- the GRPO loss
+
+@dataclasses.dataclass(frozen=True)
+class GRPOLossConfig:
+    """The `rl` fields the loss reads (hashable, so it can be a static jit argument)."""
+
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.2
+    dual_clip: float = 0.0
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    loss_agg: str = "token-mean"
+    loss_norm: float = 0.0
+    entropy_coef: float = 0.0
+    compact_filtering: bool = False
+
+    @classmethod
+    def from_config(cls, config: Any) -> GRPOLossConfig:
+        """From a root config (with `.rl` and `.sampler`) or an `rl` section alone.
+
+        `rl.loss_norm = 0` means `sampler.max_new_tokens` (needs the root config for that mode).
+        """
+        rl = config.rl if hasattr(config, "rl") else config
+        norm = float(rl.loss_norm)
+        if norm == 0 and hasattr(config, "sampler"):
+            norm = float(config.sampler.max_new_tokens)
+        cfg = cls(clip_eps_low=float(rl.clip_eps_low), clip_eps_high=float(rl.clip_eps_high),
+                  dual_clip=float(rl.dual_clip), kl_coef=float(rl.kl_coef), kl_estimator=str(rl.kl_estimator),
+                  loss_agg=str(rl.loss_agg), loss_norm=norm, entropy_coef=float(rl.entropy_coef),
+                  compact_filtering=bool(rl.compact_filtering))
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        """Raise ValueError naming the `rl.*` key of the first bad field."""
+        _lookup(KL_ESTIMATORS, self.kl_estimator, "rl.kl_estimator")
+        _lookup(LOSS_AGGREGATORS, self.loss_agg, "rl.loss_agg")
+        if not (0 <= self.clip_eps_low < 1):
+            raise ValueError(f"rl.clip_eps_low must be in [0, 1), got {self.clip_eps_low}")
+        if self.clip_eps_high < 0:
+            raise ValueError(f"rl.clip_eps_high must be >= 0, got {self.clip_eps_high}")
+        if self.dual_clip and self.dual_clip <= 1:
+            raise ValueError(f"rl.dual_clip must be 0 (off) or > 1, got {self.dual_clip}")
+        if self.kl_coef < 0:
+            raise ValueError(f"rl.kl_coef must be >= 0, got {self.kl_coef}")
+        if self.loss_agg == "seq-mean-token-sum-norm" and self.loss_norm <= 0:
+            raise ValueError("rl.loss_agg='seq-mean-token-sum-norm' needs rl.loss_norm > 0 "
+                             f"(or 0 with sampler.max_new_tokens set), got {self.loss_norm}")
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the reference policy's log-probs are needed (beta > 0); at 0 it is never loaded."""
+        return self.kl_coef > 0
+
+
+def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: Array, mask: Array,
+              cfg: GRPOLossConfig, entropy: Array | None = None, truncated: Array | None = None
+              ) -> tuple[Array, dict[str, Array]]:
+    """The GRPO objective: clipped surrogate + beta * KL(pi || ref) - entropy_coef * entropy, aggregated.
+
+    Args:
+      logp, old_logp: [B, T] sampled tokens' log-probs under the current / behaviour policy.
+      ref_logp: [B, T] under the reference policy, or None (required when cfg.kl_coef > 0).
+      advantages: [B] or [B, T]. mask: [B, T] completion-token mask.
+      entropy: [B, T] per-token policy entropy (needed when cfg.entropy_coef > 0; logged when given).
+      truncated: [B] bool, completions that hit max_new_tokens (masked out when cfg.compact_filtering).
+
+    Returns (scalar loss, metrics): pg_loss, kl, entropy (token-means), the policy-loss metrics,
+    num_tokens, num_seqs, loss_weight (`aggregation_weight`, for exact micro-batch accumulation) and
+    filtered_frac.
+    """
+    mask = mask.astype(jnp.float32)
+    metrics: dict[str, Array] = {}
+    if truncated is not None:
+        metrics["truncated_frac"] = truncated.astype(jnp.float32).mean()
+    if cfg.compact_filtering:
+        if truncated is None:
+            raise ValueError("rl.compact_filtering=True needs the `truncated` flags of the completions")
+        mask = compact_filter_mask(mask, truncated)
+    pg, pg_metrics = policy_loss(logp, old_logp, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high,
+                                 cfg.dual_clip)
+    per_token = pg
+    metrics.update(pg_metrics)
+    metrics["pg_loss"] = aggregate_loss(pg, mask, cfg.loss_agg, cfg.loss_norm)
+    if cfg.kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError(f"rl.kl_coef={cfg.kl_coef} > 0 needs the reference log-probs (ref_logp)")
+    if ref_logp is not None:
+        kl = kl_penalty(logp, ref_logp, cfg.kl_estimator, mask)
+        metrics["kl"] = masked_mean(kl, mask)
+        if cfg.kl_coef > 0:
+            per_token = per_token + cfg.kl_coef * kl
+    if cfg.entropy_coef > 0 and entropy is None:
+        raise ValueError(f"rl.entropy_coef={cfg.entropy_coef} > 0 needs the per-token entropy")
+    if entropy is not None:
+        entropy = jnp.where(mask > 0, entropy, 0.0)
+        metrics["entropy"] = masked_mean(entropy, mask)
+        if cfg.entropy_coef > 0:
+            per_token = per_token - cfg.entropy_coef * entropy
+    loss = aggregate_loss(per_token, mask, cfg.loss_agg, cfg.loss_norm)
+    active = mask.sum(axis=-1) > 0
+    metrics["num_tokens"] = mask.sum()
+    metrics["num_seqs"] = active.sum(dtype=jnp.float32)
+    metrics["loss_weight"] = aggregation_weight(mask, cfg.loss_agg)
+    metrics["filtered_frac"] = 1.0 - active.mean(dtype=jnp.float32)
+    return loss, metrics
