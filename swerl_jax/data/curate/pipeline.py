@@ -64,12 +64,16 @@ class ParseIssues(beam.DoFn):
 
 
 def aggregate(item: tuple[tuple[str, str, int], list[dict]]):
-    """Grouped events of one PR or issue -> ("pr", repo, pr) / ("issue", repo, issue) / ("not_merged", repo, n)."""
+    """Grouped events of one PR or issue -> ("pr", repo, pr) / ("issue", repo, issue).
+
+    A PR that no event shows merged becomes ``{"number", "repo", "unmerged": True}``: git history may still
+    show it merged (maintainers who squash or cherry-pick by hand), which ListCandidates decides.
+    """
     (repo, kind, number), items = item
     if kind == "issue":
         return ("issue", repo, ev.aggregate_issue(number, list(items)))
     pr = ev.aggregate_pr(repo, number, list(items))
-    return ("pr", repo, pr) if pr is not None else ("not_merged", repo, number)
+    return ("pr", repo, pr if pr is not None else {"number": number, "repo": repo, "unmerged": True})
 
 
 def _keyed_by_repo(aggregated: tuple, kind: str):
@@ -88,14 +92,16 @@ class ListCandidates(beam.DoFn):
     def process(self, item):
         _, groups = item
         clones, prs, issues = list(groups["clone"]), list(groups["prs"]), list(groups["issues"])
-        candidates = {pr["number"]: pr for pr in prs}
+        candidates = {pr["number"]: pr for pr in prs if not pr.get("unmerged")}
+        unmerged = {pr["number"] for pr in prs if pr.get("unmerged")} - set(candidates)
         # The clone folder's spelling names the repo (instance ids); events may spell it in another case.
         repo = clones[0][0] if clones else prs[0]["repo"]
         if not clones:
-            for number in candidates:
+            for number in sorted(candidates):
                 yield beam.pvalue.TaggedOutput(FUNNEL, "candidate")
                 yield beam.pvalue.TaggedOutput(FUNNEL, "drop:no_clone")
                 yield _dropped(repo, number, "no_clone")
+            yield from self._not_merged(repo, unmerged)
             return
         path = clones[0][1]
         yield beam.pvalue.TaggedOutput(FUNNEL, "input:repo")
@@ -107,12 +113,21 @@ class ListCandidates(beam.DoFn):
             yield beam.pvalue.TaggedOutput(FUNNEL, f"input:corrupt_repo:{e.reason}")
         finally:
             git.close()
+        yield from self._not_merged(repo, unmerged - set(candidates))  # each PR is counted once
         by_number = {i["number"]: i for i in issues}
         for number in sorted(candidates):
             pr = candidates[number]
             mentioned = {int(n) for n in _MENTION.findall(f"{pr.get('title', '')}\n{pr.get('body', '')}")}
             yield beam.pvalue.TaggedOutput(FUNNEL, "candidate")
             yield (repo, path, pr, {n: by_number[n] for n in mentioned if n in by_number})
+
+
+    @staticmethod
+    def _not_merged(repo: str, numbers: set[int]):
+        for number in sorted(numbers):
+            yield beam.pvalue.TaggedOutput(FUNNEL, "candidate")
+            yield beam.pvalue.TaggedOutput(FUNNEL, "drop:not_merged")
+            yield _dropped(repo, number, "not_merged")
 
 
 class _RepoCache(beam.DoFn):
@@ -287,10 +302,6 @@ def build(
         )
         prs.append(agg | f"PRs{i}" >> beam.FlatMap(_keyed_by_repo, "pr"))
         issues.append(agg | f"Issues{i}" >> beam.FlatMap(_keyed_by_repo, "issue"))
-        unmerged = agg | f"Unmerged{i}" >> beam.Filter(lambda a: a[0] == "not_merged")
-        funnel_pcolls.append(unmerged | f"CountUnmerged{i}" >> beam.FlatMap(lambda _: ["candidate", "drop:not_merged"]))
-        dropped.append(unmerged | f"DropUnmerged{i}" >> beam.Map(
-            lambda a: _dropped(a[1], a[2], "not_merged").value))
     for i, pattern in enumerate(issue_files):
         parsed = (
             p | f"ReadIssues{i}" >> beam.io.ReadFromText(pattern)

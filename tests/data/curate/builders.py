@@ -159,6 +159,10 @@ def build_world(root: Path) -> dict:
         {"type": "PullRequestEvent", "repo": {"name": "acme/widget"}, "created_at": "2024-01-01T00:01:00Z",
          "actor": {"login": "eve"}, "payload": {"action": "closed", "number": 20, "pull_request": {
              "number": 20, "title": "Rejected idea", "body": "", "user": {"login": "eve"}, "merged": False}}},
+        # Closed unmerged on GitHub, yet squashed into history by hand: git wins, the PR counts once.
+        {"type": "PullRequestEvent", "repo": {"name": "acme/widget"}, "created_at": "2024-01-01T00:01:00Z",
+         "actor": {"login": "eve"}, "payload": {"action": "closed", "number": 5, "pull_request": {
+             "number": 5, "title": "Release 1.1.0", "body": "", "user": {"login": "eve"}, "merged": False}}},
         {"type": "PullRequestEvent", "repo": {"name": "ghost/missing"}, "created_at": "2024-01-01T00:01:00Z",
          "actor": {"login": "eve"}, "payload": {"action": "closed", "number": 5, "pull_request": {
              "number": 5, "title": "Fix", "body": "", "user": {"login": "eve"}, "merged": True,
