@@ -81,9 +81,12 @@ def extract_pr(
         binary_paths: list[str] = []
         paths: list[str] = []
         max_bytes = 0
+        limit = config.max_file_bytes
         for ch in changes:
-            old = repo.read_blob(ch.old_blob) if ch.old_blob else b""
-            new = repo.read_blob(ch.new_blob) if ch.new_blob else b""
+            old = repo.read_blob(ch.old_blob, limit) if ch.old_blob else b""
+            new = repo.read_blob(ch.new_blob, limit) if ch.new_blob else b""
+            if old is None or new is None:  # a file over the limit: never loaded, the PR is too large
+                return "too_large", None, None
             max_bytes = max(max_bytes, len(old), len(new))
             names = [p for p in (ch.old_path, ch.new_path) if p]
             paths.extend(p for p in names if p not in paths)

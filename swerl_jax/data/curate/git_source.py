@@ -77,8 +77,11 @@ class GitRepo:
             raise GitError("git_error", f"git {' '.join(args[:3])}: {err[:300]}")
         return proc.stdout
 
-    def read_blob(self, sha: str) -> bytes:
-        """Contents of blob ``sha`` via the batch process; a missing object raises GitError("missing_object")."""
+    def read_blob(self, sha: str, max_bytes: int | None = None) -> bytes | None:
+        """Contents of blob ``sha`` via the batch process; a missing object raises GitError("missing_object").
+
+        With ``max_bytes``, a larger blob is skipped in 1 MiB chunks (never held in memory) and None returned.
+        """
         if self._batch is None:
             self._batch = subprocess.Popen(
                 ["git", "-c", "safe.directory=*", f"--git-dir={self.git_dir}", "cat-file", "--batch"],
@@ -96,6 +99,11 @@ class GitRepo:
         if len(fields) < 3 or fields[1] == b"missing":
             raise GitError("missing_object", f"blob {sha} missing in {self.path}")
         size = int(fields[2])
+        if max_bytes is not None and size > max_bytes:
+            left = size + 1  # and the newline after every object
+            while left:
+                left -= len(self._batch.stdout.read(min(left, 1 << 20)))
+            return None
         data = self._batch.stdout.read(size)
         self._batch.stdout.read(1)  # the newline after every object
         return data

@@ -54,3 +54,10 @@ def test_rl_seed_reasons():
     assert rl_seed_reason(known) == "issue_not_bug_fix"
     assert rl_seed_reason({**known, "issue_is_bug": True, "programming_only": False}) == "non_programming_files"
     assert rl_seed_reason({**known, "issue_is_bug": True}) is None
+
+
+def test_file_over_the_size_limit_is_never_loaded(repo):
+    g = GitRepo(str(repo.path))
+    assert extract_pr(g, "o/r", pr(repo, 2), {}, CurateConfig(max_file_bytes=5))[0] == "too_large"
+    assert extract_pr(g, "o/r", pr(repo, 2), {}, CurateConfig(max_file_bytes=6))[0] is None
+    g.close()

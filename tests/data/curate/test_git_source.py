@@ -49,6 +49,8 @@ def test_diff_raw_rename_and_blobs(repo):
             g.read_blob("1" * 40)
         assert e.value.reason == "missing_object"
         assert g.read_blob(changes[0].old_blob) == b"x = 1\n" * 20  # the batch process survives a miss
+        assert g.read_blob(changes[0].old_blob, max_bytes=10) is None  # skipped, stream stays in sync:
+        assert g.read_blob(changes[0].new_blob, max_bytes=1000).endswith(b"x = 2\n")
         for a, b in ((f"{head}~3", f"{head}~2"), (repo.git("rev-list", "--max-parents=0", "HEAD"), head)):
             both, patch = g.diff(a, b)  # one call == the two separate ones
             assert both == g.diff_raw(a, b) and patch == g.diff_patch(a, b) and patch.startswith(b"diff --git")
