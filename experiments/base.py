@@ -102,6 +102,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optim.weight_decay = 0.0
     c.optim.grad_clip = 1.0
     c.optim.grad_accum_steps = 1
+    c.optim.eps = 1e-8  # Adam epsilon
+    c.optim.final_lr_ratio = 0.0  # cosine decays to learning_rate * this
 
     # SFT baseline.
     c.sft = ml_collections.ConfigDict()

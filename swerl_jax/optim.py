@@ -1,0 +1,86 @@
+"""The optimizer from the `optim` config section: AdamW, warmup + constant/cosine schedule, clipping, accumulation.
+
+    optimizer = make_optimizer(config.optim, num_steps=config.rl.num_steps)
+
+The chain is clip_by_global_norm(optim.grad_clip) -> AdamW(schedule), wrapped in `optax.MultiSteps` when
+optim.grad_accum_steps > 1 (gradients of k consecutive `update` calls are averaged into one AdamW step; the
+schedule then advances once per real step, so `num_steps` counts optimizer updates). Weight decay skips norm
+scales (params named "scale"), as is usual for Llama.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import optax
+
+SCHEDULES = ("constant", "cosine")
+
+
+def _field(cfg: Any, name: str, default: Any) -> Any:
+    # Older configs may lack the fields added later (eps, final_lr_ratio); the default is the documented one.
+    return cfg[name] if name in cfg else default
+
+
+def make_schedule(optim_cfg: Any, num_steps: int, learning_rate: float | None = None) -> optax.Schedule:
+    """Learning rate per optimizer step: linear warmup 0 -> lr over optim.warmup_steps, then constant or cosine
+    decay to lr * optim.final_lr_ratio at `num_steps`.
+
+    `learning_rate` overrides optim.learning_rate (the SFT stage passes sft.learning_rate).
+    """
+    lr = float(optim_cfg.learning_rate if learning_rate is None else learning_rate)
+    warmup = int(optim_cfg.warmup_steps)
+    kind = str(optim_cfg.schedule)
+    if lr < 0:
+        raise ValueError(f"optim.learning_rate must be >= 0, got {lr}")
+    if warmup < 0:
+        raise ValueError(f"optim.warmup_steps must be >= 0, got {warmup}")
+    if kind not in SCHEDULES:
+        raise ValueError(f"optim.schedule={kind!r} is not one of {SCHEDULES}")
+    if kind == "constant":
+        after = optax.constant_schedule(lr)
+    else:
+        if num_steps <= warmup:
+            raise ValueError(f"optim.schedule='cosine' needs num_steps ({num_steps}) > optim.warmup_steps ({warmup})")
+        final = lr * float(_field(optim_cfg, "final_lr_ratio", 0.0))
+        after = optax.cosine_decay_schedule(lr, decay_steps=num_steps - warmup, alpha=final / lr if lr else 0.0)
+    if warmup == 0:
+        return after
+    return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), after], [warmup])
+
+
+def _decay_mask(params: Any) -> Any:
+    """True for every parameter except RMSNorm scales (decaying a norm scale towards 0 only hurts)."""
+    def keep(path: tuple, _: Any) -> bool:
+        return not any(getattr(k, "key", None) == "scale" for k in path)
+
+    return jax.tree_util.tree_map_with_path(keep, params)
+
+
+def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None = None
+                   ) -> optax.GradientTransformation:
+    """clip(global norm) -> AdamW with `make_schedule`, accumulated over optim.grad_accum_steps calls.
+
+    Args:
+      optim_cfg: the `optim` section (learning_rate, warmup_steps, schedule, b1, b2, weight_decay, grad_clip,
+        grad_accum_steps; optional eps, final_lr_ratio).
+      num_steps: optimizer updates in the run (the cosine horizon).
+      learning_rate: overrides optim.learning_rate.
+    """
+    accum = int(optim_cfg.grad_accum_steps)
+    clip = float(optim_cfg.grad_clip)
+    if accum < 1:
+        raise ValueError(f"optim.grad_accum_steps must be >= 1, got {accum}")
+    if clip < 0:
+        raise ValueError(f"optim.grad_clip must be >= 0 (0: off), got {clip}")
+    for key in ("b1", "b2"):
+        if not 0 <= float(optim_cfg[key]) < 1:
+            raise ValueError(f"optim.{key} must be in [0, 1), got {optim_cfg[key]}")
+    adamw = optax.adamw(make_schedule(optim_cfg, num_steps, learning_rate), b1=float(optim_cfg.b1),
+                        b2=float(optim_cfg.b2), eps=float(_field(optim_cfg, "eps", 1e-8)),
+                        weight_decay=float(optim_cfg.weight_decay), mask=_decay_mask)
+    tx = optax.chain(optax.clip_by_global_norm(clip), adamw) if clip > 0 else adamw
+    if accum > 1:
+        tx = optax.MultiSteps(tx, every_k_schedule=accum).gradient_transformation()
+    return tx
