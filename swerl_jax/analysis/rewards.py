@@ -12,6 +12,21 @@ from collections.abc import Iterable, Sequence
 
 from swerl_jax.reward import calculate_reward_unidiff
 
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def resolve_data_dir(data_dir: str | os.PathLike = "../shared/data") -> pathlib.Path:
+    """The real-data folder: absolute as given, else relative to the repo root, else to the working directory.
+
+    Raises FileNotFoundError listing every place tried.
+    """
+    path = pathlib.Path(data_dir).expanduser()
+    candidates = [path] if path.is_absolute() else [REPO_ROOT / path, pathlib.Path.cwd() / path]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate.resolve()
+    raise FileNotFoundError(f"data_dir={str(data_dir)!r} not found; tried {[str(c) for c in candidates]}")
+
 
 def _load_json_rows(path: pathlib.Path) -> list[dict]:
     """Rows of a JSON array file or a JSONL file; errors name the file (and line)."""
