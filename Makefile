@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export JAX_PLATFORMS ?= cpu
 
-.PHONY: demo test lint install install-dev smollm2 clean
+.PHONY: demo test lint install install-dev smollm2 notebooks clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -35,6 +35,10 @@ test: $(VENV)/.installed-dev
 
 smollm2: $(VENV)/.installed
 	$(BIN)/python -m swerl_jax.model.smollm2
+
+# Execute both analysis notebooks headless; executed copies with figures go to notebooks/executed/.
+notebooks: $(VENV)/.installed-dev
+	$(BIN)/python notebooks/run_notebooks.py --out notebooks/executed
 
 clean:
 	rm -rf $(VENV) .pytest_cache
