@@ -122,7 +122,7 @@ def group_mean(rows: Sequence[dict], by: str, value: str) -> list[dict]:
 
 
 def format_error_table(rollouts: Sequence[dict]) -> list[dict]:
-    """Counts and fractions of each format-error reason over rollouts ("ok" for well-formed answers).
+    """Counts and fractions of each format-error reason over rollouts ("ok" for well-formed answers), most first.
 
     Uses the logged "format_error" (reason string or null); rows without it but with reward -1 count as
     "unknown" (the reward's only negative value is the format error).
@@ -134,7 +134,8 @@ def format_error_table(rollouts: Sequence[dict]) -> list[dict]:
             reason = "unknown" if row["reward"] < 0 else "ok"
         counts[str(reason)] += 1
     total = sum(counts.values())
-    return [{"reason": reason, "count": n, "fraction": n / total} for reason, n in counts.most_common()]
+    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))  # ties by name: stable tables
+    return [{"reason": reason, "count": n, "fraction": n / total} for reason, n in ordered]
 
 
 def format_errors_by_step(rollouts: Sequence[dict]) -> dict[str, tuple[list[int], list[float]]]:
