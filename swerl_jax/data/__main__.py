@@ -1,0 +1,133 @@
+"""Command line for PR record files.
+
+    python -m swerl_jax.data validate FILE                 counts valid/invalid records with reasons (exit 1 if any)
+    python -m swerl_jax.data convert IN OUT                JSONL <-> ArrayRecord (by extension), valid records only
+    python -m swerl_jax.data import-swebench --instances F --clones DIR --out OUT [--source NAME]
+    python -m swerl_jax.data stats FILE [--tokenizer PATH] [--max-prompt-len N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+
+import numpy as np
+
+from swerl_jax.data.records import ErrorCounter, read_records, write_records
+
+
+def _print_errors(counter: ErrorCounter, out) -> None:
+    for reason, n in counter.counts.most_common():
+        print(f"  {n:6d}  {reason}", file=out)
+    for message in counter.messages:
+        print(f"  e.g. {message}", file=out)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Count valid and invalid records; exit status 1 when any is invalid."""
+    errors = ErrorCounter()
+    valid = sum(1 for _ in read_records(args.file, on_error=errors))
+    print(f"{args.file}: {valid} valid, {errors.total} invalid")
+    _print_errors(errors, sys.stdout)
+    return 1 if errors.total else 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Copy the valid records of IN into OUT (format by extension); invalid ones are reported."""
+    errors = ErrorCounter()
+    n = write_records(args.out, read_records(args.inp, on_error=errors))
+    print(f"wrote {n} records to {args.out}; skipped {errors.total} invalid")
+    _print_errors(errors, sys.stdout)
+    return 0
+
+
+def cmd_import_swebench(args: argparse.Namespace) -> int:
+    """SWE-bench instances + clones -> records; failures counted by reason (exit 1 when none imports)."""
+    from swerl_jax.data.swebench import import_swebench, load_instances
+
+    instances = load_instances(args.instances)
+    failures: list = []
+    n = write_records(args.out, import_swebench(instances, args.clones, args.source, on_error=failures.append))
+    print(f"imported {n} of {len(instances)} instances into {args.out}; {len(failures)} failed")
+    for reason, count in collections.Counter(f.reason for f in failures).most_common():
+        print(f"  {count:6d}  {reason}")
+    for f in failures[:20]:
+        print(f"  e.g. {f}")
+    return 0 if n or not instances else 1
+
+
+def _percentiles(values: list[int]) -> str:
+    if not values:
+        return "-"
+    p = np.percentile(values, [0, 50, 90, 100])
+    return "min {:.0f} / median {:.0f} / p90 {:.0f} / max {:.0f}".format(*p)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Counts per repo and source, files and characters per record, prompt tokens with --tokenizer."""
+    errors = ErrorCounter()
+    records = list(read_records(args.file, on_error=errors))
+    print(f"{args.file}: {len(records)} valid records, {errors.total} invalid")
+    stats = {
+        "repos": collections.Counter(r["repo"] for r in records),
+        "sources": collections.Counter(r["source"] for r in records),
+    }
+    for name, counter in stats.items():
+        print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in counter.most_common(10)))
+    print("files in context:", _percentiles([len(r["code_context"]) for r in records]))
+    print("context chars:   ", _percentiles([sum(map(len, r["code_context"].values())) for r in records]))
+    print("issue chars:     ", _percentiles([len(r["problem_statement"]) for r in records]))
+    if args.tokenizer is not None:
+        from swerl_jax.data.prompts import build_prompt
+        from swerl_jax.model.tokenizer import load_tokenizer
+
+        tok = load_tokenizer(args.tokenizer)
+        prompts = [build_prompt(r, tok, args.max_prompt_len) for r in records]
+        print("prompt tokens:   ", _percentiles([p.num_tokens for p in prompts]))
+        cut = collections.Counter(d.action for p in prompts for d in p.decisions)
+        print(f"budget {args.max_prompt_len}: {sum(not p.fits for p in prompts)} too long; files " +
+              json.dumps(dict(cut)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the CLI."""
+    parser = argparse.ArgumentParser(prog="python -m swerl_jax.data", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("validate", help="count valid/invalid records with reasons")
+    p.add_argument("file")
+    p.set_defaults(fn=cmd_validate)
+    p = sub.add_parser("convert", help="JSONL <-> ArrayRecord")
+    p.add_argument("inp", metavar="IN")
+    p.add_argument("out", metavar="OUT")
+    p.set_defaults(fn=cmd_convert)
+    p = sub.add_parser("import-swebench", help="SWE-bench instances + git clones -> records")
+    p.add_argument("--instances", required=True, help=".json/.jsonl/.parquet file or a Hugging Face dataset name")
+    p.add_argument("--clones", required=True, help="directory of clones named owner__name")
+    p.add_argument("--out", required=True, help="output .jsonl or .arrayrecord")
+    p.add_argument("--source", default="swe-bench", help="value of the records' source field")
+    p.set_defaults(fn=cmd_import_swebench)
+    p = sub.add_parser("stats", help="summary of a record file")
+    p.add_argument("file")
+    p.add_argument("--tokenizer", nargs="?", const="", default=None,
+                   help="also count prompt tokens (no value: the SmolLM2 tokenizer)")
+    p.add_argument("--max-prompt-len", type=int, default=16384)
+    p.set_defaults(fn=cmd_stats)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the exit status. Missing files and bad arguments print one line, not a traceback."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
