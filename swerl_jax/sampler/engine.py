@@ -1,0 +1,311 @@
+"""The generation engine: one jitted prefill + decode loop over a preallocated KV cache.
+
+Shapes are padded up to fixed buckets (prompt batch, sample batch, prompt length, new tokens), so a GRPO run
+compiles a handful of programs once and never again; `compile_count` says how many. Prompts are left padded,
+each prompt is prefilled once and its cache rows are copied to its N samples, and the whole decode loop is a
+`jax.lax.while_loop` inside the same jit (no host round trip per token; it exits when every row has stopped).
+
+Log-probabilities: for every sampled token the engine returns `log softmax(logits / T)[token]`, the log-prob
+under the temperature-scaled policy *before* top-k / top-p truncation. That is exactly what the trainer
+recomputes with `token_logprobs(..., temperature=T)`, so the GRPO ratio starts at 1 when the weights agree.
+Greedy rows (temperature 0) report `log softmax(logits)[token]` (T = 1).
+
+Randomness is per row: row r (prompt i, sample j) draws from `fold_in(fold_in(fold_in(PRNGKey(seed), i), j),
+step)`, so a row's samples do not depend on which other prompts share its batch or on bucket padding.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from swerl_jax.model.config import LlamaConfig
+from swerl_jax.model.llama import KVCache, Llama, positions_from_mask
+from swerl_jax.sampler.sampling import sample_tokens
+
+
+class RequestTooLarge(ValueError):
+    """A request that does not fit the engine's buckets (prompt length, new tokens or samples per batch)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. `temperature=0` is greedy; `top_k=0` and `top_p=1` switch those filters off."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 256
+    stop_token_ids: tuple[int, ...] | None = None  # None: the engine's EOS ids
+    stop_strings: tuple[str, ...] = ()
+    include_stop_string: bool = False
+
+    def validate(self) -> SamplingParams:
+        """Return self, or raise ValueError naming the bad field."""
+        if not np.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"sampling.temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"sampling.top_k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if any(not s for s in self.stop_strings):
+            raise ValueError("sampling.stop_strings must not contain an empty string")
+        return self
+
+
+@dataclasses.dataclass
+class Completion:
+    """One generated sample. `tokens` include the stop token when one ended the row."""
+
+    prompt_index: int
+    sample_index: int
+    tokens: np.ndarray  # int32 [completion_length]
+    logprobs: np.ndarray  # float32 [completion_length], see the module docstring
+    text: str | None
+    finish_reason: str  # "stop" | "length"
+    prompt_length: int
+    completion_length: int
+    policy_version: int
+
+
+def default_buckets(limit: int, start: int) -> tuple[int, ...]:
+    """Powers of two from `start` below `limit`, then `limit` itself."""
+    out, b = [], start
+    while b < limit:
+        out.append(b)
+        b *= 2
+    return (*out, limit)
+
+
+def _bucket(n: int, buckets: Sequence[int], what: str) -> int:
+    i = bisect.bisect_left(buckets, n)
+    if i == len(buckets):
+        raise RequestTooLarge(f"{what}={n} exceeds the engine's largest bucket {buckets[-1]}")
+    return buckets[i]
+
+
+def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: KVCache, prompt_tokens: jax.Array,
+              prompt_mask: jax.Array, row_src: jax.Array, row_keys: jax.Array, max_new: jax.Array,
+              temperature: jax.Array, top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, *,
+              num_new: int, use_filters: bool):
+    """Prefill the unique prompts, copy their cache rows to the sample rows, decode up to `num_new` tokens."""
+    counter[0] += 1  # runs once per trace, i.e. once per compilation
+    model = Llama(config)
+    variables = {"params": params}
+    n_prompts, t_prompt = prompt_tokens.shape
+    rows, slots = cache.k.shape[1], cache.k.shape[2]
+
+    pre_cache = KVCache.zeros(config, n_prompts, t_prompt, dtype=cache.k.dtype)
+    hidden, pre_cache = model.apply(variables, prompt_tokens, positions_from_mask(prompt_mask), prompt_mask,
+                                    pre_cache, 0, return_hidden=True)
+    logits = model.apply(variables, hidden[:, -1], method=Llama.logits)[row_src]  # left padding: last is real
+    cache = KVCache(jax.lax.dynamic_update_slice_in_dim(cache.k, pre_cache.k[:, row_src], 0, axis=2),
+                    jax.lax.dynamic_update_slice_in_dim(cache.v, pre_cache.v[:, row_src], 0, axis=2))
+    kv_mask = jnp.zeros((rows, slots), bool).at[:, :t_prompt].set(prompt_mask[row_src])
+    position = jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)[row_src]
+    done = max_new <= 0
+    state = (jnp.int32(0), cache, kv_mask, logits, position, done, jnp.zeros((rows,), jnp.int32),
+             jnp.zeros((rows,), bool), jnp.zeros((rows, num_new), jnp.int32), jnp.zeros((rows, num_new), jnp.float32))
+
+    def cond(s):
+        return (s[0] < num_new) & ~jnp.all(s[5])
+
+    def body(s):
+        step, cache, kv_mask, logits, position, done, length, stopped, out_tok, out_lp = s
+        keys = jax.vmap(jax.random.fold_in, (0, None))(row_keys, step)
+        tok, lp = sample_tokens(logits, keys, temperature, top_p, top_k, use_filters)
+        tok = jnp.where(done, 0, tok)
+        lp = jnp.where(done, 0.0, lp)
+        out_tok = jax.lax.dynamic_update_slice_in_dim(out_tok, tok[:, None], step, axis=1)
+        out_lp = jax.lax.dynamic_update_slice_in_dim(out_lp, lp[:, None], step, axis=1)
+        hit_stop = ~done & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
+        length = jnp.where(done, length, step + 1)
+        stopped = stopped | hit_stop
+        done = done | hit_stop | (step + 1 >= max_new)
+        slot = t_prompt + step
+        kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, jnp.ones((rows, 1), bool), slot, axis=1)
+        new_logits, cache = model.apply(variables, tok[:, None], position[:, None], kv_mask, cache, slot)
+        return (step + 1, cache, kv_mask, new_logits[:, 0], position + 1, done, length, stopped, out_tok, out_lp)
+
+    _, cache, *_, length, stopped, out_tok, out_lp = jax.lax.while_loop(cond, body, state)
+    return out_tok, out_lp, length, stopped, cache
+
+
+class SamplingEngine:
+    """Batched sampling from a Llama policy; holds the params, the compiled programs and the KV cache."""
+
+    def __init__(self, config: LlamaConfig, params: dict, *, tokenizer=None, max_batch: int = 64,
+                 max_prompt_len: int = 1024, max_new_tokens: int = 256, eos_token_ids: Sequence[int] = (),
+                 batch_buckets: Sequence[int] | None = None, prompt_buckets: Sequence[int] | None = None,
+                 new_token_buckets: Sequence[int] | None = None, policy_version: int = 0,
+                 pad_token_id: int = 0) -> None:
+        """Args:
+          config, params: the policy.
+          tokenizer: optional Hugging Face tokenizer for `text` and stop strings.
+          max_batch: most sequences (prompts x samples) decoded together; larger requests run in chunks.
+          max_prompt_len, max_new_tokens: request limits; the KV cache holds their sum.
+          eos_token_ids: default stop tokens (tokenizer.eos_token_id is added when a tokenizer is given).
+          *_buckets: padded sizes (sorted); default powers of two up to the limits.
+        """
+        for name, value in (("max_batch", max_batch), ("max_prompt_len", max_prompt_len),
+                            ("max_new_tokens", max_new_tokens)):
+            if value < 1:
+                raise ValueError(f"sampler.{name} must be >= 1, got {value}")
+        self.config = config
+        self.tokenizer = tokenizer
+        self.max_batch, self.max_prompt_len, self.max_new_tokens = max_batch, max_prompt_len, max_new_tokens
+        eos = list(eos_token_ids)
+        if tokenizer is not None and tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+            eos.append(tokenizer.eos_token_id)
+        self.eos_token_ids = tuple(eos)
+        self.batch_buckets = tuple(sorted(batch_buckets or default_buckets(max_batch, 1)))
+        self.prompt_buckets = tuple(sorted(prompt_buckets or default_buckets(max_prompt_len, 16)))
+        self.new_token_buckets = tuple(sorted(new_token_buckets or default_buckets(max_new_tokens, 16)))
+        self.pad_token_id = pad_token_id
+        self.params = params
+        self.policy_version = policy_version
+        self._counter = [0]
+        self._cache: KVCache | None = None
+        self._fn = jax.jit(lambda *a, **kw: _generate(config, self._counter, *a, **kw),
+                           static_argnames=("num_new", "use_filters"), donate_argnums=(1,))
+
+    @property
+    def compile_count(self) -> int:
+        """How many programs have been compiled (traced) so far; stable across steps with the same buckets."""
+        return self._counter[0]
+
+    def update_params(self, params: dict, version: int) -> None:
+        """Swap in a new policy (same shapes: nothing recompiles)."""
+        self.params = params
+        self.policy_version = version
+
+    def _cache_for(self, rows: int, slots: int) -> KVCache:
+        c = self._cache
+        if c is not None and c.k.shape[1] == rows and c.k.shape[2] == slots:
+            self._cache = None  # donated to the call; the call returns it
+            return c
+        self._cache = None  # free the old buffers before allocating new ones
+        return KVCache.zeros(self.config, rows, slots)
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = SamplingParams(),
+                 num_samples: int = 1, seed: int = 0, max_new_tokens: Sequence[int] | None = None
+                 ) -> list[list[Completion]]:
+        """Sample `num_samples` completions for each prompt (token ids).
+
+        `max_new_tokens` optionally caps each prompt's completions (default: sampling.max_new_tokens).
+        Returns one list of `num_samples` Completions per prompt, in order.
+        """
+        sampling.validate()
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        if num_samples > self.max_batch:
+            raise RequestTooLarge(f"num_samples={num_samples} exceeds sampler.max_batch={self.max_batch}")
+        if sampling.max_new_tokens > self.max_new_tokens:
+            raise RequestTooLarge(f"sampling.max_new_tokens={sampling.max_new_tokens} exceeds the cache's "
+                                  f"sampler.max_new_tokens={self.max_new_tokens}")
+        prompts = [np.asarray(p, np.int32).reshape(-1) for p in prompts]
+        caps = [sampling.max_new_tokens] * len(prompts) if max_new_tokens is None else list(max_new_tokens)
+        if len(caps) != len(prompts):
+            raise ValueError(f"max_new_tokens has {len(caps)} entries for {len(prompts)} prompts")
+        for i, (p, cap) in enumerate(zip(prompts, caps)):
+            if p.size == 0:
+                raise ValueError(f"prompt {i} is empty")
+            if p.size > self.max_prompt_len:
+                raise RequestTooLarge(f"prompt {i} has {p.size} tokens; sampler.max_prompt_len is "
+                                      f"{self.max_prompt_len}")
+            if not 1 <= cap <= self.max_new_tokens:
+                raise RequestTooLarge(f"max_new_tokens[{i}]={cap} is not in [1, {self.max_new_tokens}]")
+            if p.min() < 0 or p.max() >= self.config.vocab_size:
+                raise ValueError(f"prompt {i} has token ids outside [0, {self.config.vocab_size})")
+        per_chunk = self.max_batch // num_samples
+        out: list[list[Completion]] = []
+        for start in range(0, len(prompts), per_chunk):
+            idx = range(start, min(start + per_chunk, len(prompts)))
+            out.extend(self._run_chunk([prompts[i] for i in idx], [caps[i] for i in idx], list(idx), sampling,
+                                       num_samples, seed))
+        return out
+
+    def _run_chunk(self, prompts: list[np.ndarray], caps: list[int], indices: list[int], sampling: SamplingParams,
+                   num_samples: int, seed: int) -> list[list[Completion]]:
+        n_prompts = _bucket(len(prompts), self.batch_buckets, "prompts per batch")
+        rows = _bucket(len(prompts) * num_samples, self.batch_buckets, "sequences per batch")
+        t_prompt = _bucket(max(p.size for p in prompts), self.prompt_buckets, "prompt length")
+        num_new = _bucket(max(caps), self.new_token_buckets, "max_new_tokens")
+
+        tokens = np.full((n_prompts, t_prompt), self.pad_token_id, np.int32)
+        mask = np.zeros((n_prompts, t_prompt), bool)
+        mask[:, -1] = True  # padding prompts hold one token so no attention row is fully masked
+        for i, p in enumerate(prompts):
+            tokens[i, t_prompt - p.size:] = p
+            mask[i, t_prompt - p.size:] = True
+        real = len(prompts) * num_samples
+        row_src = np.zeros(rows, np.int32)
+        row_src[:real] = np.repeat(np.arange(len(prompts)), num_samples)
+        max_new = np.zeros(rows, np.int32)
+        max_new[:real] = np.repeat(np.asarray(caps, np.int32), num_samples)
+        base = jax.random.PRNGKey(seed)
+        keys = [jax.random.fold_in(jax.random.fold_in(base, indices[r // num_samples]), r % num_samples)
+                for r in range(real)]
+        row_keys = jnp.stack(keys + [base] * (rows - real))
+        stop = sampling.stop_token_ids if sampling.stop_token_ids is not None else self.eos_token_ids
+        stop_ids = np.full(max(1, len(stop)), -1, np.int32)  # -1 never matches a sampled token
+        stop_ids[:len(stop)] = stop
+        use_filters = sampling.top_k > 0 or sampling.top_p < 1.0
+        full = lambda v, dt: np.full(rows, v, dt)  # noqa: E731
+        out_tok, out_lp, length, stopped, cache = self._fn(
+            self.params, self._cache_for(rows, t_prompt + num_new), tokens, mask, row_src, row_keys, max_new,
+            full(sampling.temperature, np.float32), full(sampling.top_p, np.float32),
+            full(sampling.top_k, np.int32), stop_ids, num_new=num_new, use_filters=use_filters)
+        self._cache = cache
+        out_tok, out_lp, length, stopped = jax.device_get((out_tok, out_lp, length, stopped))
+        result = []
+        for i, p in enumerate(prompts):
+            group = []
+            for j in range(num_samples):
+                r = i * num_samples + j
+                n = int(length[r])
+                group.append(self._finish(indices[i], j, p.size, out_tok[r, :n], out_lp[r, :n], bool(stopped[r]),
+                                          sampling))
+            result.append(group)
+        return result
+
+    def _finish(self, prompt_index: int, sample_index: int, prompt_len: int, tokens: np.ndarray,
+                logprobs: np.ndarray, stopped: bool, sampling: SamplingParams) -> Completion:
+        """Decode text and apply stop strings (host side: trims tokens, log-probs and text)."""
+        text = None
+        if self.tokenizer is not None:
+            body = tokens[:-1] if stopped else tokens
+            text = self.tokenizer.decode(body.tolist(), skip_special_tokens=True)
+            cut = _first_stop(text, sampling.stop_strings)
+            if cut is not None:  # a stop string ends the completion at the token that completes it
+                at, stop = cut
+                n = _tokens_until(self.tokenizer, tokens, stop)
+                tokens, logprobs, stopped = tokens[:n], logprobs[:n], True
+                text = text[:at + (len(stop) if sampling.include_stop_string else 0)]
+        return Completion(prompt_index, sample_index, np.asarray(tokens, np.int32), np.asarray(logprobs, np.float32),
+                          text, "stop" if stopped else "length", prompt_len, int(len(tokens)), self.policy_version)
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
+    """(index, stop string) of the earliest stop string in `text`, or None."""
+    found = [(text.find(s), s) for s in stops if s in text]
+    return min(found) if found else None
+
+
+def _tokens_until(tokenizer, tokens: np.ndarray, stop: str) -> int:
+    """Fewest leading tokens whose decoded text contains `stop` (binary search: containment is monotone)."""
+    lo, hi = 1, len(tokens)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if stop in tokenizer.decode(tokens[:mid].tolist(), skip_special_tokens=True):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
