@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from swerl_jax.data.curate.config import CurateConfig
 
 # The order the funnel reports; "duplicate" runs later (it needs every PR's content hash).
-FILTER_ORDER = ("bot", "empty", "too_large", "lock_only", "version_bump", "docs_only", "generated_or_binary_only")
+# docs_only precedes version_bump: a changelog edit that only mentions versions is a docs change.
+FILTER_ORDER = ("bot", "empty", "too_large", "lock_only", "docs_only", "version_bump", "generated_or_binary_only")
 
 BOT_MARKERS = ("[bot]", "dependabot", "renovate", "bump", "automerge")
 
@@ -122,10 +123,10 @@ def drop_reason(
         return "too_large"
     if all(is_lock_file(p) for p in paths):
         return "lock_only"
-    if is_version_bump(patch):
-        return "version_bump"
     if all(is_doc_file(p) for p in paths):
         return "docs_only"
+    if is_version_bump(patch):
+        return "version_bump"
     binary = set(binary_paths)
     if all(p in binary or is_generated_file(p) for p in paths):
         return "generated_or_binary_only"

@@ -39,6 +39,7 @@ def test_lock_version_docs_generated():
     assert reason(paths=["v.py"], patch=bump) == "version_bump"
     assert reason(paths=["setup.cfg"], patch="-version = 1.2\n+version = 1.3\n") == "version_bump"
     assert reason(paths=["docs/api.py", "README.rst", "CHANGES"], patch="+Some prose\n") == "docs_only"
+    assert reason(paths=["HISTORY.rst"], patch=bump) == "docs_only"  # docs first: a changelog is docs
     assert reason(paths=["a.png", "dist/app.min.js"], binary_paths=["a.png"]) == "generated_or_binary_only"
     # A code change mixed into each kind keeps the PR.
     assert reason(paths=["poetry.lock", "x.py"]) is None
