@@ -163,11 +163,13 @@ def train_tiny_run(workdir: str | os.PathLike, num_steps: int = 3, config: str =
     return pathlib.Path(workdir)
 
 
-def ensure_run(workdir: str = "", mode: str = "auto", num_steps: int = 3, seed: int = 0) -> tuple[pathlib.Path, str]:
-    """(workdir, how it was obtained) for a notebook.
+def ensure_run(workdir: str = "", mode: str = "auto", num_steps: int = 3, seed: int = 0,
+               root: str | os.PathLike | None = None) -> tuple[pathlib.Path, str]:
+    """(workdir, how it was obtained: "given" | "trained" | "simulated") for a notebook.
 
-    A non-empty `workdir` is used as is ("given"). Otherwise mode "train" runs tiny_cpu for `num_steps`
-    steps, "simulate" writes a simulated run, and "auto" trains when the trainer exists, else simulates.
+    A non-empty `workdir` is used as is. Otherwise a new folder under `root` (default: the system temp
+    folder) gets a run: mode "train" runs tiny_cpu for `num_steps` steps, "simulate" writes a simulated
+    run, and "auto" trains when the trainer exists, else simulates.
     """
     if workdir:
         path = pathlib.Path(workdir).expanduser()
@@ -176,7 +178,7 @@ def ensure_run(workdir: str = "", mode: str = "auto", num_steps: int = 3, seed: 
         return path, "given"
     if mode not in ("auto", "train", "simulate"):
         raise ValueError(f"mode={mode!r}: choose auto, train or simulate")
-    target = pathlib.Path(tempfile.mkdtemp(prefix="swerl_run_"))
+    target = pathlib.Path(tempfile.mkdtemp(prefix="swerl_run_", dir=root))
     if mode == "train" or (mode == "auto" and trainer_available()):
         return train_tiny_run(target, num_steps=num_steps), "trained"
     return simulate_run(target, num_steps=max(num_steps, 2), seed=seed), "simulated"
