@@ -1,0 +1,79 @@
+"""MetricsWriter: JSONL + TensorBoard + rollouts; resume safety (a resumed run's files equal an uninterrupted one)."""
+
+import io
+import json
+import struct
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from tensorboardX.proto import event_pb2
+
+from swerl_jax.metrics import MetricsWriter, flatten_metrics, read_metrics, rollout_path
+
+
+def _events(logdir):
+    """(tag, step, value) of every scalar in the TFRecord event files, in file order, honouring purge events
+    the way TensorBoard does (a SessionLog START at step s drops earlier-written events with step >= s)."""
+    out = []
+    for f in sorted(logdir.glob("events.*")):
+        data = f.read_bytes()
+        pos = 0
+        while pos < len(data):
+            (n,) = struct.unpack("<Q", data[pos:pos + 8])
+            ev = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+            pos += 12 + n + 4  # length, its crc, payload, payload crc
+            if ev.HasField("session_log") and ev.session_log.status == event_pb2.SessionLog.START:
+                out = [e for e in out if e[1] < ev.step]
+            for v in ev.summary.value:
+                out.append((v.tag, ev.step, round(v.simple_value, 6)))
+    return out
+
+
+def _run(workdir, steps, resume_step=None):
+    with MetricsWriter(workdir, total_steps=6, resume_step=resume_step, progress_file=io.StringIO()) as w:
+        for s in steps:
+            w.write(s, {"loss": jnp.float32(s * 0.5), "reward_mean": np.float64(s / 10),
+                        "format_error": {"no_solution": s / 100}})
+            w.write_rollouts(s, [{"prompt_id": f"p{s}", "completion": "x", "reward": 0.5, "advantage": -0.1,
+                                  "reward_info": {"similarity": np.float32(0.5)}}])
+
+
+def test_rows_flattening_rollouts_and_tensorboard(tmp_path):
+    _run(tmp_path, range(3))
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert rows[2] == {"step": 2, "loss": 1.0, "reward_mean": 0.2, "format_error/no_solution": 0.02}
+    roll = [json.loads(x) for x in rollout_path(tmp_path, 1).read_text().splitlines()]
+    assert roll == [{"prompt_id": "p1", "completion": "x", "reward": 0.5, "advantage": -0.1,
+                     "reward_info": {"similarity": 0.5}}]
+    assert rollout_path(tmp_path, 1).name == "step_000001.jsonl"
+    assert ("loss", 2, 1.0) in _events(tmp_path / "tensorboard")
+    with pytest.raises(TypeError, match="'a/b' is not a scalar"):
+        flatten_metrics({"a": {"b": np.zeros(3)}})
+    with MetricsWriter(tmp_path / "w", progress=False, tensorboard=False) as w:
+        with pytest.raises(ValueError, match="lacks"):
+            w.write_rollouts(0, [{"prompt_id": "p", "completion": "c", "reward": 1.0}])
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    _run(tmp_path / "ref", range(6))
+    # interrupted: steps 0..4 logged, checkpoint at step 2, then killed mid-line
+    _run(tmp_path / "cut", range(5))
+    with open(tmp_path / "cut" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "lo')
+    _run(tmp_path / "cut", range(3, 6), resume_step=2)
+    ref, cut = tmp_path / "ref", tmp_path / "cut"
+    assert (cut / "metrics.jsonl").read_text() == (ref / "metrics.jsonl").read_text()
+    assert sorted(p.name for p in (cut / "rollouts").iterdir()) == sorted(p.name for p in (ref / "rollouts").iterdir())
+    assert sorted(_events(cut / "tensorboard")) == sorted(_events(ref / "tensorboard"))
+    # a fresh start (no checkpoint restored) replaces what an aborted attempt left
+    _run(cut, range(2))
+    assert [r["step"] for r in read_metrics(cut / "metrics.jsonl")] == [0, 1]
+    assert sorted(p.name for p in (cut / "rollouts").iterdir()) == ["step_000000.jsonl", "step_000001.jsonl"]
+
+
+def test_non_main_process_writes_nothing(tmp_path):
+    with MetricsWriter(tmp_path / "w", is_main=False) as w:
+        assert w.write(0, {"loss": 1.0}) == {"step": 0, "loss": 1.0}
+        assert w.write_rollouts(0, [{"prompt_id": "p"}]) is None
+    assert not (tmp_path / "w").exists()
