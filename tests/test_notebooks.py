@@ -1,0 +1,66 @@
+"""Both analysis notebooks execute headless (nbclient) without a cell error and draw their figures."""
+
+import nbformat
+import pytest
+
+from notebooks.run_notebooks import NOTEBOOK_DIR, execute_notebook, inject_parameters, main, parse_parameter
+from swerl_jax.analysis.simulate import trainer_available
+
+
+def _images(nb):
+    return sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+
+
+def _text(nb):
+    parts = []
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            parts.append(o.get("text", ""))
+            parts.append(o.get("data", {}).get("text/markdown", ""))
+    return "\n".join(parts)
+
+
+def test_reward_notebook_on_real_data(shared_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the run made on the fly lands here
+    out = tmp_path / "reward_analysis.ipynb"
+    nb = execute_notebook(NOTEBOOK_DIR / "reward_analysis.ipynb", out,
+                          {"data_dir": str(shared_data), "run_mode": "simulate", "num_steps": 2,
+                           "edit_ks": [0, 1, 8], "edit_repeats": 1}, timeout_s=300)
+    assert out.exists() and _images(nbformat.read(out, as_version=4)) == _images(nb) >= 7
+    text = _text(nb)
+    assert "| GPT-4 predictions | 168 |" in text
+    assert "(simulated)" in text and "NOTE: simulated completions" in text
+
+
+def test_advantage_notebook_defaults(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    # The notebook's own defaults, except a simulated run (a real one is the slow test below).
+    nb = execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None, {"run_mode": "simulate"}, timeout_s=300)
+    assert _images(nb) >= 8
+    text = _text(nb)
+    assert "| grpo |" in text and "| drgrpo |" in text and "| loo |" in text
+    assert "max |logged advantage - recomputed GRPO advantage| = 0.00e+00" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not trainer_available(), reason="swerl_jax.train is not installed yet")
+def test_advantage_notebook_on_a_real_tiny_cpu_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    nb = execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None, {"run_mode": "train", "num_steps": 2},
+                          timeout_s=600)
+    assert "(trained)" in _text(nb) and _images(nb) >= 8
+
+
+def test_parameter_injection_and_cli_errors(tmp_path):
+    nb = nbformat.read(NOTEBOOK_DIR / "advantage_analysis.ipynb", as_version=4)
+    inject_parameters(nb, {"step": 2})
+    inject_parameters(nb, {"step": 3})  # re-injection replaces, never stacks
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and injected[0].source.endswith("step = 3")
+    assert "parameters" in nb.cells[nb.cells.index(injected[0]) - 1].metadata["tags"]
+    with pytest.raises(ValueError, match=r"unknown notebook parameter\(s\) \['stepp'\]"):
+        inject_parameters(nb, {"stepp": 1})
+    assert parse_parameter("edit_ks=[0, 2]") == ("edit_ks", [0, 2])
+    assert parse_parameter("workdir=/tmp/run") == ("workdir", "/tmp/run")
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path), "-p", "nope=1"])
