@@ -90,7 +90,7 @@ class FileDecision:
     path: str
     action: str  # kept | dropped | truncated
     reason: str
-    tokens: int  # tokens of the file block as shown (0 when dropped)
+    tokens: int  # tokens of the file block as shown (0 when dropped, -1 when the whole prompt fitted uncounted)
     lines: tuple[int, int] | None = None  # 1-based inclusive line range shown, when truncated
 
 
@@ -191,10 +191,11 @@ def build_prompt(record: dict, tokenizer, max_prompt_len: int, style: str = "swe
         return render(tokenizer, messages_for(problem, [(p, c) for p, c in shown.items()]))
 
     text, ids = attempt()
+    if len(ids) <= max_prompt_len:
+        # The common case: one tokenization; per-file counts are not needed (tokens=-1: not counted).
+        return Prompt(text, ids, True, tuple(FileDecision(p, "kept", "fits", -1) for p in shown), max_prompt_len)
     block_tokens = {p: _count(tokenizer, CODE_FILE.format(path=p, content=c)) for p, c in shown.items()}
     decisions: dict[str, FileDecision] = {p: FileDecision(p, "kept", "fits", block_tokens[p]) for p in shown}
-    if len(ids) <= max_prompt_len:
-        return Prompt(text, ids, True, tuple(decisions.values()), max_prompt_len)
 
     full_len = len(ids)
     # Step 1: drop relevant-but-unmodified files, largest first, until the estimate fits.

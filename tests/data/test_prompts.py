@@ -63,7 +63,8 @@ def test_budget_drops_relevant_files_largest_first(tok):
     assert full.fits and [d.action for d in full.decisions] == ["kept"] * 3
     modified = next(iter(synthetic_records(1, seed=7)[0]["code_context"]))
     assert full.shown_files == [modified, "pkg/small.py", "pkg/big.py"]  # modified first
-    big_tokens = {d.path: d.tokens for d in full.decisions}["pkg/big.py"]
+    big = r["code_context"]["pkg/big.py"]
+    big_tokens = len(tok(f"### pkg/big.py\n{big}", add_special_tokens=False)["input_ids"])
     p = build_prompt(r, tok, full.num_tokens - big_tokens + 5)
     actions = {d.path: d.action for d in p.decisions}
     assert p.fits and actions == {modified: "kept", "pkg/small.py": "kept", "pkg/big.py": "dropped"}
