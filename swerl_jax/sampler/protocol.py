@@ -1,0 +1,241 @@
+"""The trainer <-> sampler wire format: a JSON header plus raw little-endian arrays; no pickle.
+
+Frame:  b"SWRL" | header_len u32 BE | body_len u64 BE | mac 32 bytes | header (UTF-8 JSON) | body
+
+The header is `{"v": PROTOCOL_VERSION, "type": ..., <fields>, "arrays": [{"name", "dtype", "shape"}, ...]}` and
+the body is those arrays' bytes back to back (dtypes "<i4" and "<f4" only). `mac` is HMAC-SHA256(secret,
+header + body) when a shared secret is configured (all zeros otherwise); it is checked with
+`hmac.compare_digest`. Message types:
+
+  ping            -> pong {policy_version, pid, max_prompt_len, max_new_tokens, max_batch}
+  generate        {sampling, num_samples, seed, min_policy_version, wait_timeout_s}
+                  arrays prompt_tokens (all prompts concatenated), prompt_lengths
+                  -> result {policy_version, texts, finish_reasons, prompt_lengths}
+                     arrays tokens, logprobs (all completions concatenated, prompt-major), completion_lengths
+  any             -> error {code: bad_request|too_large|auth|timeout|internal, message}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import json
+import socket
+import struct
+
+import numpy as np
+
+from swerl_jax.sampler.engine import Completion, SamplingParams
+
+PROTOCOL_VERSION = 1
+MAGIC = b"SWRL"
+_PREFIX = struct.Struct(">4sIQ32s")
+MAX_HEADER_BYTES = 16 << 20
+MAX_BODY_BYTES = 1 << 30
+DTYPES = {"<i4": np.dtype("<i4"), "<f4": np.dtype("<f4")}
+ERROR_CODES = ("bad_request", "too_large", "auth", "timeout", "internal")
+
+
+class ProtocolError(ValueError):
+    """A malformed, oversized, unauthenticated or version-mismatched message."""
+
+
+class ConnectionClosed(ConnectionError):
+    """The peer closed the socket between messages."""
+
+
+@dataclasses.dataclass
+class Message:
+    """A decoded message: its type, JSON fields and named arrays."""
+
+    type: str
+    fields: dict
+    arrays: dict[str, np.ndarray]
+
+
+def _mac(secret: bytes | None, header: bytes, body: bytes) -> bytes:
+    if not secret:
+        return bytes(32)
+    return hmac.new(secret, header + body, hashlib.sha256).digest()
+
+
+def encode(msg_type: str, fields: dict | None = None, arrays: dict[str, np.ndarray] | None = None,
+           secret: bytes | None = None) -> bytes:
+    """One framed message."""
+    specs, chunks = [], []
+    for name, arr in (arrays or {}).items():
+        arr = np.asarray(arr)
+        dt = {"i": "<i4", "u": "<i4", "b": "<i4", "f": "<f4"}.get(arr.dtype.kind)
+        if dt is None:
+            raise ProtocolError(f"array {name!r} has unsupported dtype {arr.dtype}")
+        arr = np.ascontiguousarray(arr, DTYPES[dt])
+        specs.append({"name": name, "dtype": dt, "shape": list(arr.shape)})
+        chunks.append(arr.tobytes())
+    header = json.dumps({"v": PROTOCOL_VERSION, "type": msg_type, **(fields or {}), "arrays": specs}).encode()
+    body = b"".join(chunks)
+    return _PREFIX.pack(MAGIC, len(header), len(body), _mac(secret, header, body)) + header + body
+
+
+def _recv_exact(sock: socket.socket, n: int, at_start: bool = False) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            if at_start and not buf:
+                raise ConnectionClosed("peer closed the connection")
+            raise ProtocolError(f"connection closed mid-message ({len(buf)} of {n} bytes)")
+        buf += chunk
+    return bytes(buf)
+
+
+def decode(prefix: bytes, header: bytes, body: bytes, secret: bytes | None) -> Message:
+    """Check the MAC, version and array specs, and build the Message."""
+    _, _, _, mac = _PREFIX.unpack(prefix)
+    if secret and not hmac.compare_digest(mac, _mac(secret, header, body)):
+        raise ProtocolError("authentication failed: the message MAC does not match the shared secret")
+    try:
+        fields = json.loads(header)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ProtocolError(f"header is not valid JSON: {e}") from e
+    if not isinstance(fields, dict):
+        raise ProtocolError("header must be a JSON object")
+    if fields.get("v") != PROTOCOL_VERSION:
+        raise ProtocolError(f"protocol version {fields.get('v')!r} is not {PROTOCOL_VERSION}")
+    msg_type = fields.pop("type", None)
+    if not isinstance(msg_type, str):
+        raise ProtocolError("header field 'type' is missing or not a string")
+    specs = fields.pop("arrays", [])
+    fields.pop("v")
+    arrays, offset = {}, 0
+    for spec in specs if isinstance(specs, list) else [None]:
+        if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES or not isinstance(spec.get("name"), str) \
+                or not isinstance(spec.get("shape"), list) \
+                or not all(isinstance(d, int) and d >= 0 for d in spec["shape"]):
+            raise ProtocolError(f"bad array spec {spec!r}: need name, dtype in {sorted(DTYPES)}, shape")
+        dt = DTYPES[spec["dtype"]]
+        nbytes = int(np.prod(spec["shape"], dtype=np.int64)) * dt.itemsize
+        if offset + nbytes > len(body):
+            raise ProtocolError(f"array {spec['name']!r} runs past the end of the body")
+        arrays[spec["name"]] = np.frombuffer(body, dt, nbytes // dt.itemsize, offset).reshape(spec["shape"])
+        offset += nbytes
+    if offset != len(body):
+        raise ProtocolError(f"body has {len(body) - offset} bytes not described by the array specs")
+    return Message(msg_type, fields, arrays)
+
+
+def send(sock: socket.socket, msg_type: str, fields: dict | None = None, arrays: dict | None = None,
+         secret: bytes | None = None) -> None:
+    """Encode and send one message."""
+    sock.sendall(encode(msg_type, fields, arrays, secret))
+
+
+def recv(sock: socket.socket, secret: bytes | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> Message:
+    """Receive one message; raises ConnectionClosed at a clean end of stream, ProtocolError on bad input."""
+    prefix = _recv_exact(sock, _PREFIX.size, at_start=True)
+    magic, header_len, body_len, _ = _PREFIX.unpack(prefix)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic {magic!r}: not a swerl_jax sampler message")
+    if header_len > MAX_HEADER_BYTES or body_len > max_body_bytes:
+        raise ProtocolError(f"message too large (header {header_len} B, body {body_len} B; limits "
+                            f"{MAX_HEADER_BYTES} B, {max_body_bytes} B)")
+    header = _recv_exact(sock, header_len)
+    return decode(prefix, header, _recv_exact(sock, body_len), secret)
+
+
+# --- generate requests and results ---------------------------------------------------------------------------
+
+_SAMPLING_FIELDS = {"temperature": float, "top_p": float, "top_k": int, "max_new_tokens": int}
+
+
+def generate_request(prompts: list, sampling: SamplingParams, num_samples: int = 1, seed: int = 0,
+                     min_policy_version: int = 0, wait_timeout_s: float = 60.0) -> tuple[dict, dict]:
+    """(fields, arrays) of a generate message."""
+    flat = [np.asarray(p, np.int32).reshape(-1) for p in prompts]
+    s = dataclasses.asdict(sampling)
+    s["stop_strings"] = list(s["stop_strings"])
+    s["stop_token_ids"] = None if s["stop_token_ids"] is None else list(s["stop_token_ids"])
+    fields = {"sampling": s, "num_samples": num_samples, "seed": seed, "min_policy_version": min_policy_version,
+              "wait_timeout_s": wait_timeout_s}
+    arrays = {"prompt_tokens": np.concatenate(flat) if flat else np.zeros(0, np.int32),
+              "prompt_lengths": np.asarray([p.size for p in flat], np.int32)}
+    return fields, arrays
+
+
+def _field(fields: dict, name: str, kind: type, where: str):
+    value = fields.get(name)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise ProtocolError(f"{where}.{name} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+@dataclasses.dataclass
+class GenerateRequest:
+    """A validated generate message."""
+
+    prompts: list[np.ndarray]
+    sampling: SamplingParams
+    num_samples: int
+    seed: int
+    min_policy_version: int
+    wait_timeout_s: float
+
+
+def parse_generate(msg: Message) -> GenerateRequest:
+    """Validate a generate message; errors name the offending field."""
+    f = msg.fields
+    s = f.get("sampling")
+    if not isinstance(s, dict):
+        raise ProtocolError("generate.sampling must be an object")
+    kw = {k: _field(s, k, t, "sampling") for k, t in _SAMPLING_FIELDS.items()}
+    stops = s.get("stop_strings", [])
+    if not isinstance(stops, list) or not all(isinstance(x, str) for x in stops):
+        raise ProtocolError("sampling.stop_strings must be a list of strings")
+    ids = s.get("stop_token_ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(x, int) for x in ids)):
+        raise ProtocolError("sampling.stop_token_ids must be null or a list of ints")
+    try:
+        sampling = SamplingParams(**kw, stop_strings=tuple(stops), stop_token_ids=None if ids is None else tuple(ids),
+                                  include_stop_string=bool(s.get("include_stop_string", False))).validate()
+    except ValueError as e:
+        raise ProtocolError(str(e)) from e
+    tokens, lengths = msg.arrays.get("prompt_tokens"), msg.arrays.get("prompt_lengths")
+    if tokens is None or lengths is None or tokens.dtype != np.int32 or lengths.ndim != 1 or tokens.ndim != 1:
+        raise ProtocolError("generate needs int32 1-D arrays prompt_tokens and prompt_lengths")
+    if lengths.size == 0 or (lengths < 1).any() or int(lengths.sum()) != tokens.size:
+        raise ProtocolError(f"prompt_lengths (sum {int(lengths.sum())}) must be >= 1 each and add up to "
+                            f"prompt_tokens ({tokens.size})")
+    prompts = np.split(tokens, np.cumsum(lengths)[:-1])
+    num_samples = _field(f, "num_samples", int, "generate")
+    if num_samples < 1:
+        raise ProtocolError(f"generate.num_samples must be >= 1, got {num_samples}")
+    return GenerateRequest(prompts, sampling, num_samples, _field(f, "seed", int, "generate"),
+                           _field(f, "min_policy_version", int, "generate"),
+                           _field(f, "wait_timeout_s", float, "generate"))
+
+
+def result_message(groups: list[list[Completion]], policy_version: int) -> tuple[dict, dict]:
+    """(fields, arrays) of a result message for completions grouped per prompt."""
+    flat = [c for g in groups for c in g]
+    fields = {"policy_version": policy_version, "num_samples": len(groups[0]) if groups else 0,
+              "texts": [c.text for c in flat], "finish_reasons": [c.finish_reason for c in flat],
+              "prompt_lengths": [c.prompt_length for c in flat]}
+    arrays = {"tokens": np.concatenate([c.tokens for c in flat]) if flat else np.zeros(0, np.int32),
+              "logprobs": np.concatenate([c.logprobs for c in flat]) if flat else np.zeros(0, np.float32),
+              "completion_lengths": np.asarray([c.completion_length for c in flat], np.int32)}
+    return fields, arrays
+
+
+def parse_result(msg: Message) -> list[list[Completion]]:
+    """Completions grouped per prompt from a result message (the inverse of `result_message`)."""
+    f, a = msg.fields, msg.arrays
+    lengths = a["completion_lengths"]
+    n = int(f["num_samples"])
+    tokens = np.split(a["tokens"], np.cumsum(lengths)[:-1]) if lengths.size else []
+    logprobs = np.split(a["logprobs"], np.cumsum(lengths)[:-1]) if lengths.size else []
+    flat = [Completion(i // n, i % n, tokens[i], logprobs[i], f["texts"][i], f["finish_reasons"][i],
+                       int(f["prompt_lengths"][i]), int(lengths[i]), int(f["policy_version"]))
+            for i in range(lengths.size)]
+    return [flat[i:i + n] for i in range(0, len(flat), n)]

@@ -1,0 +1,201 @@
+"""The sampler process: `python -m swerl_jax.sampler.server --config=experiments/NAME.py [--port=0]`.
+
+It serves one client connection at a time (the trainer) over TCP with the `protocol` message format. Between
+requests it loads the newest published policy version from `sampler.weights_dir`; a request with
+`min_policy_version` above the loaded one waits for it (up to the request's `wait_timeout_s`). It binds
+127.0.0.1 by default; binding any other address requires a shared secret (env var named by --secret_env), and
+every message is then authenticated with HMAC-SHA256.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import socket
+import sys
+
+import jax
+import ml_collections
+
+from swerl_jax.model.config import get_model_config
+from swerl_jax.model.llama import init_params
+from swerl_jax.sampler import protocol
+from swerl_jax.sampler.engine import RequestTooLarge, SamplingEngine
+from swerl_jax.sampler.weights import WeightWatcher, latest_version, load
+
+log = logging.getLogger("swerl_jax.sampler")
+SECRET_ENV = "SWERL_SAMPLER_SECRET"
+
+
+def is_loopback(host: str) -> bool:
+    """True when `host` (a name or an address) resolves only to loopback addresses."""
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def load_policy(config: ml_collections.ConfigDict) -> tuple[object, dict]:
+    """(LlamaConfig, params) from `model.hf_dir` (via swerl_jax.model.convert) or a seeded random init."""
+    m = config.model
+    overrides = {"param_dtype": m.param_dtype, "dtype": m.dtype}
+    if m.hf_dir:
+        from swerl_jax.model.convert import load_hf  # only needed with pretrained weights
+        hf_dir = m.hf_dir
+        if hf_dir == "smollm2":
+            from swerl_jax.model.smollm2 import smollm2_hf_dir
+            hf_dir = str(smollm2_hf_dir())
+        model_config, params = load_hf(hf_dir, param_dtype=m.param_dtype)
+        return model_config.replace(**overrides), params
+    model_config = get_model_config(m.name, **overrides)
+    return model_config, init_params(model_config, jax.random.PRNGKey(config.seed))
+
+
+def load_tokenizer_for(config: ml_collections.ConfigDict):
+    """The tokenizer named by model.tokenizer / model.hf_dir (SmolLM2's when both are empty)."""
+    from swerl_jax.model.tokenizer import load_tokenizer
+    name = config.model.tokenizer or config.model.hf_dir
+    if name and name != "smollm2":
+        return load_tokenizer(name)
+    return load_tokenizer("")
+
+
+def build_engine(config: ml_collections.ConfigDict, with_tokenizer: bool = True) -> SamplingEngine:
+    """The engine for an experiment config (model, sampler.* limits, data.max_prompt_len)."""
+    model_config, params = load_policy(config)
+    tokenizer = load_tokenizer_for(config) if with_tokenizer else None
+    return SamplingEngine(model_config, params, tokenizer=tokenizer, max_batch=config.sampler.max_batch,
+                          max_prompt_len=config.data.max_prompt_len, max_new_tokens=config.sampler.max_new_tokens)
+
+
+class SamplerServer:
+    """Accepts connections and answers ping / generate / shutdown messages."""
+
+    def __init__(self, engine: SamplingEngine, host: str = "127.0.0.1", port: int = 0, secret: bytes | None = None,
+                 weights_dir: str = "") -> None:
+        if not is_loopback(host) and not secret:
+            raise ValueError(f"sampler.host={host!r} is not a loopback address: set a shared secret in "
+                             f"${SECRET_ENV} (or the env var given by --secret_env) to expose the sampler")
+        self.engine = engine
+        self.secret = secret or None
+        self.watcher = WeightWatcher(weights_dir, like=engine.params) if weights_dir else None
+        self.sock = socket.create_server((host, port))
+        self.address = self.sock.getsockname()[:2]
+        self._running = True
+
+    def refresh_weights(self) -> None:
+        """Load the newest published policy version, if newer than the engine's."""
+        if self.watcher is not None and (got := self.watcher.poll()) is not None:
+            self.engine.update_params(got[1], got[0])
+            log.info("policy version %d ready (%.3fs after publish)", got[0], self.watcher.last_ready_latency_s)
+
+    def serve_forever(self) -> None:
+        """Serve until a shutdown message arrives."""
+        while self._running:
+            conn, peer = self.sock.accept()
+            with conn:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._serve_connection(conn)
+        self.sock.close()
+
+    def _serve_connection(self, conn: socket.socket) -> None:
+        while self._running:
+            try:
+                msg = protocol.recv(conn, self.secret)
+            except protocol.ConnectionClosed:
+                return
+            except protocol.ProtocolError as e:
+                code = "auth" if "authentication" in str(e) else "bad_request"
+                protocol.send(conn, "error", {"code": code, "message": str(e)}, secret=self.secret)
+                return  # the stream position is unknown after a bad frame: drop the connection
+            except OSError:
+                return
+            msg_type, fields, arrays = self.handle(msg)
+            try:
+                protocol.send(conn, msg_type, fields, arrays, secret=self.secret)
+            except OSError:
+                return
+
+    def handle(self, msg: protocol.Message) -> tuple[str, dict, dict]:
+        """Answer one message: (type, fields, arrays)."""
+        try:
+            if msg.type == "ping":
+                self.refresh_weights()
+                e = self.engine
+                return "pong", {"policy_version": e.policy_version, "pid": os.getpid(),
+                                "max_prompt_len": e.max_prompt_len, "max_new_tokens": e.max_new_tokens,
+                                "max_batch": e.max_batch}, {}
+            if msg.type == "shutdown":
+                self._running = False
+                return "bye", {}, {}
+            if msg.type != "generate":
+                raise protocol.ProtocolError(f"unknown message type {msg.type!r} (ping, generate, shutdown)")
+            req = protocol.parse_generate(msg)
+            self.refresh_weights()
+            if req.min_policy_version > self.engine.policy_version:
+                if self.watcher is None:
+                    raise TimeoutError(f"min_policy_version={req.min_policy_version} but the sampler has version "
+                                       f"{self.engine.policy_version} and no sampler.weights_dir")
+                got = self.watcher.wait_for(req.min_policy_version, req.wait_timeout_s)
+                if got is not None:
+                    self.engine.update_params(got[1], got[0])
+            groups = self.engine.generate(req.prompts, req.sampling, req.num_samples, req.seed)
+            fields, arrays = protocol.result_message(groups, self.engine.policy_version)
+            return "result", fields, arrays
+        except RequestTooLarge as e:
+            return "error", {"code": "too_large", "message": str(e)}, {}
+        except (protocol.ProtocolError, ValueError) as e:
+            return "error", {"code": "bad_request", "message": str(e)}, {}
+        except TimeoutError as e:
+            return "error", {"code": "timeout", "message": str(e)}, {}
+        except Exception as e:  # noqa: BLE001 - the trainer gets the reason instead of a dead socket
+            log.exception("request failed")
+            return "error", {"code": "internal", "message": f"{type(e).__name__}: {e}"}, {}
+
+
+def main(argv: list[str]) -> None:
+    """absl entry point."""
+    from absl import flags
+    del argv
+    f = flags.FLAGS
+    config = f.config
+    host = f.host or config.sampler.host
+    port = f.port if f.port >= 0 else config.sampler.port
+    secret = os.environ.get(f.secret_env, "").encode() or None
+    weights_dir = f.weights_dir or config.sampler.weights_dir
+    engine = build_engine(config, with_tokenizer=f.tokenizer)
+    if weights_dir and (v := latest_version(weights_dir)) is not None:
+        engine.update_params(load(weights_dir, v, like=engine.params), v)
+    server = SamplerServer(engine, host, port, secret, weights_dir)
+    if server.watcher is not None and engine.policy_version:
+        server.watcher.version = engine.policy_version
+    if f.port_file:
+        tmp = f"{f.port_file}.tmp{os.getpid()}"
+        with open(tmp, "w") as fh:
+            json.dump({"host": server.address[0], "port": server.address[1], "pid": os.getpid()}, fh)
+        os.replace(tmp, f.port_file)  # the client polls for this file: never let it see half of it
+    print(f"sampler listening on {server.address[0]}:{server.address[1]} (pid {os.getpid()})", flush=True)
+    server.serve_forever()
+
+
+def _define_flags() -> None:
+    from absl import flags
+    from ml_collections import config_flags
+    config_flags.DEFINE_config_file("config", None, "experiment config file (experiments/NAME.py[:arg])")
+    flags.DEFINE_string("host", "", "bind address (default: sampler.host)")
+    flags.DEFINE_integer("port", -1, "TCP port, 0 = any free one (default: sampler.port)")
+    flags.DEFINE_string("port_file", "", "write {host, port, pid} JSON here once listening")
+    flags.DEFINE_string("secret_env", SECRET_ENV, "env var holding the shared secret")
+    flags.DEFINE_string("weights_dir", "", "published policy versions (default: sampler.weights_dir)")
+    flags.DEFINE_bool("tokenizer", True, "load the tokenizer (texts and stop strings)")
+    flags.mark_flag_as_required("config")
+
+
+if __name__ == "__main__":
+    from absl import app
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    _define_flags()
+    app.run(main)

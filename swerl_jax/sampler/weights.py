@@ -1,0 +1,138 @@
+"""Versioned policy weights shared by the trainer (publisher) and the sampler (reader).
+
+Layout of a weights directory (local disk, NFS or a gs:// path; Orbax/tensorstore does the I/O):
+
+    <dir>/v_<n>/     params of policy version n (an Orbax checkpoint, finalised atomically by Orbax)
+    <dir>/LATEST     {"version": n, "path": "v_<n>", "published_at": unix time}, written last
+
+A reader trusts only LATEST, so it never sees a half-written version; the marker itself is written to a
+temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
+
+LATEST = "LATEST"
+
+
+def version_path(directory: str | epath.PathLike, version: int) -> epath.Path:
+    """Where version `version` lives."""
+    return epath.Path(directory) / f"v_{version}"
+
+
+def publish(directory: str | epath.PathLike, params: dict, version: int, keep_last: int = 0) -> epath.Path:
+    """Write `params` as policy `version`, then point LATEST at it; older versions beyond `keep_last` are deleted.
+
+    Versions must increase: publishing a version <= the current LATEST raises ValueError.
+    """
+    root = epath.Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    current = latest_version(root)
+    if current is not None and version <= current:
+        raise ValueError(f"policy version {version} is not newer than the published version {current} in {root}")
+    path = version_path(root, version)
+    if path.exists():
+        path.rmtree()  # a leftover from a crashed publisher that never reached LATEST
+    ckptr = ocp.StandardCheckpointer()
+    ckptr.save(path, params)
+    ckptr.wait_until_finished()
+    ckptr.close()
+    tmp = root / f"{LATEST}.tmp"
+    tmp.write_text(json.dumps({"version": version, "path": path.name, "published_at": time.time()}))
+    tmp.replace(root / LATEST)  # atomic on POSIX; readers see the old or the new marker
+    if keep_last > 0:
+        for old in root.glob("v_*"):
+            n = _version_of(old)
+            if n is not None and n <= version - keep_last:
+                old.rmtree()
+    return path
+
+
+def _version_of(path: epath.Path) -> int | None:
+    try:
+        return int(path.name[2:])
+    except ValueError:
+        return None
+
+
+def read_marker(directory: str | epath.PathLike) -> dict | None:
+    """The LATEST marker as a dict, or None when nothing is published yet."""
+    marker = epath.Path(directory) / LATEST
+    if not marker.exists():
+        return None
+    try:
+        data = json.loads(marker.read_text())
+        return {"version": int(data["version"]), "path": str(data["path"]),
+                "published_at": float(data.get("published_at", 0.0))}
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"corrupt policy marker {marker}: {e}") from e
+
+
+def latest_version(directory: str | epath.PathLike) -> int | None:
+    """The newest published version, or None."""
+    marker = read_marker(directory)
+    return None if marker is None else marker["version"]
+
+
+def load(directory: str | epath.PathLike, version: int, like: dict | None = None) -> dict:
+    """Restore version `version`; `like` (a params tree) fixes dtypes/shapes/shardings and is checked against."""
+    path = version_path(directory, version)
+    if not path.exists():
+        raise FileNotFoundError(f"policy version {version} is not in {directory} (no {path})")
+    target = None if like is None else jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    ckptr = ocp.StandardCheckpointer()
+    try:
+        return ckptr.restore(path, target)
+    finally:
+        ckptr.close()
+
+
+class WeightWatcher:
+    """Reader side: remembers the loaded version and picks up newer ones when asked (between requests)."""
+
+    def __init__(self, directory: str | epath.PathLike, like: dict | None = None, poll_s: float = 0.05) -> None:
+        self.directory = epath.Path(directory)
+        self.like = like
+        self.poll_s = poll_s
+        self.version: int | None = None
+        self.last_ready_latency_s: float | None = None  # publish (marker time) -> params in memory
+
+    def poll(self) -> tuple[int, dict] | None:
+        """(version, params) when a version newer than the loaded one is published, else None."""
+        marker = read_marker(self.directory)
+        if marker is None or (self.version is not None and marker["version"] <= self.version):
+            return None
+        params = load(self.directory, marker["version"], self.like)
+        params = jax.block_until_ready(params)
+        self.version = marker["version"]
+        self.last_ready_latency_s = max(0.0, time.time() - marker["published_at"])
+        return self.version, params
+
+    def wait_for(self, min_version: int, timeout_s: float) -> tuple[int, dict] | None:
+        """Poll until a version >= `min_version` is loaded; returns the newest newly loaded (version, params).
+
+        Returns None when the loaded version already satisfies it; raises TimeoutError after `timeout_s`.
+        """
+        deadline = time.monotonic() + timeout_s
+        found = None
+        while True:
+            got = self.poll()
+            found = got or found
+            if self.version is not None and self.version >= min_version:
+                return found
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"policy version {min_version} was not published in {self.directory} within "
+                                   f"{timeout_s:.1f}s (newest: {self.version})")
+            time.sleep(self.poll_s)
+
+
+def tree_nbytes(params: dict) -> int:
+    """Total bytes of a params tree (for latency reports)."""
+    return int(sum(np.asarray(x).nbytes if not hasattr(x, "nbytes") else x.nbytes for x in jax.tree.leaves(params)))
