@@ -39,8 +39,14 @@ class Run:
         """The steps that have rollouts, ascending."""
         return sorted({r["step"] for r in self.rollouts})
 
-    def metric(self, key: str) -> tuple[list[int], list[float]]:
-        """(steps, values) of one metric over the steps that logged it (missing or null values are skipped)."""
+    def metric(self, key: str, *aliases: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of one metric over the steps that logged it (missing, null or NaN values skipped).
+
+        `aliases` are other names of the same metric (e.g. "reward_mean" for "reward/mean"); the first
+        name any row logs is used.
+        """
+        names = (key, *aliases)
+        key = next((k for k in names if any(k in row for row in self.metrics)), key)
         xs, ys = [], []
         for row in self.metrics:
             value = row.get(key)
@@ -56,20 +62,24 @@ class Run:
 
 def _read_jsonl(path: pathlib.Path, required: tuple[str, ...]) -> list[dict]:
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
+    lines = path.read_text(encoding="utf-8").split("\n")
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if lineno == len(lines):
+                # A torn last line (no newline yet: the trainer crashed mid-write) is not data; the
+                # metrics writer drops it on resume too.
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RunFormatError(f"{path}:{lineno}: not valid JSON ({e})") from e
-            if not isinstance(row, dict):
-                raise RunFormatError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            missing = [k for k in required if k not in row or row[k] is None]
-            if missing:
-                raise RunFormatError(f"{path}:{lineno}: missing required key(s) {missing}")
-            rows.append(row)
+            raise RunFormatError(f"{path}:{lineno}: not valid JSON ({e})") from e
+        if not isinstance(row, dict):
+            raise RunFormatError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        missing = [k for k in required if k not in row or row[k] is None]
+        if missing:
+            raise RunFormatError(f"{path}:{lineno}: missing required key(s) {missing}")
+        rows.append(row)
     return rows
 
 

@@ -32,9 +32,19 @@ def test_roundtrip_sorted_and_optional_keys_filled(tmp_path):
     assert rollouts_path(tmp_path, 12).name == "step_000012.jsonl"
 
 
-def test_metric_skips_nan(tmp_path):
-    write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "kl": math.nan}, {"step": 2, "kl": 0.1}])
-    assert load_run(tmp_path).metric("kl") == ([2], [0.1])
+def test_metric_skips_nan_and_takes_aliases(tmp_path):
+    write_jsonl(tmp_path / "metrics.jsonl", [{"step": 1, "kl": math.nan, "reward_mean": 0.5},
+                                             {"step": 2, "kl": 0.1, "reward_mean": 0.7}])
+    run = load_run(tmp_path)
+    assert run.metric("kl") == ([2], [0.1])
+    assert run.metric("reward/mean", "reward_mean") == ([1, 2], [0.5, 0.7])
+    assert run.metric("reward/mean") == ([], [])
+
+
+def test_torn_last_line_is_skipped(tmp_path):
+    # The trainer crashed while writing step 3: that line is incomplete and has no newline.
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "rew')
+    assert [m["step"] for m in load_metrics(tmp_path)] == [1, 2]
 
 
 def test_missing_required_key_names_file_line_and_key(tmp_path):
