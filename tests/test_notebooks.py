@@ -36,7 +36,7 @@ def test_advantage_notebook_defaults(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     # The notebook's own defaults, except a simulated run (a real one is the slow test below).
     nb = execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None, {"run_mode": "simulate"}, timeout_s=300)
-    assert _images(nb) >= 8
+    assert _images(nb) >= 6
     text = _text(nb)
     assert "| grpo |" in text and "| drgrpo |" in text and "| loo |" in text
     assert "max |logged advantage - recomputed GRPO advantage| = 0.00e+00" in text
@@ -48,7 +48,7 @@ def test_advantage_notebook_on_a_real_tiny_cpu_run(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     nb = execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None, {"run_mode": "train", "num_steps": 2},
                           timeout_s=600)
-    assert "(trained)" in _text(nb) and _images(nb) >= 8
+    assert "(trained)" in _text(nb) and _images(nb) >= 6
 
 
 def test_parameter_injection_and_cli_errors(tmp_path):

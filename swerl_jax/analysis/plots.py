@@ -94,3 +94,17 @@ def estimators_side_by_side(rewards: np.ndarray, table: dict[str, np.ndarray], t
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def scatter_panels(panels: dict[str, tuple[Sequence[float], Sequence[float]]], title: str, xlabel: str,
+                   ylabel: str) -> Figure:
+    """One scatter panel per named (x, y) series, side by side, sharing the x axis label."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False)
+    for ax, (name, (x, y)) in zip(axes[0], panels.items(), strict=True):
+        ax.scatter(x, y, s=12, alpha=0.6)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set(title=name, xlabel=xlabel, ylabel=ylabel)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -50,3 +50,10 @@ def test_group_spread_and_estimators():
     fig = plots.estimators_side_by_side(np.nan_to_num(rewards), table, title="side by side")
     assert [ax.get_title() for ax in fig.axes] == ["grpo", "loo"]
     assert all(_labelled(ax) for ax in fig.axes)
+
+
+def test_scatter_panels():
+    fig = plots.scatter_panels({"grpo": ([1, 2], [0.5, -0.5]), "loo": ([1, 2], [0.1, -0.1])}, title="t",
+                               xlabel="length", ylabel="advantage")
+    assert [ax.get_title() for ax in fig.axes] == ["grpo", "loo"] and all(_labelled(ax) for ax in fig.axes)
+    np.testing.assert_allclose(fig.axes[1].collections[0].get_offsets(), [[1, 0.1], [2, -0.1]])
