@@ -1,0 +1,190 @@
+"""The trainer's handle on the sampler process: start or connect, send requests, notice death, restart.
+
+    client = SamplerClient(config_path="experiments/tiny_cpu.py", overrides=["--config.sampler.max_batch=16"])
+    groups = client.generate(prompts, SamplingParams(temperature=1.0), num_samples=16, min_policy_version=v)
+    client.close()
+
+A request that times out (`timeout_s`) or hits a dead connection is retried once on a restarted server when
+the client started the server itself and `max_restarts` allows; otherwise it fails with a `SamplerError`
+naming the address, the cause and the end of the server's log. Errors the server answers with (a prompt too
+long for the cache, a bad field) raise `SamplerRequestError` and are never retried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+
+from swerl_jax.sampler import protocol
+from swerl_jax.sampler.engine import Completion, SamplingParams
+from swerl_jax.sampler.server import SECRET_ENV
+
+
+class SamplerError(RuntimeError):
+    """The sampler process is dead, hung or unreachable."""
+
+
+class SamplerRequestError(RuntimeError):
+    """The sampler answered with an error message (code in `self.code`: too_large, bad_request, ...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"sampler error [{code}]: {message}")
+        self.code = code
+
+
+class SamplerClient:
+    """Starts (or connects to) a sampler server and talks to it."""
+
+    def __init__(self, address: tuple[str, int] | None = None, *, config_path: str = "",
+                 overrides: Sequence[str] = (), secret: bytes | None = None, timeout_s: float = 600.0,
+                 start_timeout_s: float = 300.0, max_restarts: int = 1, weights_dir: str = "",
+                 log_dir: str = "") -> None:
+        """Args:
+          address: (host, port) of a running server; None starts one with `config_path` + `overrides`.
+          secret: shared secret for HMAC (also handed to a started server through its environment).
+          timeout_s: per-request limit; past it the server counts as hung.
+          start_timeout_s: how long a started server may take to answer its first ping (loading, compiling).
+          max_restarts: how many times a started server is restarted after dying or hanging (0: fail at once).
+          weights_dir: passed to a started server as --weights_dir.
+          log_dir: where a started server's stdout/stderr go (default: a temporary folder).
+        """
+        if address is None and not config_path:
+            raise ValueError("SamplerClient needs an address or a config_path to start a server with")
+        self.secret = secret
+        self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
+        self.max_restarts, self.restarts = max_restarts, 0
+        self._cmd_args = [f"--config={config_path}", *overrides] + ([f"--weights_dir={weights_dir}"]
+                                                                    if weights_dir else [])
+        self._log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="swerl_sampler_"))
+        self.proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self.address = address
+        if address is None:
+            self._start()
+        else:
+            self.ping()
+
+    # --- process management ---------------------------------------------------------------------------------
+
+    @property
+    def log_path(self) -> pathlib.Path:
+        """The started server's combined stdout/stderr."""
+        return self._log_dir / "sampler.log"
+
+    def _log_tail(self, n: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return "(no log)"
+
+    def _start(self) -> None:
+        port_file = self._log_dir / "port.json"
+        port_file.unlink(missing_ok=True)
+        env = dict(os.environ)
+        if self.secret:
+            env[SECRET_ENV] = self.secret.decode()
+        cmd = [sys.executable, "-m", "swerl_jax.sampler.server", *self._cmd_args, "--port=0",
+               f"--port_file={port_file}"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + self.start_timeout_s
+        while not port_file.exists():
+            if self.proc.poll() is not None:
+                raise SamplerError(f"sampler process exited with code {self.proc.returncode} while starting "
+                                   f"({' '.join(cmd)}); log tail:\n{self._log_tail()}")
+            if time.monotonic() > deadline:
+                self._kill()
+                raise SamplerError(f"sampler did not start listening within {self.start_timeout_s:.0f}s; "
+                                   f"log tail:\n{self._log_tail()}")
+            time.sleep(0.05)
+        info = json.loads(port_file.read_text())
+        self.address = (info["host"], int(info["port"]))
+        self.ping(timeout_s=max(1.0, deadline - time.monotonic()))
+
+    def _kill(self) -> None:
+        self._disconnect()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()  # it may be hung: no graceful path
+            self.proc.wait(timeout=30)
+
+    def _disconnect(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def restart(self) -> None:
+        """Kill the started server (if alive) and start a fresh one."""
+        if self.proc is None:
+            raise SamplerError(f"cannot restart the sampler at {self.address}: this client did not start it")
+        self._kill()
+        self.restarts += 1
+        self._start()
+
+    def close(self) -> None:
+        """Stop a started server (shutdown message, then kill) and close the connection."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self._call("shutdown", {}, {}, timeout_s=5.0)
+                self.proc.wait(timeout=10)
+            except (OSError, protocol.ProtocolError, subprocess.TimeoutExpired, SamplerError):
+                pass
+        self._kill()
+
+    def __enter__(self) -> SamplerClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- requests -------------------------------------------------------------------------------------------
+
+    def _call(self, msg_type: str, fields: dict, arrays: dict, timeout_s: float) -> protocol.Message:
+        """One request/response on the persistent connection; raises OSError/ProtocolError on transport failure."""
+        if self._sock is None:
+            self._sock = socket.create_connection(self.address, timeout=timeout_s)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock.settimeout(timeout_s)
+        try:
+            protocol.send(self._sock, msg_type, fields, arrays, secret=self.secret)
+            reply = protocol.recv(self._sock, self.secret)
+        except BaseException:
+            self._disconnect()  # the stream is out of step after any failure mid-request
+            raise
+        if reply.type == "error":
+            raise SamplerRequestError(str(reply.fields.get("code")), str(reply.fields.get("message")))
+        return reply
+
+    def _request(self, msg_type: str, fields: dict, arrays: dict, timeout_s: float | None = None) -> protocol.Message:
+        timeout_s = timeout_s or self.timeout_s
+        while True:
+            try:
+                return self._call(msg_type, fields, arrays, timeout_s)
+            except (OSError, protocol.ProtocolError) as e:  # socket.timeout is an OSError
+                dead = self.proc is not None and self.proc.poll() is not None
+                cause = (f"sampler process died (exit code {self.proc.returncode})" if dead else
+                         f"no answer from the sampler at {self.address} within {timeout_s:.0f}s"
+                         if isinstance(e, TimeoutError) else f"connection to the sampler at {self.address} failed")
+                if self.proc is None or self.restarts >= self.max_restarts:
+                    raise SamplerError(f"{cause}: {type(e).__name__}: {e}; restarts used {self.restarts}/"
+                                       f"{self.max_restarts}. Log tail:\n{self._log_tail()}") from e
+                self.restart()
+
+    def ping(self, timeout_s: float | None = None) -> dict:
+        """The server's status: policy_version, pid and its limits."""
+        return self._request("ping", {}, {}, timeout_s).fields
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = SamplingParams(),
+                 num_samples: int = 1, seed: int = 0, min_policy_version: int = 0,
+                 wait_timeout_s: float = 60.0) -> list[list[Completion]]:
+        """Sample `num_samples` completions per prompt with a policy version >= `min_policy_version`."""
+        fields, arrays = protocol.generate_request(list(prompts), sampling, num_samples, seed, min_policy_version,
+                                                   wait_timeout_s)
+        reply = self._request("generate", fields, arrays, self.timeout_s + wait_timeout_s)
+        return protocol.parse_result(reply)
