@@ -49,14 +49,20 @@ def bar(labels: Sequence[str], values: Sequence[float], title: str, ylabel: str)
 
 
 def curves(series: dict[str, tuple[Sequence[float], Sequence[float]]], title: str, xlabel: str, ylabel: str,
-           band: dict[str, Sequence[float]] | None = None) -> Figure:
-    """Line plots of (x, y) series, with an optional ±band per series; a note when a series is empty."""
+           band: dict[str, Sequence[float]] | None = None, dashed: Sequence[str] = ()) -> Figure:
+    """Line plots of (x, y) series, with an optional ±band per series; a note when a series is empty.
+
+    Series named in `dashed` are drawn dashed with open markers, so one that coincides with another stays visible.
+    """
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, (x, y) in series.items():
         if len(x) == 0:
             ax.plot([], [], label=f"{name} (not logged)")
             continue
-        ax.plot(x, y, marker="o", ms=3, label=name)
+        if name in dashed:
+            ax.plot(x, y, ls="--", marker="o", ms=8, mfc="none", label=name)
+        else:
+            ax.plot(x, y, marker="o", ms=3, label=name)
         if band and name in band:
             y, b = np.asarray(y, dtype=float), np.asarray(band[name], dtype=float)
             ax.fill_between(x, y - b, y + b, alpha=0.2)

@@ -36,10 +36,11 @@ def test_scatter_bar_curves():
     fig = plots.bar(["ok", "tag_count"], [0.75, 0.25], title="t", ylabel="fraction")
     assert fig.axes[0].get_title() == "t" and [p.get_height() for p in fig.axes[0].patches] == [0.75, 0.25]
     fig = plots.curves({"reward": ([1, 2], [0.1, 0.4]), "kl": ([], [])}, title="t", xlabel="step", ylabel="v",
-                       band={"reward": [0.05, 0.05]})
+                       band={"reward": [0.05, 0.05]}, dashed=["reward"])
     ax = fig.axes[0]
     assert _labelled(ax)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["reward", "kl (not logged)"]
+    assert ax.lines[0].get_linestyle() == "--"
 
 
 def test_group_spread_and_estimators():
