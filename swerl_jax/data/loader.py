@@ -35,7 +35,7 @@ DROP = "_drop"  # key of the marker element a worker returns for a record it can
 class JsonlSource:
     """Random access to the lines of JSONL files (Grain data source: `__len__`, `__getitem__` -> bytes).
 
-    The line index is built once (offsets only); file handles open lazily so the source pickles into workers.
+    The line index is built once (offsets only); file descriptors open lazily so the source pickles into workers.
     """
 
     def __init__(self, paths: Sequence[str]):
@@ -59,10 +59,9 @@ class JsonlSource:
     def __getitem__(self, i: int) -> bytes:
         fi, offset, size = (int(x) for x in self._index[i])
         if fi not in self._files:
-            self._files[fi] = open(self._paths[fi], "rb")  # noqa: SIM115 (kept open for random access)
-        f = self._files[fi]
-        f.seek(offset)
-        return f.read(size)
+            self._files[fi] = os.open(self._paths[fi], os.O_RDONLY)
+        # pread, not seek + read: Grain's prefetch threads read concurrently through the same descriptor.
+        return os.pread(self._files[fi], size, offset)
 
     def where(self, i: int) -> str:
         """`path:line` of entry i, for error messages (line numbers count blank lines too)."""

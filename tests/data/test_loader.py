@@ -164,6 +164,22 @@ def test_real_records_through_the_pipeline(shared_data):
     assert max(int(b["prompt_len"].max()) for b in batches) > 9000  # real prompts are long
 
 
+def test_jsonl_source_concurrent_reads(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from swerl_jax.data.loader import JsonlSource
+
+    lines = [json.dumps({"i": i, "pad": "x" * (i * 37 % 500)}).encode() + b"\n" for i in range(200)]
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"".join(lines[:100]) + b"\n\n" + b"".join(lines[100:]))  # blank lines are skipped
+    src = JsonlSource([path])
+    assert len(src) == 200 and src.where(150) == f"{path}:153"
+    order = np.random.default_rng(0).integers(0, 200, 4000)
+    with ThreadPoolExecutor(8) as pool:  # Grain's prefetch threads share the source
+        got = list(pool.map(src.__getitem__, order))
+    assert got == [lines[i] for i in order]
+
+
 def test_from_config_uses_synthetic_records_and_process_shard():
     from experiments.base import get_config
 
