@@ -174,7 +174,7 @@ def test_jsonl_source_concurrent_reads(tmp_path):
     path.write_bytes(b"".join(lines[:100]) + b"\n\n" + b"".join(lines[100:]))  # blank lines are skipped
     src = JsonlSource([path])
     assert len(src) == 200 and src.where(150) == f"{path}:153"
-    order = np.random.default_rng(0).integers(0, 200, 4000)
+    order = np.random.default_rng(0).integers(0, 200, 20000)
     with ThreadPoolExecutor(8) as pool:  # Grain's prefetch threads share the source
         got = list(pool.map(src.__getitem__, order))
     assert got == [lines[i] for i in order]
