@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 
 SCHEDULES = ("constant", "cosine")
@@ -24,8 +25,8 @@ def _field(cfg: Any, name: str, default: Any) -> Any:
 
 
 def make_schedule(optim_cfg: Any, num_steps: int, learning_rate: float | None = None) -> optax.Schedule:
-    """Learning rate per optimizer step: linear warmup 0 -> lr over optim.warmup_steps, then constant or cosine
-    decay to lr * optim.final_lr_ratio at `num_steps`.
+    """Learning rate per optimizer update (count from 0): linear warmup lr * (count + 1) / warmup_steps for the
+    first optim.warmup_steps updates, then constant, or cosine decay to lr * optim.final_lr_ratio at `num_steps`.
 
     `learning_rate` overrides optim.learning_rate (the SFT stage passes sft.learning_rate).
     """
@@ -47,7 +48,14 @@ def make_schedule(optim_cfg: Any, num_steps: int, learning_rate: float | None = 
         after = optax.cosine_decay_schedule(lr, decay_steps=num_steps - warmup, alpha=final / lr if lr else 0.0)
     if warmup == 0:
         return after
-    return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), after], [warmup])
+
+    def schedule(count: jax.Array) -> jax.Array:
+        # warmup lr * (count + 1) / warmup: the first update already moves (optax's linear warmup starts at 0,
+        # wasting it) and update warmup - 1 reaches lr; the decay then starts from lr at count = warmup
+        warm = lr * jnp.minimum(1.0, (count + 1) / warmup)
+        return jnp.where(count < warmup, warm, after(jnp.maximum(count - warmup, 0)))
+
+    return schedule
 
 
 def _decay_mask(params: Any) -> Any:

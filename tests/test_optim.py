@@ -19,8 +19,8 @@ def _cfg(**kw):
 
 def test_schedules_by_hand():
     s = make_schedule(_cfg(learning_rate=1.0, warmup_steps=4, schedule="cosine", final_lr_ratio=0.1), num_steps=14)
-    # warmup: step/4; cosine over 10 steps: 0.1 + 0.9 * 0.5 * (1 + cos(pi * k / 10))
-    want = [0, 0.25, 0.5, 0.75, 1.0,
+    # warmup: (step + 1) / 4; cosine over 10 steps from step 4: 0.1 + 0.9 * 0.5 * (1 + cos(pi * k / 10))
+    want = [0.25, 0.5, 0.75, 1.0, 1.0,
             0.1 + 0.45 * (1 + math.cos(math.pi * 0.1)), 0.1 + 0.45 * (1 + math.cos(math.pi / 2))]
     got = [float(s(i)) for i in (0, 1, 2, 3, 4, 5, 9)]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
@@ -77,7 +77,7 @@ def test_adamw_warmup_clip_decay_matches_numpy():
     cfg = _cfg(learning_rate=0.1, warmup_steps=2, schedule="cosine", b1=0.8, b2=0.9, weight_decay=0.05,
                grad_clip=1.0, eps=1e-6, final_lr_ratio=0.0)
     got = _run(make_optimizer(cfg, num_steps=4), GRADS)
-    lr = lambda i: [0.0, 0.05, 0.1, 0.05][i]  # warmup 0, .05; then cosine over 2 steps: .1, .05
+    lr = lambda i: [0.05, 0.1, 0.1, 0.05][i]  # warmup .05, .1; then cosine over 2 steps: .1, .05
     want = _numpy_adamw(PARAMS, GRADS, lr, 0.8, 0.9, 1e-6, 0.05, 1.0, {"w": True, "scale": False})
     for k in PARAMS:  # fp32 vs fp64 reference
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
