@@ -143,6 +143,35 @@ def test_restore_mid_epoch_gives_the_uninterrupted_batches(tmp_path, workers):
             i.close()
 
 
+def test_restore_through_the_training_checkpointer(tmp_path):
+    """The iterator inside swerl_jax.checkpoint's async Orbax save: the state is taken at save time."""
+    import jax.numpy as jnp
+
+    from swerl_jax.checkpoint import Checkpointer, abstract_like
+
+    records = synthetic_records(7, seed=8)
+
+    def make():
+        return iter(rl_dataset(records, batch_size=2, max_prompt_len=1024, num_epochs=2, seed=3, **ONE))
+
+    want = list(make())
+    it = make()
+    for _ in range(3):
+        next(it)
+    state = {"w": jnp.arange(4.0)}
+    ckpt = Checkpointer(tmp_path, async_save=True)
+    assert ckpt.save(3, state, data_iterator=it, force=True)
+    rest = list(it)  # keeps reading while the save may still be in flight
+    ckpt.wait_until_finished()
+    restored = ckpt.restore_latest(abstract_like(state), data_iterator=make())
+    ckpt.close()
+    assert restored.step == 3
+    again = list(restored.data_iterator)
+    assert len(again) == len(rest) == len(want) - 3
+    for a, b, c in zip(want[3:], rest, again):
+        assert _same(a, b) and _same(a, c)
+
+
 def test_jsonl_and_arrayrecord_sources_agree(tmp_path):
     records = synthetic_records(5, seed=6)
     write_records(tmp_path / "r.jsonl", records)
