@@ -262,6 +262,24 @@ def aggregation_weight(mask: Array, mode: str) -> Array:
     return (mask.sum(axis=-1) > 0).sum(dtype=jnp.float32)
 
 
+def logprob_mismatch(sampler_logp: Array, trainer_logp: Array, mask: Array) -> dict[str, Array]:
+    """How far the sampler's log-probs are from the trainer's for the same tokens (numerics, stale weights).
+
+    Returns token-means over the mask: logprob_abs_diff, logprob_max_abs_diff (max), logprob_kl_k3 (the k3
+    estimate of KL(sampler || trainer) from the sampler's tokens, >= 0) and the mean importance ratio
+    exp(trainer - sampler).
+    """
+    mask = mask.astype(jnp.float32)
+    on = mask > 0
+    d = jnp.where(on, trainer_logp - sampler_logp, 0.0)
+    return {
+        "logprob_abs_diff": masked_mean(jnp.abs(d), mask),
+        "logprob_max_abs_diff": jnp.max(jnp.abs(d)),
+        "logprob_kl_k3": masked_mean(jnp.exp(d) - d - 1.0, mask),
+        "logprob_ratio_mean": masked_mean(jnp.exp(d), mask),
+    }
+
+
 def compact_filter_mask(mask: Array, truncated: Array) -> Array:
     """`mask` with every truncated completion's row zeroed (DeepSWE compact filtering)."""
     return mask * (~truncated.astype(bool))[:, None].astype(mask.dtype)

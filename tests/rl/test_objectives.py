@@ -149,6 +149,17 @@ def test_aggregate_errors():
         obj.aggregate_loss(jnp.asarray(X), jnp.asarray(M), "seq-mean-token-sum-norm", 0)
 
 
+def test_logprob_mismatch():
+    sampler = jnp.array([[-1.0, -2.0, -3.0]])
+    trainer = jnp.array([[-1.5, -1.0, -jnp.inf]])  # the padded third token must not leak in
+    m = obj.logprob_mismatch(sampler, trainer, jnp.array([[1.0, 1.0, 0.0]]))
+    # d = trainer - sampler = (-0.5, 1.0): |d| mean 0.75; k3 e^d - d - 1 = 0.10653066, 0.71828183
+    assert float(m["logprob_abs_diff"]) == pytest.approx(0.75)
+    assert float(m["logprob_max_abs_diff"]) == pytest.approx(1.0)
+    assert float(m["logprob_kl_k3"]) == pytest.approx((0.10653066 + 0.71828183) / 2, abs=1e-6)
+    assert float(m["logprob_ratio_mean"]) == pytest.approx((math.exp(-0.5) + math.e) / 2, abs=1e-6)
+
+
 def test_compact_filter_mask():
     got = obj.compact_filter_mask(jnp.ones((3, 2)), jnp.array([False, True, False]))
     np.testing.assert_array_equal(got, [[1, 1], [0, 0], [1, 1]])
