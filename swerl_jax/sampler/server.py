@@ -44,10 +44,8 @@ def load_policy(config: ml_collections.ConfigDict) -> tuple[object, dict]:
     overrides = {"param_dtype": m.param_dtype, "dtype": m.dtype}
     if m.hf_dir:
         from swerl_jax.model.convert import load_hf  # only needed with pretrained weights
-        hf_dir = m.hf_dir
-        if hf_dir == "smollm2":
-            from swerl_jax.model.smollm2 import smollm2_hf_dir
-            hf_dir = str(smollm2_hf_dir())
+        from swerl_jax.model.smollm2 import resolve_hf_dir
+        hf_dir = str(resolve_hf_dir(m.hf_dir))
         model_config, params = load_hf(hf_dir, param_dtype=m.param_dtype)
         return model_config.replace(**overrides), params
     model_config = get_model_config(m.name, **overrides)
@@ -58,9 +56,10 @@ def load_tokenizer_for(config: ml_collections.ConfigDict):
     """The tokenizer named by model.tokenizer / model.hf_dir (SmolLM2's when both are empty)."""
     from swerl_jax.model.tokenizer import load_tokenizer
     name = config.model.tokenizer or config.model.hf_dir
-    if name and name != "smollm2":
-        return load_tokenizer(name)
-    return load_tokenizer("")
+    if name == "smollm2" and not config.model.tokenizer:
+        from swerl_jax.model.smollm2 import smollm2_hf_dir
+        name = str(smollm2_hf_dir())
+    return load_tokenizer(name if name != "smollm2" else "")
 
 
 def build_engine(config: ml_collections.ConfigDict, with_tokenizer: bool = True) -> SamplingEngine:
