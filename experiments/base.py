@@ -104,6 +104,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.optim.grad_accum_steps = 1
     c.optim.eps = 1e-8  # Adam epsilon
     c.optim.final_lr_ratio = 0.0  # cosine decays to learning_rate * this
+    c.optim.skip_nonfinite = 0  # n > 0: skip updates with NaN/Inf gradients, at most n in a row (0: off)
 
     # SFT baseline.
     c.sft = ml_collections.ConfigDict()

@@ -5,7 +5,8 @@
 The chain is clip_by_global_norm(optim.grad_clip) -> AdamW(schedule), wrapped in `optax.MultiSteps` when
 optim.grad_accum_steps > 1 (gradients of k consecutive `update` calls are averaged into one AdamW step; the
 schedule then advances once per real step, so `num_steps` counts optimizer updates). Weight decay skips norm
-scales (params named "scale"), as is usual for Llama.
+scales (params named "scale"), as is usual for Llama. optim.skip_nonfinite = n > 0 wraps the update in
+`optax.apply_if_finite`: an update with NaN/Inf gradients is skipped (at most n in a row).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None =
 
     Args:
       optim_cfg: the `optim` section (learning_rate, warmup_steps, schedule, b1, b2, weight_decay, grad_clip,
-        grad_accum_steps; optional eps, final_lr_ratio).
+        grad_accum_steps; optional eps, final_lr_ratio, skip_nonfinite).
       num_steps: optimizer updates in the run (the cosine horizon).
       learning_rate: overrides optim.learning_rate.
     """
@@ -89,6 +90,13 @@ def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None =
                         b2=float(optim_cfg.b2), eps=float(_field(optim_cfg, "eps", 1e-8)),
                         weight_decay=float(optim_cfg.weight_decay), mask=_decay_mask)
     tx = optax.chain(optax.clip_by_global_norm(clip), adamw) if clip > 0 else adamw
+    skips = int(_field(optim_cfg, "skip_nonfinite", 0))
+    if skips < 0:
+        raise ValueError(f"optim.skip_nonfinite must be >= 0 (0: off), got {skips}")
+    if skips:
+        # NaN/Inf gradients leave params and moments untouched (state.notfinite_count counts them); after
+        # `skips` consecutive bad updates the update goes through, so a run that is truly broken still fails
+        tx = optax.apply_if_finite(tx, max_consecutive_errors=skips)
     if accum > 1:
         tx = optax.MultiSteps(tx, every_k_schedule=accum).gradient_transformation()
     return tx

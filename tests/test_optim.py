@@ -97,3 +97,19 @@ def test_grad_accumulation_equals_mean_gradient_step():
     want = _numpy_adamw(PARAMS, mean, lambda i: 0.1, 0.9, 0.999, 1e-8, 0.0, 0.0, {"w": True, "scale": False})
     for k in PARAMS:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_skip_nonfinite_updates():
+    tx = make_optimizer(_cfg(learning_rate=0.1, skip_nonfinite=2), num_steps=10)
+    params = {k: jnp.asarray(v) for k, v in PARAMS.items()}
+    state = tx.init(params)
+    bad = {"w": jnp.full((2, 2), jnp.nan), "scale": jnp.ones(2)}
+    upd, state = tx.update(bad, state, params)
+    assert all(float(jnp.abs(u).max()) == 0.0 for u in upd.values()) and int(state.notfinite_count) == 1
+    upd, state = tx.update({k: jnp.asarray(v) for k, v in GRADS[0].items()}, state, params)
+    got = optax.apply_updates(params, upd)  # a good update after the skipped one equals a first AdamW step
+    want = _numpy_adamw(PARAMS, GRADS[:1], lambda i: 0.1, 0.9, 0.999, 1e-8, 0.0, 1.0, {"w": True, "scale": False})
+    for k in PARAMS:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="optim.skip_nonfinite"):
+        make_optimizer(_cfg(skip_nonfinite=-1), 10)
