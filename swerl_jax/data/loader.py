@@ -175,39 +175,50 @@ def _pad_id(tok) -> int:
 class _CountingFilterIterator(grain.DatasetIterator):
     """Drops marker elements and counts them by reason; the counts are part of the (restorable) state."""
 
-    def __init__(self, parent: grain.DatasetIterator):
+    def __init__(self, parent: grain.DatasetIterator, pass_size: int):
         super().__init__(parent)
         self.kept = 0
         self.dropped: collections.Counter[str] = collections.Counter()
+        self._pass_size = pass_size
+        self._run = 0  # drops since the last kept element
 
     def __next__(self) -> dict:
         while True:
             element = next(self._parent)
             if DROP in element:
                 self.dropped[element[DROP]] += 1
+                self._run += 1
+                if self._run >= self._pass_size:
+                    # A whole pass without one usable record: repeating forever would hang, not train.
+                    raise ValueError(f"every one of the {self._pass_size} records of this shard was dropped "
+                                     f"(reasons: {dict(self.dropped)}); check data.train_files and raise "
+                                     f"data.max_prompt_len / sft.max_len (first: {element.get('error')})")
                 continue
             self.kept += 1
+            self._run = 0
             return element
 
     def get_state(self) -> dict[str, Any]:
         """Parent state + counts."""
-        return {"parent": self._parent.get_state(), "kept": self.kept, "dropped": dict(self.dropped)}
+        return {"parent": self._parent.get_state(), "kept": self.kept, "dropped": dict(self.dropped), "run": self._run}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore parent state and counts."""
         self._parent.set_state(state["parent"])
         self.kept = int(state["kept"])
         self.dropped = collections.Counter({k: int(v) for k, v in state["dropped"].items()})
+        self._run = int(state["run"])
 
 
 class CountingFilter(grain.IterDataset):
     """`IterDataset` stage dropping the workers' drop markers, with counts (see `filter_stats`)."""
 
-    def __init__(self, parent: grain.IterDataset):
+    def __init__(self, parent: grain.IterDataset, pass_size: int):
         super().__init__(parent)
+        self._pass_size = pass_size
 
     def __iter__(self) -> _CountingFilterIterator:
-        return _CountingFilterIterator(self._parent.__iter__())
+        return _CountingFilterIterator(self._parent.__iter__(), self._pass_size)
 
 
 def collate(examples: Sequence[dict]) -> dict:
@@ -251,6 +262,7 @@ def _pipeline(source, prepare: grain.transforms.Map, *, batch_size: int, seed: i
     if len(ds) == 0:
         raise ValueError("the record source is empty")
     ds = ds[index::count]  # disjoint strided shards that together cover every record
+    pass_size = len(ds)
     if shuffle:
         ds = ds.shuffle(seed=seed)  # after repeat each epoch gets its own permutation (seed + epoch)
     ds = ds.repeat(None if num_epochs < 0 else num_epochs)
@@ -263,7 +275,7 @@ def _pipeline(source, prepare: grain.transforms.Map, *, batch_size: int, seed: i
         if not flags.FLAGS.is_parsed():
             flags.FLAGS.mark_as_parsed()
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=worker_count, per_worker_buffer_size=2))
-    return CountingFilter(ds).batch(batch_size, drop_remainder=drop_remainder, batch_fn=collate)
+    return CountingFilter(ds, pass_size).batch(batch_size, drop_remainder=drop_remainder, batch_fn=collate)
 
 
 def rl_dataset(source, *, tokenizer: str = "", batch_size: int, max_prompt_len: int, seed: int = 0,

@@ -90,6 +90,13 @@ def test_filter_counts_reasons_and_streams_the_rest(tmp_path):
                                 "invalid record: oracle_new_content: oracle identical to code_context": 1}
 
 
+def test_nothing_fits_is_an_error_not_a_hang():
+    records = synthetic_records(4, seed=2)
+    it = iter(rl_dataset(records, batch_size=2, max_prompt_len=300, num_epochs=-1, **ONE))
+    with pytest.raises(ValueError, match="every one of the 4 records.*max_prompt_len"):
+        next(it)
+
+
 def test_epochs_reshuffle_and_cover_everything():
     records = synthetic_records(10, seed=3)
     order = _ids(rl_dataset(records, batch_size=5, max_prompt_len=1024, num_epochs=2, seed=7, **ONE))
