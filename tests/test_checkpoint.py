@@ -129,3 +129,18 @@ def test_sigkill_mid_save_leaves_last_complete_step(tmp_path):
         assert ck.save(2, {"w": jnp.full(4, 3.0)})  # the step can be saved again after the crash
         ck.wait_until_finished()
         assert ck.all_steps() == [1, 2]
+
+
+def test_async_save_survives_donating_the_saved_buffers(tmp_path):
+    """The train step donates its state: an async save in flight must still write the values it was given."""
+    state = {f"w{i}": jnp.full((256, 1024), float(i)) for i in range(8)}  # 8 MiB: the write takes a while
+    before = jax.device_get(state)
+    overwrite = jax.jit(lambda s: jax.tree.map(lambda x: x * 0 - 1.0, s), donate_argnums=0)
+    with Checkpointer(tmp_path, every_steps=1, async_save=True) as ck:
+        ck.save(1, state)
+        state = overwrite(state)  # reuses the buffers right away
+        state = overwrite(state)
+        ck.wait_until_finished()
+        got = ck.restore_latest(abstract_like(state)).state
+    for k, v in before.items():
+        np.testing.assert_array_equal(np.asarray(got[k]), v)
