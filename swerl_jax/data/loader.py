@@ -311,13 +311,18 @@ def source_from_config(config) -> Sequence:
     return synthetic_records(int(config.data.synthetic_num_records), seed=int(config.seed))
 
 
+def tokenizer_from_config(config) -> str:
+    """`model.tokenizer`, else `model.hf_dir` (a converted checkpoint carries its tokenizer), else "" (SmolLM2)."""
+    return str(config.model.tokenizer or config.model.hf_dir or "")
+
+
 def rl_dataset_from_config(config, batch_size: int | None = None) -> grain.IterDataset:
     """The RL pipeline of an experiment config (data.*, model.tokenizer, rl.prompts_per_step per process)."""
     import jax
 
     d = config.data
     per_process = batch_size or max(1, int(config.rl.prompts_per_step) // jax.process_count())
-    return rl_dataset(source_from_config(config), tokenizer=str(config.model.tokenizer), batch_size=per_process,
+    return rl_dataset(source_from_config(config), tokenizer=tokenizer_from_config(config), batch_size=per_process,
                       max_prompt_len=int(d.max_prompt_len), seed=int(config.seed), shuffle=bool(d.shuffle),
                       num_epochs=int(d.num_epochs), worker_count=int(d.worker_count),
                       prompt_style=str(d.prompt_style))
@@ -329,7 +334,7 @@ def sft_dataset_from_config(config, batch_size: int | None = None) -> grain.Iter
 
     d = config.data
     per_process = batch_size or max(1, int(config.sft.batch_size) // jax.process_count())
-    return sft_dataset(source_from_config(config), tokenizer=str(config.model.tokenizer), batch_size=per_process,
+    return sft_dataset(source_from_config(config), tokenizer=tokenizer_from_config(config), batch_size=per_process,
                        max_len=int(config.sft.max_len), max_prompt_len=int(d.max_prompt_len), seed=int(config.seed),
                        shuffle=bool(d.shuffle), num_epochs=int(d.num_epochs), worker_count=int(d.worker_count),
                        prompt_style=str(d.prompt_style))
