@@ -137,6 +137,8 @@ def validate_record(record: Any, where: str = "") -> dict:
             raise RecordError(rid, "relevant_files", f"wrong type: {type(path).__name__}, expected str")
         if path not in record["code_context"]:
             raise RecordError(rid, "relevant_files", f"path not in code_context: {path!r}")
+        if path in changed:
+            raise RecordError(rid, "relevant_files", f"path modified by the oracle, not merely relevant: {path!r}")
     return record
 
 

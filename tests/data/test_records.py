@@ -118,3 +118,5 @@ def test_relevant_files_must_be_in_context():
     r = synthetic_records(1)[0]
     with pytest.raises(RecordError, match="relevant_files.*not in code_context"):
         validate_record({**r, "relevant_files": ["other.py"]})
+    with pytest.raises(RecordError, match="relevant_files.*modified by the oracle"):
+        validate_record({**r, "relevant_files": list(r["code_context"])})
