@@ -114,15 +114,20 @@ def encode_prompt(hf_dir: pathlib.Path, prompt: str, chat: bool, vocab_size: int
 
 
 def check_logits(hf_dir: str | pathlib.Path, prompt: str = DEFAULT_PROMPT, new_tokens: int = 32,
-                 chat: bool = False) -> ParityResult:
-    """Run the same tokens through transformers and swerl_jax (both fp32) and compare logits and greedy output."""
+                 chat: bool = False, prompt_ids: list[int] | None = None) -> ParityResult:
+    """Run the same tokens through transformers and swerl_jax (both fp32) and compare logits and greedy output.
+
+    `prompt_ids`, when given, are used as the prompt instead of encoding `prompt`.
+    """
     import torch
     from transformers import LlamaForCausalLM
 
     hf_dir = pathlib.Path(hf_dir)
     config, params = load_hf(hf_dir, "float32")
     model = LlamaForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
-    prompt_ids = encode_prompt(hf_dir, prompt, chat, config.vocab_size)
+    if prompt_ids is None:
+        prompt_ids = encode_prompt(hf_dir, prompt, chat, config.vocab_size)
+    prompt_ids = [int(t) for t in prompt_ids]
     if not prompt_ids:
         raise ValueError("--prompt encodes to no tokens")
     hf_cont = hf_greedy_generate(model, prompt_ids, new_tokens)
