@@ -44,7 +44,10 @@ def load_instances(source: str) -> list[dict]:
         with open(path, encoding="utf-8") as f:
             return [json.loads(line) for line in f if line.strip()]
     if path.suffix == ".parquet" and path.is_file():
-        import pyarrow.parquet as pq
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ValueError(f"{source}: reading parquet needs pyarrow (pip install pyarrow, or .[curate])") from None
 
         return pq.read_table(path).to_pylist()
     if path.suffix in (".json", ".jsonl", ".parquet"):

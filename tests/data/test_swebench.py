@@ -82,7 +82,7 @@ def test_failures_are_reported_with_reasons(world):
 
 def test_instance_file_formats(world, tmp_path):
     _, instance = world
-    import pyarrow as pa
+    pa = pytest.importorskip("pyarrow", reason="parquet needs pyarrow (installed with the curate extra)")
     import pyarrow.parquet as pq
 
     (tmp_path / "i.json").write_text(json.dumps([instance]))
