@@ -63,6 +63,7 @@ class SamplerClient:
         self._cmd_args = [f"--config={config_path}", *overrides] + ([f"--weights_dir={weights_dir}"]
                                                                     if weights_dir else [])
         self._log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="swerl_sampler_"))
+        self._log_dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self.address = address
