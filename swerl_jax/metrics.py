@@ -165,11 +165,12 @@ class MetricsWriter:
     def write_rollouts(self, step: int, rollouts: Iterable[Any]) -> pathlib.Path | None:
         """Save one step's rollouts as JSONL (atomically). Each item is a dict, or has `to_json(step)`.
 
-        Rows should carry prompt_id, completion, reward, advantage and reward_info (the notebooks read them).
+        Rows must carry prompt_id, completion, reward and advantage; group, sample and reward_info are what the
+        notebooks also read (`swerl_jax.rl.rollouts.Rollout.to_json` writes them all); "step" is added.
         """
         if not (self.is_main and self.save_rollouts):
             return None
-        rows = [r.to_json(step) if hasattr(r, "to_json") else dict(r) for r in rollouts]
+        rows = [r.to_json(step) if hasattr(r, "to_json") else {"step": int(step), **r} for r in rollouts]
         for i, r in enumerate(rows):
             missing = [k for k in ("prompt_id", "completion", "reward", "advantage") if k not in r]
             if missing:

@@ -44,7 +44,7 @@ def test_rows_flattening_rollouts_and_tensorboard(tmp_path):
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert rows[2] == {"step": 2, "loss": 1.0, "reward_mean": 0.2, "format_error/no_solution": 0.02}
     roll = [json.loads(x) for x in rollout_path(tmp_path, 1).read_text().splitlines()]
-    assert roll == [{"prompt_id": "p1", "completion": "x", "reward": 0.5, "advantage": -0.1,
+    assert roll == [{"step": 1, "prompt_id": "p1", "completion": "x", "reward": 0.5, "advantage": -0.1,
                      "reward_info": {"similarity": 0.5}}]
     assert rollout_path(tmp_path, 1).name == "step_000001.jsonl"
     assert ("loss", 2, 1.0) in _events(tmp_path / "tensorboard")
