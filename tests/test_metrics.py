@@ -30,8 +30,9 @@ def _events(logdir):
     return out
 
 
-def _run(workdir, steps, resume_step=None):
-    with MetricsWriter(workdir, total_steps=6, resume_step=resume_step, progress_file=io.StringIO()) as w:
+def _run(workdir, steps, resume_step=None, bar=None):
+    bar = io.StringIO() if bar is None else bar
+    with MetricsWriter(workdir, total_steps=6, resume_step=resume_step, progress_file=bar) as w:
         for s in steps:
             w.write(s, {"loss": jnp.float32(s * 0.5), "reward_mean": np.float64(s / 10),
                         "format_error": {"no_solution": s / 100}})
@@ -40,7 +41,9 @@ def _run(workdir, steps, resume_step=None):
 
 
 def test_rows_flattening_rollouts_and_tensorboard(tmp_path):
-    _run(tmp_path, range(3))
+    bar = io.StringIO()
+    _run(tmp_path, range(3), bar=bar)
+    assert "3/6" in bar.getvalue() and "reward_mean=0.2" in bar.getvalue()  # the tqdm bar: count, ETA, postfix
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert rows[2] == {"step": 2, "loss": 1.0, "reward_mean": 0.2, "format_error/no_solution": 0.02}
     roll = [json.loads(x) for x in rollout_path(tmp_path, 1).read_text().splitlines()]

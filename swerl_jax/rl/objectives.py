@@ -354,7 +354,9 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
 
     Returns (scalar loss, metrics): pg_loss, kl, entropy (token-means), the policy-loss metrics,
     num_tokens, num_seqs, loss_weight (`aggregation_weight`, for exact micro-batch accumulation) and
-    filtered_frac.
+    filtered_frac. Under `accumulate_gradients(weight_key="loss_weight")` the loss is exact; the metrics are
+    loss_weight-weighted means of the micro-batches' values (exact for token-means in token-mean mode; maxima
+    and counts become averages).
     """
     mask = mask.astype(jnp.float32)
     metrics: dict[str, Array] = {}
