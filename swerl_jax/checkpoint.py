@@ -107,16 +107,19 @@ class Checkpointer:
         return self._manager.save(step, args=ocp.args.Composite(**items), force=True)
 
     def latest_step(self) -> int | None:
-        """The newest finalized step, or None."""
+        """The newest finalized step, or None (waits for a save in flight: it is counted once on disk)."""
+        self._manager.wait_until_finished()
         return self._manager.latest_step()
 
     def all_steps(self) -> list[int]:
-        """Every finalized step on disk, ascending."""
+        """Every finalized step on disk, ascending (waits for a save in flight)."""
+        self._manager.wait_until_finished()
         return sorted(self._manager.all_steps())
 
     def restore(self, step: int, abstract_state: Any, *, data_iterator: Any = None) -> Restored:
         """Restore `step` onto `abstract_state` (see `abstract_like`); `data_iterator`, a fresh iterator of
         the same pipeline, gets the saved position and is returned in `Restored.data_iterator`."""
+        self._manager.wait_until_finished()  # a step saved asynchronously a moment ago is restorable
         if step not in self._manager.all_steps():
             raise FileNotFoundError(f"no finalized checkpoint for step {step} in {self.directory} "
                                     f"(have {self.all_steps()})")

@@ -144,3 +144,21 @@ def test_async_save_survives_donating_the_saved_buffers(tmp_path):
         got = ck.restore_latest(abstract_like(state)).state
     for k, v in before.items():
         np.testing.assert_array_equal(np.asarray(got[k]), v)
+
+
+def test_rl_loader_position_round_trip(tmp_path):
+    """The project's RL Grain pipeline resumes at the same batch through the checkpoint."""
+    loader = pytest.importorskip("swerl_jax.data.loader")
+    c = get_config()
+    c.data.synthetic_num_records = 16
+    c.data.max_prompt_len = 2048
+    it = iter(loader.rl_dataset_from_config(c, batch_size=2))
+    next(it), next(it)
+    with Checkpointer(tmp_path, every_steps=1) as ck:
+        ck.save(2, {"x": jnp.zeros(1)}, data_iterator=it)
+        want = next(it)
+        r = ck.restore_latest(abstract_like({"x": jnp.zeros(1)}),
+                              data_iterator=iter(loader.rl_dataset_from_config(c, batch_size=2)))
+    got = next(r.data_iterator)
+    assert list(got["instance_id"]) == list(want["instance_id"])
+    np.testing.assert_array_equal(got["prompt_ids"], want["prompt_ids"])
