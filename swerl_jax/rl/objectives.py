@@ -341,13 +341,14 @@ class GRPOLossConfig:
 
 
 def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: Array, mask: Array,
-              cfg: GRPOLossConfig, entropy: Array | None = None, truncated: Array | None = None
+              cfg: GRPOLossConfig | Any, entropy: Array | None = None, truncated: Array | None = None
               ) -> tuple[Array, dict[str, Array]]:
     """The GRPO objective: clipped surrogate + beta * KL(pi || ref) - entropy_coef * entropy, aggregated.
 
     Args:
       logp, old_logp: [B, T] sampled tokens' log-probs under the current / behaviour policy.
       ref_logp: [B, T] under the reference policy, or None (required when cfg.kl_coef > 0).
+      cfg: a GRPOLossConfig (hashable: a static jit argument), or a config converted by `from_config`.
       advantages: [B] or [B, T]. mask: [B, T] completion-token mask.
       entropy: [B, T] per-token policy entropy (needed when cfg.entropy_coef > 0; logged when given).
       truncated: [B] bool, completions that hit max_new_tokens (masked out when cfg.compact_filtering).
@@ -358,6 +359,8 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
     loss_weight-weighted means of the micro-batches' values (exact for token-means in token-mean mode; maxima
     and counts become averages).
     """
+    if not isinstance(cfg, GRPOLossConfig):  # a root config or its `rl` section
+        cfg = GRPOLossConfig.from_config(cfg)
     mask = mask.astype(jnp.float32)
     metrics: dict[str, Array] = {}
     if truncated is not None:

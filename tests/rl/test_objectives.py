@@ -205,6 +205,8 @@ def test_grpo_loss_config_from_base_and_errors():
     c = get_config()
     cfg = obj.GRPOLossConfig.from_config(c)
     assert cfg.kl_coef == c.rl.kl_coef and cfg.loss_norm == c.sampler.max_new_tokens and cfg.needs_reference
+    c.rl.update(kl_coef=0.1, kl_estimator="k1", entropy_coef=0.01)
+    assert float(_grpo(c)[0]) == pytest.approx(0.015, abs=1e-6)  # a ConfigDict works as cfg too
     c.rl.loss_agg = "seq-mean-token-sum-norm"
     with pytest.raises(ValueError, match="rl.loss_norm"):
         obj.GRPOLossConfig.from_config(c.rl)  # the rl section alone cannot resolve loss_norm = 0
