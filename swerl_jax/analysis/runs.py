@@ -1,6 +1,7 @@
 """Loading a training run's workdir: ``metrics.jsonl`` and ``rollouts/step_XXXXXX.jsonl``.
 
-The trainer writes one metrics row per step and one rollouts file per step (one row per rollout). The
+The trainer writes them through `swerl_jax.metrics.MetricsWriter`: one metrics row per step and one rollouts
+file per step (one row per rollout). The
 loader is strict about the keys every analysis needs (a clear error naming file, line and key) and
 tolerant of optional ones (filled with None), so runs from older or newer trainers still load.
 """
@@ -14,8 +15,8 @@ import os
 import pathlib
 import re
 
-METRICS_FILE = "metrics.jsonl"
-ROLLOUTS_DIR = "rollouts"
+from swerl_jax.metrics import METRICS_FILE, ROLLOUTS_DIR, rollout_path
+
 REQUIRED_METRIC_KEYS = ("step",)
 REQUIRED_ROLLOUT_KEYS = ("step", "prompt_id", "group", "sample", "reward")
 OPTIONAL_ROLLOUT_KEYS = ("completion", "advantage", "format_error", "completion_len", "truncated")
@@ -165,17 +166,5 @@ def load_run(workdir: str | os.PathLike) -> Run:
     return Run(workdir=root, metrics=metrics, rollouts=rollouts)
 
 
-def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
-    """Write rows as JSON lines atomically (temp file + rename), creating parent folders."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
-    os.replace(tmp, path)
-
-
-def rollouts_path(workdir: str | os.PathLike, step: int) -> pathlib.Path:
-    """Where the trainer writes the rollouts of `step`."""
-    return pathlib.Path(workdir) / ROLLOUTS_DIR / f"step_{step:06d}.jsonl"
+__all__ = ["METRICS_FILE", "ROLLOUTS_DIR", "Run", "RunFormatError", "load_metrics", "load_rollouts", "load_run",
+           "rollout_files", "rollout_path"]

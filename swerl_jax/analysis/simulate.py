@@ -22,7 +22,7 @@ import tempfile
 import numpy as np
 
 from swerl_jax.analysis.edits import perturb_answer
-from swerl_jax.analysis.runs import METRICS_FILE, rollouts_path, write_jsonl
+from swerl_jax.metrics import MetricsWriter
 from swerl_jax.reward import calculate_search_replace_reward, compact_info
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -119,7 +119,7 @@ def simulate_run(
     records: list[dict] | None = None,
     advantage: str = "grpo",
 ) -> pathlib.Path:
-    """Write a simulated run (see the module docstring) into `workdir`; returns its path.
+    """Write a simulated run (see the module docstring) into `workdir` with `MetricsWriter`; returns its path.
 
     Advantages are the trainer's estimator `advantage` over each step's [P, G] groups.
     """
@@ -131,14 +131,16 @@ def simulate_run(
                          f"{prompts_per_step}, {num_samples}")
     workdir = pathlib.Path(workdir)
     records = records if records is not None else synthetic_records(max(8, prompts_per_step * 2), seed=seed)
-    metrics = []
-    for step, rows in simulate_rollouts(records, num_steps, prompts_per_step, num_samples, seed).items():
-        adv = compute_advantages(step_groups(rows)[0].rewards, advantage)
-        for row in rows:
-            row["advantage"] = float(adv[row["group"], row["sample"]])
-        write_jsonl(rollouts_path(workdir, step), rows)
-        metrics.append(step_metrics(step, rows))
-    write_jsonl(workdir / METRICS_FILE, metrics)
+    # The trainer's own writer, so a simulated workdir has exactly a real run's layout.
+    with MetricsWriter(workdir, total_steps=num_steps, tensorboard=False, progress=False) as writer:
+        for step, rows in simulate_rollouts(records, num_steps, prompts_per_step, num_samples, seed).items():
+            adv = compute_advantages(step_groups(rows)[0].rewards, advantage)
+            for row in rows:
+                row["advantage"] = float(adv[row["group"], row["sample"]])
+            writer.write_rollouts(step, rows)
+            metrics = step_metrics(step, rows)
+            del metrics["step"]
+            writer.write(step, metrics)
     return workdir
 
 

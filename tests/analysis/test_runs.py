@@ -5,7 +5,15 @@ import math
 
 import pytest
 
-from swerl_jax.analysis.runs import RunFormatError, load_metrics, load_rollouts, load_run, rollouts_path, write_jsonl
+from swerl_jax.analysis.runs import RunFormatError, load_metrics, load_rollouts, load_run, rollout_path
+from swerl_jax.metrics import MetricsWriter
+
+rollouts_path = rollout_path
+
+
+def write_jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def _rollout(step, group, sample, reward, **extra):
@@ -95,8 +103,17 @@ def test_missing_or_empty_workdir(tmp_path):
         load_run(tmp_path)
 
 
-def test_write_jsonl_is_jsonl(tmp_path):
-    write_jsonl(tmp_path / "a" / "b.jsonl", [{"x": 1}, {"y": [1, 2]}])
-    lines = (tmp_path / "a" / "b.jsonl").read_text().splitlines()
-    assert [json.loads(line) for line in lines] == [{"x": 1}, {"y": [1, 2]}]
-    assert not (tmp_path / "a" / "b.jsonl.tmp").exists()
+def test_reads_what_the_trainers_metrics_writer_writes(tmp_path):
+    with MetricsWriter(tmp_path, total_steps=2, tensorboard=False, progress=False) as writer:
+        for step in (1, 2):
+            writer.write(step, {"reward": {"mean": step / 4, "std": 0.1}, "kl": 0.01 * step,
+                                "format_error": {"no_blocks": 0.5}})
+            writer.write_rollouts(step, [{**_rollout(step, 0, g, g / 2), "completion": "x" * g, "advantage": g - 0.5,
+                                          "reward_info": {"similarities": []}} for g in range(2)])
+    run = load_run(tmp_path)
+    assert run.metric("reward/mean") == ([1, 2], [0.25, 0.5])
+    assert run.metric("kl") == ([1, 2], [0.01, 0.02])
+    assert run.metric("format_error/no_blocks") == ([1, 2], [0.5, 0.5])
+    assert [(r["step"], r["sample"], r["reward"], r["advantage"]) for r in run.rollouts] == \
+        [(1, 0, 0.0, -0.5), (1, 1, 0.5, 0.5), (2, 0, 0.0, -0.5), (2, 1, 0.5, 0.5)]
+    assert run.rollouts[0]["reward_info"] == {"similarities": []}  # extra keys are kept
