@@ -33,13 +33,18 @@ for ((i = 0; i < NUM; i++)); do
   pids+=("$!")
 done
 
+# Wait in the order the processes end (wait -n -p): the first failure is the one reported, and the processes
+# stopped because of it do not overwrite its status.
+declare -A index_of
+for i in "${!pids[@]}"; do index_of[${pids[$i]}]=$i; done
 status=0
-for i in "${!pids[@]}"; do
-  rc=0
-  wait "${pids[$i]}" || rc=$?
-  if [[ $rc -ne 0 ]]; then
+for ((n = 0; n < NUM; n++)); do
+  rc=0; pid=""
+  wait -n -p pid || rc=$?  # the launched processes are this script's only background jobs
+  [[ -n "${pid:-}" ]] || break  # wait -n unsets pid when no job is left
+  if [[ $rc -ne 0 && $status -eq 0 ]]; then
     status=$rc
-    echo "process $i failed (exit $rc); log: $LOG_DIR/process_$i.log" >&2
+    echo "process ${index_of[$pid]} failed (exit $rc); log: $LOG_DIR/process_${index_of[$pid]}.log" >&2
     cleanup
   fi
 done
