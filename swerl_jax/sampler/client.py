@@ -45,9 +45,10 @@ class SamplerClient:
     def __init__(self, address: tuple[str, int] | None = None, *, config_path: str = "",
                  overrides: Sequence[str] = (), secret: bytes | None = None, timeout_s: float = 600.0,
                  start_timeout_s: float = 300.0, max_restarts: int = 1, weights_dir: str = "",
-                 log_dir: str = "") -> None:
+                 log_dir: str = "", config_json: str = "") -> None:
         """Args:
-          address: (host, port) of a running server; None starts one with `config_path` + `overrides`.
+          address: (host, port) of a running server; None starts one with `config_path` + `overrides`, or with
+            `config_json` (a config saved as JSON, e.g. by the trainer). A started server exits with this process.
           secret: shared secret for HMAC (also handed to a started server through its environment).
           timeout_s: per-request limit; past it the server counts as hung.
           start_timeout_s: how long a started server may take to answer its first ping (loading, compiling).
@@ -55,13 +56,13 @@ class SamplerClient:
           weights_dir: passed to a started server as --weights_dir.
           log_dir: where a started server's stdout/stderr go (default: a temporary folder).
         """
-        if address is None and not config_path:
-            raise ValueError("SamplerClient needs an address or a config_path to start a server with")
+        if address is None and not (config_path or config_json):
+            raise ValueError("SamplerClient needs an address, or a config_path / config_json to start a server with")
         self.secret = secret
         self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
         self.max_restarts, self.restarts = max_restarts, 0
-        self._cmd_args = [f"--config={config_path}", *overrides] + ([f"--weights_dir={weights_dir}"]
-                                                                    if weights_dir else [])
+        source = [f"--config_json={config_json}"] if config_json else [f"--config={config_path}", *overrides]
+        self._cmd_args = [*source, "--exit_with_parent"] + ([f"--weights_dir={weights_dir}"] if weights_dir else [])
         self._log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="swerl_sampler_"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None

@@ -160,7 +160,11 @@ def main(argv: list[str]) -> None:
     from absl import flags
     del argv
     f = flags.FLAGS
-    config = f.config
+    if bool(f.config) == bool(f.config_json):
+        raise app_usage_error("give exactly one of --config (an experiment file) and --config_json (a saved config)")
+    config = f.config or ml_collections.ConfigDict(json.loads(open(f.config_json).read()))
+    if f.exit_with_parent:
+        _exit_with_parent()
     host = f.host or config.sampler.host
     port = f.port if f.port >= 0 else config.sampler.port
     secret = os.environ.get(f.secret_env, "").encode() or None
@@ -180,17 +184,41 @@ def main(argv: list[str]) -> None:
     server.serve_forever()
 
 
+def app_usage_error(message: str) -> Exception:
+    """absl's usage error (printed with the flags' help)."""
+    from absl import app
+
+    return app.UsageError(message)
+
+
+def _exit_with_parent(poll_s: float = 1.0) -> None:
+    """Exit when the process that started this one dies (even by SIGKILL), so no orphan holds the port."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        log.warning("parent process %d is gone: exiting", parent)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _define_flags() -> None:
     from absl import flags
     from ml_collections import config_flags
     config_flags.DEFINE_config_file("config", None, "experiment config file (experiments/NAME.py[:arg])")
+    flags.DEFINE_string("config_json", "", "a config saved as JSON (what the trainer passes), instead of --config")
+    flags.DEFINE_bool("exit_with_parent", False, "exit when the parent process dies (set by SamplerClient)")
     flags.DEFINE_string("host", "", "bind address (default: sampler.host)")
     flags.DEFINE_integer("port", -1, "TCP port, 0 = any free one (default: sampler.port)")
     flags.DEFINE_string("port_file", "", "write {host, port, pid} JSON here once listening")
     flags.DEFINE_string("secret_env", SECRET_ENV, "env var holding the shared secret")
     flags.DEFINE_string("weights_dir", "", "published policy versions (default: sampler.weights_dir)")
     flags.DEFINE_bool("tokenizer", True, "load the tokenizer (texts and stop strings)")
-    flags.mark_flag_as_required("config")
 
 
 if __name__ == "__main__":

@@ -38,12 +38,15 @@ def publish(directory: str | epath.PathLike, params: dict, version: int, keep_la
     if current is not None and version <= current:
         raise ValueError(f"policy version {version} is not newer than the published version {current} in {root}")
     path = version_path(root, version)
-    if path.exists():
+    main = jax.process_index() == 0  # every process writes its shards; one writes the marker
+    if path.exists() and main:
         path.rmtree()  # a leftover from a crashed publisher that never reached LATEST
     ckptr = ocp.StandardCheckpointer()
     ckptr.save(path, params)
     ckptr.wait_until_finished()
     ckptr.close()
+    if not main:
+        return path
     tmp = root / f"{LATEST}.tmp"
     tmp.write_text(json.dumps({"version": version, "path": path.name, "published_at": time.time()}))
     tmp.replace(root / LATEST)  # atomic on POSIX; readers see the old or the new marker
@@ -53,6 +56,16 @@ def publish(directory: str | epath.PathLike, params: dict, version: int, keep_la
             if n is not None and n <= version - keep_last:
                 old.rmtree()
     return path
+
+
+def reset(directory: str | epath.PathLike) -> None:
+    """Remove every published version and the marker (a resumed run re-publishes from its checkpoint)."""
+    root = epath.Path(directory)
+    if jax.process_index() != 0 or not root.exists():
+        return
+    (root / LATEST).unlink(missing_ok=True)
+    for old in root.glob("v_*"):
+        old.rmtree()
 
 
 def _version_of(path: epath.Path) -> int | None:
