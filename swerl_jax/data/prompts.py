@@ -80,7 +80,17 @@ CODE_FILE = """
 {content}
 """.strip()
 
-PROMPT_STYLES = ("swe_rl",)
+# A short variant of the same task and answer format for CPU-sized demos (tiny_cpu): the release's prompt is
+# ~380 SmolLM2 tokens of instructions, which dominates a 7M-parameter policy's step time on two cores.
+COMPACT_SYSTEM = "Think in <think>...</think>, then answer in <solution>...</solution>."
+COMPACT_REPAIR = """Issue:
+{problem_statement}
+
+{content}
+
+Fix the issue with *SEARCH/REPLACE* edits (### path, <<<<<<< SEARCH, =======, >>>>>>> REPLACE) in ``` blocks."""
+
+PROMPT_STYLES = ("swe_rl", "compact")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,10 +130,13 @@ def file_blocks(files: list[tuple[str, str]]) -> str:
     return "\n\n".join(CODE_FILE.format(path=p, content=c) for p, c in files)
 
 
-def messages_for(problem_statement: str, files: list[tuple[str, str]]) -> list[dict[str, str]]:
-    """The chat messages: THINKING_SYSTEM, then the repair prompt with the issue and the file blocks."""
-    user = AGENTLESS_REPAIR.format(problem_statement=problem_statement, content=file_blocks(files)).strip()
-    return [{"role": "system", "content": THINKING_SYSTEM}, {"role": "user", "content": user}]
+def messages_for(problem_statement: str, files: list[tuple[str, str]], style: str = "swe_rl"
+                 ) -> list[dict[str, str]]:
+    """The chat messages: THINKING_SYSTEM, then the repair prompt with the issue and the file blocks
+    (style "compact": the short instructions above, same file blocks and answer format)."""
+    system, repair = (THINKING_SYSTEM, AGENTLESS_REPAIR) if style == "swe_rl" else (COMPACT_SYSTEM, COMPACT_REPAIR)
+    user = repair.format(problem_statement=problem_statement, content=file_blocks(files)).strip()
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
 def render(tokenizer, messages: list[dict[str, str]]) -> tuple[str, np.ndarray]:
@@ -188,7 +201,7 @@ def build_prompt(record: dict, tokenizer, max_prompt_len: int, style: str = "swe
     problem = record["problem_statement"]
 
     def attempt() -> tuple[str, np.ndarray]:
-        return render(tokenizer, messages_for(problem, [(p, c) for p, c in shown.items()]))
+        return render(tokenizer, messages_for(problem, [(p, c) for p, c in shown.items()], style))
 
     text, ids = attempt()
     if len(ids) <= max_prompt_len:
