@@ -1,0 +1,133 @@
+"""Collecting one step's rollouts: prompts -> sampler (G samples each) -> reward service, overlapped.
+
+The step's prompts go to the sampler in requests of `prompts_per_request` prompts. As soon as a request's
+completions come back they are submitted to the reward service (worker processes), and the next request is
+sent at once, so scoring group k runs while the sampler generates group k + 1; the trainer only waits for the
+rewards of the last request. `CollectTimes` says how much reward time was hidden.
+
+Seeds: request r of step s samples with `rollout_seed(seed, s, r)`; the sampler draws row (prompt i, sample j)
+from that seed folded with i and j, so a step's rollouts depend only on (seed, step, policy) — a resumed run
+regenerates exactly the rollouts of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import Protocol
+
+import numpy as np
+
+from swerl_jax.rl.rollouts import Rollout
+from swerl_jax.sampler.engine import Completion, SamplingEngine, SamplingParams
+
+
+class Sampler(Protocol):
+    """What the trainer needs of a sampler: `SamplerClient` (a separate process) or `InlineSampler`."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = ..., num_samples: int = 1,
+                 seed: int = 0, min_policy_version: int = 0) -> list[list[Completion]]:
+        """`num_samples` completions per prompt from a policy version >= `min_policy_version`."""
+
+
+class InlineSampler:
+    """A `SamplingEngine` in the trainer's own process (`sampler.mode=inline`: debugging, tests).
+
+    The trainer hands it each new policy directly (`update`) instead of publishing weights to disk.
+    """
+
+    def __init__(self, engine: SamplingEngine) -> None:
+        self.engine = engine
+
+    def update(self, params: dict, version: int) -> None:
+        """Use `params` as policy `version` from the next request on."""
+        self.engine.update_params(params, version)
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = SamplingParams(),
+                 num_samples: int = 1, seed: int = 0, min_policy_version: int = 0) -> list[list[Completion]]:
+        """As `SamplerClient.generate`; the version must already be loaded (there is nothing to wait for)."""
+        if self.engine.policy_version < min_policy_version:
+            raise RuntimeError(f"inline sampler has policy version {self.engine.policy_version}, the step needs "
+                               f"{min_policy_version}: the trainer did not hand over its params")
+        return self.engine.generate(prompts, sampling, num_samples, seed)
+
+    def close(self) -> None:
+        """Nothing to stop (the engine lives in this process)."""
+
+
+@dataclasses.dataclass
+class CollectTimes:
+    """Wall-clock seconds of one step's collection."""
+
+    generate_s: float = 0.0  # waiting on the sampler, all requests
+    reward_wall_s: float = 0.0  # first reward submitted -> last reward scored
+    reward_wait_s: float = 0.0  # waiting for rewards after the last generation returned (the exposed part)
+
+    @property
+    def reward_hidden_frac(self) -> float:
+        """Fraction of the reward service's wall time that overlapped generation."""
+        if self.reward_wall_s <= 0:
+            return 1.0
+        return float(min(1.0, max(0.0, 1.0 - self.reward_wait_s / self.reward_wall_s)))
+
+
+def rollout_seed(seed: int, step: int, request: int) -> int:
+    """The sampler seed of request `request` of step `step` (a non-negative int32)."""
+    return int((int(seed) * 1_000_003 + int(step) * 7_919 + int(request) * 104_729) % (2**31 - 1))
+
+
+def prompt_token_lists(prompt_ids: np.ndarray, prompt_mask: np.ndarray) -> list[np.ndarray]:
+    """The unpadded token ids of each left-padded prompt row."""
+    return [np.asarray(ids[mask], np.int32) for ids, mask in zip(prompt_ids, prompt_mask)]
+
+
+def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: SamplingParams, num_samples: int,
+                     step: int, seed: int, policy_version: int, prompts_per_request: int = 0
+                     ) -> tuple[list[Rollout], CollectTimes]:
+    """Sample `num_samples` completions for each prompt of `batch` (a loader RL batch) and score them.
+
+    Args:
+      sampler: where completions come from; must serve `policy_version` or newer.
+      reward_service: `swerl_jax.reward.service.RewardService` (anything with `submit(items) -> futures`).
+      prompts_per_request: prompts per sampler request (0: all in one); smaller requests overlap more reward
+        work with generation at the cost of smaller decode batches.
+
+    Returns the rollouts in (group, sample) order with rewards filled in, and the timings.
+    """
+    prompts = prompt_token_lists(batch["prompt_ids"], batch["prompt_mask"])
+    per_request = prompts_per_request if prompts_per_request > 0 else len(prompts)
+    times = CollectTimes()
+    rollouts: list[Rollout] = []
+    futures: list[Future] = []
+    first_submit = None
+    finished: list[float] = []  # when each reward was scored (the service's thread resolves the futures)
+    for r, start in enumerate(range(0, len(prompts), per_request)):
+        chunk = prompts[start:start + per_request]
+        t0 = time.perf_counter()
+        groups = sampler.generate(chunk, sampling, num_samples=num_samples, seed=rollout_seed(seed, step, r),
+                                  min_policy_version=policy_version)
+        times.generate_s += time.perf_counter() - t0
+        items = []
+        for i, group in enumerate(groups):
+            p = start + i
+            for c in group:
+                text = c.text if c.text is not None else ""
+                rollouts.append(Rollout(prompt_id=str(batch["instance_id"][p]), group=p,
+                                        sample=c.sample_index, prompt_tokens=prompts[p], completion_tokens=c.tokens,
+                                        sampler_logprobs=c.logprobs, finish_reason=c.finish_reason,
+                                        completion=text, policy_version=c.policy_version))
+                items.append({"code_context": batch["code_context"][p],
+                              "oracle_new_content": batch["oracle_new_content"][p], "output": text})
+        first_submit = first_submit or time.perf_counter()
+        for future in reward_service.submit(items):
+            future.add_done_callback(lambda _: finished.append(time.perf_counter()))
+            futures.append(future)
+    t_wait = time.perf_counter()
+    for rollout, future in zip(rollouts, futures):
+        rollout.reward, rollout.reward_info = future.result()
+    times.reward_wait_s = time.perf_counter() - t_wait
+    if first_submit is not None and finished:
+        times.reward_wall_s = max(finished) - first_submit
+    return rollouts, times

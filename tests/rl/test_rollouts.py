@@ -1,0 +1,53 @@
+"""Rollout packing: the layout the GRPO loss scores, reward matrices, host-side metrics."""
+
+import numpy as np
+import pytest
+
+from swerl_jax.rl.rollouts import Rollout, bucket_length, build_train_batch, reward_matrix, rollout_metrics
+
+
+def _rollout(group, sample, prompt, completion, reward, finish="stop", info=None):
+    return Rollout(prompt_id=f"p{group}", group=group, sample=sample, prompt_tokens=np.asarray(prompt, np.int32),
+                   completion_tokens=np.asarray(completion, np.int32),
+                   sampler_logprobs=-np.arange(1, len(completion) + 1, dtype=np.float32) / 10,
+                   finish_reason=finish, completion="x", reward=reward, reward_info=info or {})
+
+
+def test_train_batch_layout():
+    rs = [_rollout(0, 0, [5, 6, 7], [8, 9], 0.5), _rollout(0, 1, [5], [1, 2, 3], -1.0, "length")]
+    rs[0].advantage, rs[1].advantage = 1.5, -1.5
+    b = build_train_batch(rs, prompt_len=4, completion_len=3, pad_id=0)
+    np.testing.assert_array_equal(b["tokens"], [[0, 5, 6, 7, 8, 9, 0], [0, 0, 0, 5, 1, 2, 3]])
+    np.testing.assert_array_equal(b["attention_mask"], [[0, 1, 1, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1, 1]])
+    np.testing.assert_array_equal(b["loss_mask"], [[1, 1, 0], [1, 1, 1]])
+    np.testing.assert_allclose(b["old_logp"], [[-0.1, -0.2, 0], [-0.1, -0.2, -0.3]], rtol=1e-6)
+    np.testing.assert_array_equal(b["advantages"], [1.5, -1.5])
+    np.testing.assert_array_equal(b["truncated"], [False, True])
+    # completion token j sits at column prompt_len + j: the loss window [prompt_len - 1, prompt_len - 1 + C)
+    # predicts exactly the completion tokens
+    assert (b["tokens"][:, 4:] == np.asarray([[8, 9, 0], [1, 2, 3]])).all()
+    with pytest.raises(ValueError, match="exceed the batch shape"):
+        build_train_batch(rs, prompt_len=2, completion_len=3, pad_id=0)
+
+
+def test_reward_matrix_and_missing():
+    rs = [_rollout(g, s, [1], [2], float(g + s)) for g in range(2) for s in range(3)]
+    np.testing.assert_array_equal(reward_matrix(rs, 2, 3), [[0, 1, 2], [1, 2, 3]])
+    with pytest.raises(ValueError, match=r"\(1, 2\)"):
+        reward_matrix(rs[:-1], 2, 3)
+
+
+def test_rollout_metrics_counts_reasons():
+    rs = [_rollout(0, 0, [1], [2, 3], -1.0, info={"reason": "no_blocks"}),
+          _rollout(0, 1, [1], [2], -1.0, "length", info={"reason": "tag_count"}),
+          _rollout(0, 2, [1], [2, 3, 4], 1.0), _rollout(0, 3, [1], [2], 0.25)]
+    m = rollout_metrics(rs)
+    assert m["format_error_rate"] == 0.5 and m["format_error/no_blocks"] == 0.25
+    assert m["format_error/tag_count"] == 0.25 and m["truncated_frac"] == 0.25
+    assert m["completion_len_mean"] == 1.75 and m["completion_len_max"] == 3 and m["reward_solved_frac"] == 0.25
+
+
+def test_bucket_length():
+    assert bucket_length(1, 64, 256) == 64 and bucket_length(65, 64, 256) == 128 and bucket_length(250, 64, 256) == 256
+    with pytest.raises(ValueError):
+        bucket_length(300, 64, 256)
