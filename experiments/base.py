@@ -69,6 +69,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sampler.top_k = 0
     c.sampler.max_new_tokens = 256  # not published (paper context 16k)
     c.sampler.max_batch = 64
+    # Prompts per sampler request (0: the step's prompts in one). Smaller requests let the reward service score
+    # earlier groups while later ones are generated, at the cost of smaller decode batches.
+    c.sampler.prompts_per_request = 0
     c.sampler.request_timeout_s = 600.0
     c.sampler.weights_dir = ""  # where policy versions are published; empty: workdir/policy
 

@@ -1,0 +1,114 @@
+"""The policy being trained, as both trainers (SFT and GRPO) set it up from an experiment config.
+
+    policy = Policy.create(config, num_steps=config.rl.num_steps, global_batch=512)
+    step = policy.train_step(loss_fn, example_batch, num_micro_batches=4, key=("rl", 128, 64))
+    policy.state, metrics = step(policy.state, policy.shard(batch))
+
+It owns the mesh, the logical-axis rules, the model config, the optimizer and the sharded `TrainState`, and
+caches one jitted train step per batch shape (the trainers bucket lengths, so a run compiles a handful).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+from jax.sharding import Mesh
+
+from swerl_jax import sharding
+from swerl_jax.checkpoint import abstract_like
+from swerl_jax.model.config import LlamaConfig, get_model_config
+from swerl_jax.optim import make_optimizer
+from swerl_jax.train_step import TrainState, create_train_state, make_train_step
+
+
+def model_config_from(config: Any) -> LlamaConfig:
+    """The `model` section as a LlamaConfig: the registry entry (or the HF directory's config) + dtype/remat."""
+    m = config.model
+    overrides = {"param_dtype": str(m.param_dtype), "dtype": str(m.dtype), "remat": str(m.remat),
+                 "attention_impl": m.get("attention_impl")}
+    if m.hf_dir:
+        import json
+
+        from swerl_jax.model.convert import hf_config_to_llama
+        from swerl_jax.model.smollm2 import resolve_hf_dir
+
+        hf = json.loads((resolve_hf_dir(m.hf_dir) / "config.json").read_text())
+        return hf_config_to_llama(hf, str(m.param_dtype)).replace(**overrides)
+    return get_model_config(str(m.name), **overrides)
+
+
+def initial_params(config: Any, model_config: LlamaConfig, mesh: Mesh, rules: sharding.Rules) -> Any:
+    """Pretrained weights from `model.hf_dir` placed onto their shards, or a seeded random init in them."""
+    if config.model.hf_dir:
+        from swerl_jax.model.convert import load_hf
+        from swerl_jax.model.smollm2 import resolve_hf_dir
+
+        _, params = load_hf(str(resolve_hf_dir(config.model.hf_dir)), param_dtype=str(config.model.param_dtype))
+        return jax.device_put(params, sharding.param_shardings(model_config, mesh, rules))
+    return sharding.init_params_sharded(model_config, mesh, jax.random.key(int(config.seed)), rules)
+
+
+@dataclasses.dataclass
+class Policy:
+    """Mesh + model + optimizer + the sharded train state, and the jitted steps that update it."""
+
+    config: Any
+    mesh: Mesh
+    rules: sharding.Rules
+    model_config: LlamaConfig
+    optimizer: optax.GradientTransformation
+    state: TrainState
+    shardings: TrainState
+    _steps: dict = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def create(cls, config: Any, num_steps: int, learning_rate: float | None = None, params: Any = None,
+               global_batch: int | None = None) -> Policy:
+        """Build the mesh (validated against the model and `global_batch`), the optimizer (`config.optim`,
+        `num_steps` for its schedule, `learning_rate` overriding optim.learning_rate) and the state, from
+        `params` when given (e.g. the SFT stage's result), else `initial_params`."""
+        model_config = model_config_from(config)
+        mesh = sharding.create_mesh(config, model_config=model_config, global_batch=global_batch)
+        rules = sharding.logical_axis_rules(config)
+        optimizer = make_optimizer(config.optim, max(1, int(num_steps)), learning_rate)
+        if params is None:
+            params = initial_params(config, model_config, mesh, rules)
+        state, shardings = create_train_state(model_config, mesh, optimizer, jax.random.key(int(config.seed)),
+                                              rules, params=params)
+        return cls(config, mesh, rules, model_config, optimizer, state, shardings)
+
+    def abstract_state(self) -> TrainState:
+        """Shapes, dtypes and shardings of the state: the target a checkpoint restores onto."""
+        return abstract_like(self.state, self.shardings)
+
+    def shard(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        """This process's rows of a batch as global arrays split over the mesh's batch axes."""
+        return sharding.shard_batch(batch, self.mesh, self.rules)
+
+    def train_step(self, loss_fn: Callable, example_batch: dict[str, Any], num_micro_batches: int = 1,
+                   key: Any = None) -> Callable[[TrainState, Any], tuple[TrainState, dict]]:
+        """The jitted step for batches shaped like `example_batch` (cached under `key`, e.g. the shape)."""
+        if key not in self._steps:
+            self._steps[key] = make_train_step(
+                loss_fn, self.optimizer, self.mesh, self.shardings,
+                sharding.batch_shardings(self.mesh, example_batch, self.rules), self.rules,
+                num_micro_batches=num_micro_batches, weight_key="loss_weight")
+        return self._steps[key]
+
+    def host_params(self) -> Any:
+        """The parameters as host numpy arrays (single-process runs: the inline sampler, tests)."""
+        return jax.device_get(self.state.params)
+
+
+def micro_batches(rows: int, micro_batch_size: int, what: str) -> int:
+    """How many micro-batches split `rows` into `micro_batch_size` (0: one); raises naming the config key."""
+    if micro_batch_size <= 0 or micro_batch_size >= rows:
+        return 1
+    if rows % micro_batch_size:
+        raise ValueError(f"{what}={micro_batch_size} does not divide the step's {rows} rows")
+    return rows // micro_batch_size

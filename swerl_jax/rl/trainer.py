@@ -1,0 +1,283 @@
+"""The GRPO trainer: prompts -> sampler -> rewards -> advantages -> sharded policy update -> publish -> log.
+
+    trainer = GRPOTrainer(config, workdir)           # or initial_params= the SFT stage's result
+    summary = trainer.run()                           # resumes from workdir/checkpoints when there is one
+
+One step s (1-based; checkpoint s holds the state after s updates):
+  1. the Grain loader's next `rl.prompts_per_step` prompts (this process's share);
+  2. `collect.collect_rollouts`: the sampler (a separate process by default) draws `rl.num_samples` completions
+     per prompt from policy version s - 1, and the reward service scores each request's groups while the next
+     request is generated;
+  3. `objectives.group_advantages` per group; rollouts packed into fixed-shape rows (lengths bucketed);
+  4. old log-probs from the sampler (`rl.old_logprobs=sampler`) or recomputed by the trainer (`recompute`),
+     reference log-probs when rl.kl_coef > 0 (the reference is the policy RL started from; never loaded at 0);
+  5. one optimizer update of `grpo_loss` (micro-batched, fp32 accumulation, `optim.*`), which also measures the
+     sampler/trainer log-prob mismatch on the same tokens;
+  6. params published as policy version s (`sampler.weights`), metrics + rollouts written, then checkpoint s.
+
+Timings per step (`time/*`): data, generate, reward_wait (reward time not hidden behind generation),
+reward_wall, logprobs, train, sync (publish), step. They are the only metrics a resumed run does not repeat.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import pathlib
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from swerl_jax import sharding
+from swerl_jax.checkpoint import Checkpointer
+from swerl_jax.data.loader import rl_dataset_from_config
+from swerl_jax.metrics import MetricsWriter
+from swerl_jax.model.llama import token_logprobs
+from swerl_jax.policy import Policy, micro_batches
+from swerl_jax.reward.service import RewardService
+from swerl_jax.rl.collect import InlineSampler, collect_rollouts
+from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
+from swerl_jax.rl.rollouts import bucket_length, build_train_batch, reward_matrix, rollout_metrics
+from swerl_jax.sampler import weights
+from swerl_jax.sampler.engine import SamplingParams
+
+log = logging.getLogger("swerl_jax.rl")
+PROMPT_BUCKET, COMPLETION_BUCKET = 64, 32  # few distinct shapes, few train-step compilations
+
+
+def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, completion_len: int,
+                 temperature: float):
+    """`loss_fn(params, batch)` for rows laid out by `rollouts.build_train_batch(prompt_len, completion_len)`."""
+    def loss_fn(params: Any, batch: dict) -> tuple[jax.Array, dict]:
+        logp, entropy = token_logprobs(model_config, params, batch["tokens"], batch["attention_mask"],
+                                       with_entropy=True, temperature=temperature, start=prompt_len - 1,
+                                       length=completion_len)
+        loss, metrics = grpo_loss(logp, batch["old_logp"], batch.get("ref_logp"), batch["advantages"],
+                                  batch["loss_mask"], loss_cfg, entropy=entropy, truncated=batch["truncated"])
+        metrics.update(logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"]))
+        return loss, metrics
+
+    return loss_fn
+
+
+def sampling_params(config: Any) -> SamplingParams:
+    """The `sampler` section as SamplingParams (stop at the tokenizer's end of turn)."""
+    s = config.sampler
+    return SamplingParams(temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k),
+                          max_new_tokens=int(s.max_new_tokens)).validate()
+
+
+class GRPOTrainer:
+    """Owns the policy, the reference, the loader, the sampler, the reward service, metrics and checkpoints."""
+
+    def __init__(self, config: Any, workdir: str | pathlib.Path, initial_params: Any = None) -> None:
+        """Set everything up (nothing is sampled yet). `initial_params` (e.g. from SFT) replaces model.hf_dir."""
+        self.config = config
+        self.workdir = pathlib.Path(workdir)
+        rl = config.rl
+        self.num_steps = int(rl.num_steps)
+        self.num_samples = int(rl.num_samples)
+        processes = jax.process_count()
+        if int(rl.prompts_per_step) % processes:
+            raise ValueError(f"rl.prompts_per_step={rl.prompts_per_step} is not divisible by the {processes} "
+                             "processes (each samples its own share of the prompts)")
+        self.local_prompts = int(rl.prompts_per_step) // processes
+        self.loss_cfg = GRPOLossConfig.from_config(config)
+        group_advantages(np.zeros((1, self.num_samples), np.float32), str(rl.advantage), float(rl.std_eps),
+                         int(rl.std_ddof))  # an unknown estimator or a bad ddof fails here, before any work
+        if str(rl.old_logprobs) not in ("sampler", "recompute"):
+            raise ValueError(f"rl.old_logprobs must be 'sampler' or 'recompute', got {rl.old_logprobs!r}")
+        self.sampling = sampling_params(config)
+        self.temperature = float(config.sampler.temperature) or 1.0  # greedy rows report T = 1 log-probs
+        rows = int(rl.prompts_per_step) * self.num_samples
+        self.num_micro = micro_batches(rows, int(rl.micro_batch_size), "rl.micro_batch_size")
+        self.policy = Policy.create(config, self.num_steps, params=initial_params, global_batch=rows)
+        # The reference is the policy RL starts from (pretrained or SFT'd); a copy, because the state is donated.
+        self.reference = (jax.tree.map(lambda x: x.copy(), self.policy.state.params)
+                          if self.loss_cfg.needs_reference else None)
+        self.data_iter = iter(rl_dataset_from_config(config))
+        self.checkpointer = Checkpointer.from_config(config, self.workdir)
+        r = config.reward
+        self.reward_service = RewardService(num_workers=int(r.num_workers), timeout_s=float(r.timeout_s),
+                                            fallback_reward=float(r.fallback_reward), kind=str(r.kind))
+        self.weights_dir = str(config.sampler.weights_dir or self.workdir / "policy")
+        self.sampler = None
+        self._logprob_fns: dict = {}
+        self.is_main = sharding.is_main_process()
+
+    # --- sampler ----------------------------------------------------------------------------------------------
+
+    def _start_sampler(self, version: int) -> None:
+        """Publish the current params as `version` and start (or refresh) the sampler on them."""
+        mode = str(self.config.sampler.mode)
+        if mode == "inline":
+            if jax.process_count() > 1:
+                raise ValueError("sampler.mode='inline' is single-process only; use sampler.mode='process'")
+            from swerl_jax.sampler.server import build_engine
+
+            engine = build_engine(self.config)
+            self.sampler = InlineSampler(engine)
+            self.sampler.update(self.policy.host_params(), version)
+            return
+        if mode != "process":
+            raise ValueError(f"sampler.mode must be 'process' or 'inline', got {mode!r}")
+        from swerl_jax.sampler.client import SamplerClient
+
+        weights.reset(self.weights_dir)  # a resumed run starts over from its checkpoint's params
+        weights.publish(self.weights_dir, self.policy.state.params, version)
+        config_path = self.workdir / "config.json"
+        if self.is_main:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            config_path.write_text(self.config.to_json(indent=1))
+        sharding_sync("config written")
+        self.sampler = SamplerClient(config_json=str(config_path), weights_dir=self.weights_dir,
+                                     log_dir=str(self.workdir / "sampler" / f"process_{jax.process_index()}"),
+                                     timeout_s=float(self.config.sampler.request_timeout_s))
+
+    def _publish(self, version: int) -> None:
+        if isinstance(self.sampler, InlineSampler):
+            self.sampler.update(self.policy.host_params(), version)
+        else:
+            weights.publish(self.weights_dir, self.policy.state.params, version, keep_last=2)
+
+    # --- one step ---------------------------------------------------------------------------------------------
+
+    def _logprobs(self, params: Any, batch: dict, prompt_len: int, completion_len: int) -> np.ndarray:
+        """Log-probs of the completion tokens under `params` (no gradient), as host rows of this process."""
+        key = (prompt_len, completion_len)
+        if key not in self._logprob_fns:
+            self._logprob_fns[key] = jax.jit(functools.partial(
+                token_logprobs, self.policy.model_config, temperature=self.temperature, start=prompt_len - 1,
+                length=completion_len))
+        sharded = self.policy.shard({"tokens": batch["tokens"], "attention_mask": batch["attention_mask"]})
+        with sharding.mesh_context(self.policy.mesh, self.policy.rules):
+            out = self._logprob_fns[key](params, sharded["tokens"], sharded["attention_mask"])
+        return local_rows(out)
+
+    def train_step(self, step: int) -> tuple[dict, list]:
+        """Run step `step` (1-based) and return (metrics, rollouts)."""
+        rl = self.config.rl
+        t_step = time.perf_counter()
+        batch = next(self.data_iter)
+        t_data = time.perf_counter() - t_step
+        # Groups are numbered within this process (its prompts); only process 0 writes rollout files.
+        rollouts, times = collect_rollouts(
+            self.sampler, self.reward_service, batch, self.sampling, self.num_samples, step, int(self.config.seed),
+            policy_version=step - 1, prompts_per_request=int(self.config.sampler.prompts_per_request))
+        rewards = reward_matrix(rollouts, self.local_prompts, self.num_samples)
+        advantages = np.asarray(group_advantages(rewards, str(rl.advantage), float(rl.std_eps), int(rl.std_ddof)))
+        for r in rollouts:
+            r.advantage = float(advantages[r.group, r.sample])
+
+        prompt_len = bucket_length(max(len(r.prompt_tokens) for r in rollouts), PROMPT_BUCKET,
+                                   int(self.config.data.max_prompt_len))
+        completion_len = bucket_length(max(1, max(len(r.completion_tokens) for r in rollouts)), COMPLETION_BUCKET,
+                                       max(COMPLETION_BUCKET, int(self.config.sampler.max_new_tokens)))
+        batch_np = build_train_batch(rollouts, prompt_len, completion_len, pad_id=0)
+        batch_np["sampler_logp"] = batch_np["old_logp"]
+        t0 = time.perf_counter()
+        if str(rl.old_logprobs) == "recompute":
+            batch_np["old_logp"] = self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len)
+        if self.reference is not None:
+            batch_np["ref_logp"] = self._logprobs(self.reference, batch_np, prompt_len, completion_len)
+        t_logprobs = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        loss_fn = make_rl_loss(self.policy.model_config, self.loss_cfg, prompt_len, completion_len,
+                               self.temperature)
+        step_fn = self.policy.train_step(loss_fn, batch_np, self.num_micro, key=("rl", prompt_len, completion_len))
+        self.policy.state, train_metrics = step_fn(self.policy.state, self.policy.shard(batch_np))
+        train_metrics = jax.device_get(train_metrics)
+        t_train = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        if step < self.num_steps:  # the last step's policy is in the checkpoint; nobody samples from it
+            self._publish(step)
+        t_sync = time.perf_counter() - t0
+
+        all_rewards, all_adv = gather_groups(rewards), gather_groups(advantages)
+        metrics = {k: float(v) for k, v in train_metrics.items()}
+        metrics.update({k: float(v) for k, v in advantage_stats(all_rewards, all_adv).items()})
+        metrics.update(rollout_metrics(rollouts))
+        metrics["policy_version"] = step - 1
+        metrics["reward_service"] = {k: v for k, v in self.reward_service.metrics().items()
+                                     if k in ("items", "timeouts", "crashes", "exceptions", "format_error_total")}
+        metrics["time"] = {"data_s": t_data, "generate_s": times.generate_s, "reward_wall_s": times.reward_wall_s,
+                           "reward_wait_s": times.reward_wait_s, "reward_hidden_frac": times.reward_hidden_frac,
+                           "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
+                           "step_s": time.perf_counter() - t_step}
+        return metrics, rollouts
+
+    # --- the loop ---------------------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        """Train from the latest checkpoint (or from scratch) to rl.num_steps; returns a summary."""
+        restored = self.checkpointer.restore_latest(self.policy.abstract_state(), data_iterator=self.data_iter)
+        start = 0
+        if restored is not None:
+            self.policy.state, self.data_iter, start = restored.state, restored.data_iterator, restored.step
+            self.reward_service.load_state_dict(restored.host_state["reward_service"])
+            log.info("resumed GRPO from %s step %d", self.checkpointer.directory, start)
+        lg = self.config.logging
+        writer = MetricsWriter(self.workdir, self.is_main, total_steps=self.num_steps,
+                               resume_step=start if restored is not None else None,
+                               tensorboard=bool(lg.tensorboard), progress=bool(lg.progress_bar),
+                               save_rollouts=bool(lg.save_rollouts))
+        try:
+            if start < self.num_steps:
+                self._start_sampler(version=start)
+            for step in range(start + 1, self.num_steps + 1):
+                metrics, rollouts = self.train_step(step)
+                if step % int(lg.every_steps) == 0 or step == self.num_steps:
+                    writer.write(step, metrics)
+                writer.write_rollouts(step, rollouts)
+                self.checkpointer.save(step, self.policy.state, data_iterator=self.data_iter,
+                                       host_state={"reward_service": self.reward_service.state_dict()},
+                                       force=step == self.num_steps)
+        finally:
+            writer.close()
+            self.close()
+        return {"workdir": str(self.workdir), "steps": self.num_steps, "resumed_from": start,
+                "metrics": str(writer.metrics_path), "tensorboard": str(writer.tensorboard_dir),
+                "checkpoints": self.checkpointer.directory}
+
+    def close(self) -> None:
+        """Stop the sampler and the reward workers; finish pending checkpoint writes."""
+        if self.sampler is not None:
+            self.sampler.close()
+            self.sampler = None
+        self.reward_service.close()
+        self.checkpointer.close()
+
+
+def local_rows(x: jax.Array) -> np.ndarray:
+    """This process's rows of a batch-sharded global array, as numpy (the whole array in one process)."""
+    if jax.process_count() == 1:
+        return np.asarray(jax.device_get(x))
+    shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+    seen, rows = set(), []
+    for s in shards:
+        start = s.index[0].start or 0
+        if start not in seen:
+            seen.add(start)
+            rows.append(np.asarray(s.data))
+    return np.concatenate(rows)
+
+
+def gather_groups(x: np.ndarray) -> np.ndarray:
+    """[P_local, G] per process -> [P, G] over all processes (for global reward metrics)."""
+    if jax.process_count() == 1:
+        return x
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def sharding_sync(name: str) -> None:
+    """A barrier across processes (no-op in one)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)

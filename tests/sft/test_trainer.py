@@ -1,0 +1,62 @@
+"""The SFT stage: the re-layout keeps every target token in place, the loss is the hand-computed NLL."""
+
+import jax
+import numpy as np
+import pytest
+
+from swerl_jax.model.config import get_model_config
+from swerl_jax.model.llama import forward, init_params
+from swerl_jax.sft.trainer import make_sft_loss, relayout
+
+MODEL = get_model_config("tiny")
+
+
+def _loader_batch():
+    # what SFTPrepare yields: prompt + target + eot, right-padded; loss on the target only
+    rows = [([3, 4, 5], [6, 7]), ([9], [10, 11, 12, 13]), ([1, 2, 3, 4, 5, 6], [7])]
+    width = 12
+    tokens = np.zeros((3, width), np.int32)
+    mask = np.zeros((3, width), bool)
+    loss = np.zeros((3, width), bool)
+    for i, (p, t) in enumerate(rows):
+        tokens[i, :len(p) + len(t)] = p + t
+        mask[i, :len(p) + len(t)] = True
+        loss[i, len(p):len(p) + len(t)] = True
+    return {"tokens": tokens, "mask": mask, "loss_mask": loss, "prompt_len": np.asarray([3, 1, 6], np.int32)}, rows
+
+
+def test_relayout_puts_prompt_left_and_target_right():
+    batch, rows = _loader_batch()
+    out, p, c = relayout(batch, prompt_bucket=4, target_bucket=2)
+    assert (p, c) == (8, 4)
+    for i, (prompt, target) in enumerate(rows):
+        assert out["tokens"][i, p - len(prompt):p].tolist() == prompt
+        assert out["tokens"][i, p:p + len(target)].tolist() == target
+        assert out["attention_mask"][i].sum() == len(prompt) + len(target)
+        assert out["loss_mask"][i].tolist() == [1.0] * len(target) + [0.0] * (c - len(target))
+
+
+def test_sft_loss_is_the_target_nll():
+    batch, rows = _loader_batch()
+    out, p, c = relayout(batch, prompt_bucket=4, target_bucket=2)
+    params = init_params(MODEL, jax.random.key(0))
+    loss, aux = jax.jit(make_sft_loss(MODEL, p, c))(params, out)
+    # reference: full logits of each unpadded row, log-softmax at each target position
+    total, n = 0.0, 0
+    for prompt, target in rows:
+        seq = np.asarray([prompt + target], np.int32)
+        logits = np.asarray(forward(MODEL, params, seq), np.float64)[0]
+        logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - \
+            logits.max(-1, keepdims=True)
+        for k, tok in enumerate(target):
+            total -= logp[len(prompt) - 1 + k, tok]
+            n += 1
+    assert float(aux["num_tokens"]) == n == float(aux["loss_weight"])
+    np.testing.assert_allclose(float(loss), total / n, rtol=1e-5)
+
+
+def test_relayout_rejects_holes():
+    batch, _ = _loader_batch()
+    batch["mask"][0, 1] = False
+    with pytest.raises(ValueError, match="row 0"):
+        relayout(batch)
