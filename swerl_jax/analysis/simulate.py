@@ -150,14 +150,17 @@ def trainer_available() -> bool:
 
 
 def train_tiny_run(workdir: str | os.PathLike, num_steps: int = 3, config: str = "experiments/tiny_cpu.py",
-                   extra_flags: tuple[str, ...] = (), timeout_s: float = 900.0) -> pathlib.Path:
-    """Run `python -m swerl_jax.train` on `config` for `num_steps` steps into `workdir` (CPU).
+                   extra_flags: tuple[str, ...] = (), timeout_s: float = 900.0, sft_steps: int = 40) -> pathlib.Path:
+    """Run `python -m swerl_jax.train` on `config` for `num_steps` GRPO steps after `sft_steps` SFT steps (a
+    short warm start: some answers well-formed, some not) into `workdir`, on one CPU device.
 
     Raises RuntimeError with the command and the tail of its output when training fails.
     """
     cmd = [sys.executable, "-m", "swerl_jax.train", f"--config={REPO_ROOT / config}", f"--workdir={workdir}",
-           f"--config.rl.num_steps={num_steps}", *extra_flags]
-    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
+           f"--config.rl.num_steps={num_steps}", f"--config.sft.num_steps={sft_steps}",
+           "--config.logging.progress_bar=False", *extra_flags]
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
+               XLA_FLAGS="--xla_force_host_platform_device_count=1")
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr)[-3000:]
