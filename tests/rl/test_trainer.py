@@ -1,0 +1,80 @@
+"""The GRPO trainer end to end, as `python -m swerl_jax.train` runs it: a SIGKILL mid-run and a resume give the
+metrics and rollouts of an uninterrupted run; a short tiny_cpu run raises the reward."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from swerl_jax.metrics import read_metrics
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SMALL = ["--config=experiments/tiny_cpu.py", "--config.sft.num_steps=0", "--config.rl.num_steps=6",
+         "--config.rl.prompts_per_step=2", "--config.rl.num_samples=4", "--config.sampler.max_new_tokens=24",
+         "--config.sampler.prompts_per_request=1", "--config.checkpoint.every_steps=2",
+         "--config.reward.kind=python:tests.rl.reward_hooks.vowel_reward", "--config.optim.learning_rate=3e-3",
+         "--config.logging.progress_bar=False"]
+
+
+def _env() -> dict:
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+            "PYTHONPATH": str(REPO), "JAX_COMPILATION_CACHE_DIR": os.environ.get(
+                "SWERL_JAX_CACHE", str(pathlib.Path.home() / ".cache" / "swerl_jax" / "jax"))}
+
+
+def _train(workdir: pathlib.Path, flags: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "swerl_jax.train", f"--workdir={workdir}", *flags]
+    out = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out
+
+
+def _comparable(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+def _rollouts(workdir: pathlib.Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((workdir / "rollouts").glob("*.jsonl"))}
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
+    full = tmp_path / "full"
+    out = _train(full, SMALL)
+    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    assert summary["rl"]["resumed_from"] == 0
+    expected = read_metrics(full / "metrics.jsonl")
+    assert [r["step"] for r in expected] == [1, 2, 3, 4, 5, 6]
+    assert len({r["reward_mean"] for r in expected}) > 1 and all(r["grad_norm"] > 0 for r in expected)
+
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "swerl_jax.train", f"--workdir={killed}", *SMALL]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    try:  # kill it as soon as checkpoint 4 is final: mid-way through step 5
+        while not (killed / "checkpoints" / "4").is_dir():
+            assert proc.poll() is None, "training ended before it could be killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    before = read_metrics(killed / "metrics.jsonl")
+    assert 4 <= len(before) < 6  # step 5 may or may not have been logged before the kill
+
+    out = _train(killed, SMALL)
+    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    assert summary["rl"]["resumed_from"] == 4
+    assert _comparable(read_metrics(killed / "metrics.jsonl")) == _comparable(expected)
+    assert _rollouts(killed) == _rollouts(full)
+    # the sampler started by the killed trainer exited with it (no orphan holding a port)
+    log = (killed / "sampler" / "process_0" / "sampler.log").read_text()
+    assert log.count("sampler listening") == 2 and "parent process" in log
