@@ -5,6 +5,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+# Vocabulary entries per block of the two-level inverse-CDF draw (SmolLM2's 49,152 = 192 blocks of 256).
+BLOCK = 256
+
 
 def filter_logits(scaled: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
     """Set logits outside each row's top-k, then outside its top-p nucleus, to -inf (HF's warper order).
@@ -28,13 +31,51 @@ def filter_logits(scaled: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.
     return jnp.where(scaled >= threshold, scaled, -jnp.inf)
 
 
+def pick(mass: jax.Array, u: jax.Array) -> jax.Array:
+    """Inverse CDF per row: the first entry with mass > 0 whose cumulative mass reaches u x the row's total.
+
+    Args:
+      mass: [rows, n] non-negative, at least one positive entry per row.
+      u: [rows] in (0, 1].
+
+    Entries with zero mass are never returned, whatever the rounding of the cumulative sum (XLA:CPU computes a
+    long cumsum as a blocked tree, so a zero entry can end up a rounding step above its predecessor).
+    """
+    cdf = jnp.where(mass > 0, jnp.cumsum(mass, axis=-1), -jnp.inf)
+    target = u * jnp.max(cdf, axis=-1)
+    return jnp.argmax(cdf >= target[:, None], axis=-1).astype(jnp.int32)
+
+
+def categorical(mass: jax.Array, u: jax.Array) -> jax.Array:
+    """Draw one index per row with probability mass / sum(mass), from two uniforms per row.
+
+    Two-level inverse CDF: u[:, 0] picks a block of `BLOCK` entries in proportion to its mass, u[:, 1] an entry
+    inside it in proportion to its mass, so P(i) = (M_b / M) (m_i / M_b) = m_i / M. Work is one pass over the
+    vocabulary (block sums) plus two short cumulative sums, instead of a vocabulary-sized random draw (Gumbel-max)
+    or a vocabulary-long cumsum.
+
+    Args:
+      mass: [rows, vocab] non-negative, at least one positive entry per row.
+      u: [rows, 2] in (0, 1].
+    """
+    rows, vocab = mass.shape
+    size = min(BLOCK, vocab)
+    blocks = mass if vocab % size == 0 else jnp.pad(mass, ((0, 0), (0, -vocab % size)))
+    blocks = blocks.reshape(rows, -1, size)
+    block = pick(jnp.sum(blocks, axis=-1), u[:, 0])
+    inside = jnp.take_along_axis(blocks, block[:, None, None], axis=1)[:, 0]
+    return block * size + pick(inside, u[:, 1])
+
+
 def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array, top_p: jax.Array,
                   top_k: jax.Array, use_filters: bool) -> tuple[jax.Array, jax.Array]:
     """Sample one token per row and return (tokens [rows] int32, log-probs [rows] fp32).
 
     Rows with temperature <= 0 take the argmax. The log-prob is log_softmax(logits / T) at the chosen token
     (T = 1 for greedy rows), i.e. under the temperature-scaled distribution before top-k/top-p truncation:
-    the quantity the trainer recomputes with `token_logprobs(..., temperature=T)`.
+    the quantity the trainer recomputes with `token_logprobs(..., temperature=T)`. Sampled rows draw from
+    softmax of the (filtered) scaled logits with `categorical`; exp(scaled - max) serves both the draw and
+    the log-normaliser.
 
     Args:
       logits: [rows, vocab] fp32.
@@ -44,9 +85,12 @@ def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array, to
     """
     greedy = temperature <= 0
     scaled = logits / jnp.where(greedy, 1.0, temperature)[:, None]
-    logp_all = jax.nn.log_softmax(scaled, axis=-1)
-    candidates = filter_logits(scaled, top_k, top_p) if use_filters else scaled
-    gumbel = jax.vmap(lambda k: jax.random.gumbel(k, scaled.shape[-1:], jnp.float32))(keys)
-    sampled = jnp.argmax(candidates + gumbel, axis=-1)
+    shifted = scaled - jax.lax.stop_gradient(jnp.max(scaled, axis=-1, keepdims=True))
+    unnormalised = jnp.exp(shifted)
+    log_z = jnp.log(jnp.sum(unnormalised, axis=-1))
+    if use_filters:
+        unnormalised = jnp.where(filter_logits(scaled, top_k, top_p) > -jnp.inf, unnormalised, 0.0)
+    u = 1.0 - jax.vmap(lambda k: jax.random.uniform(k, (2,), jnp.float32))(keys)  # (0, 1]
+    sampled = categorical(unnormalised, u)
     tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
-    return tokens, jnp.take_along_axis(logp_all, tokens[:, None], axis=-1)[:, 0]
+    return tokens, jnp.take_along_axis(shifted, tokens[:, None], axis=-1)[:, 0] - log_z
