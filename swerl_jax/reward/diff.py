@@ -2,12 +2,20 @@
 
 cydifflib compiles the standard library's difflib source, so its diffs and ratios are the same as
 ``difflib``'s to the last bit (tests/reward/test_diff.py checks it on many random pairs); ``difflib``
-is the fallback when cydifflib is not installed.
+is the fallback when cydifflib is not installed. The character-level similarity goes through
+swerl_jax/reward/ratio.py (the same number, near-linear instead of quadratic).
+
+An edited file is split into lines reusing the unedited lines of its original (``SplitText`` /
+``edited_lines``): the same list of equal strings as ``new.splitlines()``, so the same diff, but the
+line objects (and their cached hashes) are shared with the original and with every other rollout of the
+group, which makes the line matcher's indexing and comparisons cheaper.
 """
 
 from __future__ import annotations
 
+import bisect
 import difflib
+import itertools
 import warnings
 
 try:
@@ -21,20 +29,101 @@ except ImportError:  # pragma: no cover - exercised only where cydifflib is abse
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from swerl_jax.reward.ratio import ratio as _exact_ratio
+
 
 def generate_unified_diff(old_code: str, new_code: str, n_context: int = 3, lib=None) -> str:
     """Unified diff of two texts by lines, without its two header lines, joined with "\\n" ("" if equal).
 
     ``lib`` picks the difflib implementation (default: cydifflib when available).
     """
+    return unified_diff_lines(old_code.splitlines(), new_code.splitlines(), n_context, lib)
+
+
+def unified_diff_lines(old_lines: list[str], new_lines: list[str], n_context: int = 3, lib=None) -> str:
+    """``generate_unified_diff`` of two texts given as their ``splitlines()``."""
+    if old_lines == new_lines:
+        return ""  # difflib yields no hunk, hence no header, for equal sequences
     lib = lib or fast_difflib
-    diff = lib.unified_diff(
-        old_code.splitlines(), new_code.splitlines(), fromfile="old", tofile="new", lineterm="", n=n_context
-    )
-    # The first two lines are the ---/+++ headers; an identical pair yields nothing at all.
+    diff = lib.unified_diff(old_lines, new_lines, fromfile="old", tofile="new", lineterm="", n=n_context)
+    # The first two lines are the ---/+++ headers; a pair with equal lines yields nothing at all.
     if next(diff, None) is None or next(diff, None) is None:
         return ""
     return "\n".join(diff)
+
+
+class SplitText:
+    """A text, its ``splitlines()`` and the offset where each line (with its line break) ends."""
+
+    __slots__ = ("text", "lines", "ends")
+
+    def __init__(self, text: str):
+        self.text = text
+        self.lines = text.splitlines()
+        self.ends = list(itertools.accumulate(map(len, text.splitlines(True))))
+
+
+def _common_prefix_len(a: str, b: str) -> int:
+    """Length of the longest common prefix of a and b (galloping slice comparisons)."""
+    limit = min(len(a), len(b))
+    lo, step = 0, 256
+    while lo < limit:
+        hi = min(lo + step, limit)
+        if a[lo:hi] != b[lo:hi]:
+            while lo + 1 < hi:  # a[:lo] == b[:lo], a[:hi] != b[:hi]
+                mid = (lo + hi) >> 1
+                if a[lo:mid] == b[lo:mid]:
+                    lo = mid
+                else:
+                    hi = mid
+            return lo
+        lo, step = hi, step * 2
+    return lo
+
+
+def _common_suffix_len(a: str, b: str, start: int) -> int:
+    """Length of the longest common suffix of a[start:] and b[start:]."""
+    limit = min(len(a), len(b)) - start
+    la, lb = len(a), len(b)
+    lo, step = 0, 256
+    while lo < limit:
+        hi = min(lo + step, limit)
+        if a[la - hi:la - lo] != b[lb - hi:lb - lo]:
+            while lo + 1 < hi:
+                mid = (lo + hi) >> 1
+                if a[la - mid:la - lo] == b[lb - mid:lb - lo]:
+                    lo = mid
+                else:
+                    hi = mid
+            return lo
+        lo, step = hi, step * 2
+    return lo
+
+
+def edited_lines(base: SplitText, new: str) -> list[str]:
+    """``new.splitlines()``, taking the lines before and after the edited span from ``base``.
+
+    A "\\n" always ends a line (alone or in "\\r\\n"), so for a cut right after one,
+    ``(x + y).splitlines() == x.splitlines() + y.splitlines()``. The head is cut after the last "\\n"
+    of the common prefix and the tail after the first "\\n" of the common suffix; both are the same text
+    in ``base`` and ``new``, hence the same lines.
+    """
+    old = base.text
+    cut = old.rfind("\n", 0, _common_prefix_len(old, new)) + 1  # 0: no "\n" in the common prefix
+    head = bisect.bisect_right(base.ends, cut) if cut else 0
+    suffix = _common_suffix_len(old, new, cut)
+    nl = old.find("\n", len(old) - suffix) if suffix else -1
+    old_tail = nl + 1 if nl >= 0 else len(old)
+    tail = bisect.bisect_right(base.ends, old_tail) if old_tail < len(old) else len(base.lines)
+    middle = new[cut:old_tail + len(new) - len(old)].splitlines()
+    return base.lines[:head] + middle + base.lines[tail:]
+
+
+def diff_against(base: SplitText, new: str) -> str:
+    """``generate_unified_diff(base.text, new)``, splitting ``new`` with ``edited_lines``."""
+    if new == base.text:
+        return ""
+    return unified_diff_lines(base.lines, edited_lines(base, new))
 
 
 def get_normalized_patch(
@@ -50,11 +139,15 @@ def get_normalized_patch(
 
 
 def similarity(pred_change: str, oracle_change: str, lib=None) -> float:
-    """``SequenceMatcher(None, pred, oracle, autojunk=False).ratio()``; 0.0 when either side is empty."""
+    """``SequenceMatcher(None, pred, oracle, autojunk=False).ratio()``; 0.0 when either side is empty.
+
+    Computed by swerl_jax/reward/ratio.py (bit-identical) unless ``lib`` names a difflib implementation.
+    """
     if oracle_change == "" or pred_change == "":
         # An empty change must not be rewarded (it would let a policy hack the reward with no-op edits).
         return 0.0
-    lib = lib or fast_difflib
+    if lib is None:
+        return _exact_ratio(pred_change, oracle_change)
     return lib.SequenceMatcher(None, pred_change, oracle_change, autojunk=False).ratio()
 
 

@@ -1,9 +1,13 @@
 """The SWE-RL reward functions (bit-compatible with the official release) and the variants registry.
 
-``calculate_search_replace_reward`` returns the release's float to the last bit. Two things make it
-fast without changing a result: block parsing is linear (swerl_jax/reward/parse.py) and the oracle's
-normalised diff is cached per (code_context, oracle_new_content): the 16 samples of a GRPO group share
-one oracle, so it is diffed once instead of 16 times.
+``calculate_search_replace_reward`` returns the release's float to the last bit. What makes it fast
+without changing a result:
+
+* block parsing is linear (swerl_jax/reward/parse.py);
+* what the 16 samples of a GRPO group share is prepared once per (code_context, oracle_new_content) and
+  cached: the oracle's normalised diff and its context files split into lines; a predicted file is split
+  reusing those lines (diff.edited_lines) and a predicted file equal to the oracle's gets the oracle's diff;
+* the character-level similarity is computed in near-linear time (swerl_jax/reward/ratio.py).
 """
 
 from __future__ import annotations
@@ -15,25 +19,60 @@ from collections.abc import Callable
 
 from swerl_jax.reward.apply import MAX_FILE_CHARS, apply_code_change
 from swerl_jax.reward.diff import (
+    SplitText,
     compute_change_similarities,
+    diff_against,
+    generate_unified_diff,
     get_filelevel_diff,
-    get_normalized_patch,
     mean_similarity,
 )
 from swerl_jax.reward.parse import FormatError, extract_thought_solution, parse_search_replace
 
 RewardFn = Callable[[dict, dict, str], tuple[float, dict]]
 
-_ORACLE_CACHE_SIZE = 64
+_ORACLE_CACHE_SIZE = 32
 _oracle_cache: collections.OrderedDict = collections.OrderedDict()
 _oracle_lock = threading.Lock()
 
 
-def oracle_patch(code_context: dict[str, str], oracle_new_content: dict[str, str]) -> dict[str, str]:
-    """The oracle's normalised diff per path, memoised (small LRU) on the exact contents.
+class _Group:
+    """What the rollouts of one group share: the oracle's new contents and diffs, the split context files.
+
+    Only the oracle's paths are prepared: they are the cache key, so nothing here can come from another
+    context. Immutable once built (shared between threads).
+    """
+
+    __slots__ = ("oracle_new_content", "patch", "bases")
+
+    def __init__(self, code_context: dict[str, str], oracle_new_content: dict[str, str]):
+        self.oracle_new_content = oracle_new_content
+        self.bases = {path: SplitText(code_context.get(path, "")) for path in oracle_new_content}
+        self.patch: dict[str, str] = {}
+        for path, new_content in oracle_new_content.items():
+            patch = diff_against(self.bases[path], new_content)
+            if patch:
+                self.patch[path] = patch
+
+    def predicted_patch(self, code_context: dict[str, str], pred_new_content: dict[str, str]) -> dict[str, str]:
+        """``get_normalized_patch(code_context, pred_new_content)``, from the prepared files where it can."""
+        patch_dict: dict[str, str] = {}
+        for path, new_content in pred_new_content.items():
+            base = self.bases.get(path)
+            if base is None:
+                patch = generate_unified_diff(code_context.get(path, ""), new_content)
+            elif new_content == self.oracle_new_content[path]:
+                patch = self.patch.get(path, "")  # same context, same new content: the oracle's diff
+            else:
+                patch = diff_against(base, new_content)
+            if patch:
+                patch_dict[path] = patch
+        return patch_dict
+
+
+def _group(code_context: dict[str, str], oracle_new_content: dict[str, str]) -> _Group:
+    """The prepared group, memoised (small LRU) on the exact contents of the oracle's paths.
 
     The key holds the strings themselves, so equal inputs hit and a hash collision can never alias.
-    The returned dict is shared: callers must not mutate it.
     """
     key = tuple((path, code_context.get(path, ""), new) for path, new in oracle_new_content.items())
     with _oracle_lock:
@@ -41,20 +80,26 @@ def oracle_patch(code_context: dict[str, str], oracle_new_content: dict[str, str
         if hit is not None:
             _oracle_cache.move_to_end(key)
             return hit
-    patch = get_normalized_patch(code_context, oracle_new_content)
+    group = _Group(code_context, oracle_new_content)
     with _oracle_lock:
-        _oracle_cache[key] = patch
+        _oracle_cache[key] = group
         while len(_oracle_cache) > _ORACLE_CACHE_SIZE:
             _oracle_cache.popitem(last=False)
-    return patch
+    return group
+
+
+def oracle_patch(code_context: dict[str, str], oracle_new_content: dict[str, str]) -> dict[str, str]:
+    """The oracle's normalised diff per path, memoised with its group. Shared: callers must not mutate it."""
+    return _group(code_context, oracle_new_content).patch
 
 
 def calculate_reward(
     code_context: dict[str, str], oracle_new_content: dict[str, str], pred_new_content: dict[str, str]
 ) -> tuple[float, dict]:
     """Mean difflib similarity of predicted vs oracle per-file diffs; 1.0 when neither changes anything."""
-    pred = get_normalized_patch(code_context, pred_new_content)
-    similarities = compute_change_similarities(pred, oracle_patch(code_context, oracle_new_content))
+    group = _group(code_context, oracle_new_content)
+    pred = group.predicted_patch(code_context, pred_new_content)
+    similarities = compute_change_similarities(pred, group.patch)
     return mean_similarity(similarities), dict(similarities=similarities)
 
 
@@ -102,8 +147,8 @@ def calculate_discrete_reward(
         thought, answer, pred_new_content = _predicted_content(code_context, output, max_file_chars)
     except FormatError as e:
         return -1.0, e.info()
-    pred = get_normalized_patch(code_context, pred_new_content)
-    exact = pred == oracle_patch(code_context, oracle_new_content)
+    group = _group(code_context, oracle_new_content)
+    exact = group.predicted_patch(code_context, pred_new_content) == group.patch
     return (1.0 if exact else 0.0), dict(exact_match=exact, thought=thought, answer=answer)
 
 

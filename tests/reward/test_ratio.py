@@ -1,0 +1,147 @@
+"""The near-linear similarity and the shared-line splitting give difflib's results, bit for bit."""
+
+import difflib
+import json
+import random
+import struct
+
+import pytest
+
+from swerl_jax.reward import ratio as ratio_module
+from swerl_jax.reward.diff import SplitText, diff_against, edited_lines, generate_unified_diff
+from swerl_jax.reward.functions import oracle_patch
+from tests.reward.helpers import gold_block
+
+ALPHA = " \n\tabcdefghij+-@()=:_,.01é"
+
+
+def reference(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def bits(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+def _text(rng: random.Random, n: int, alpha: str = ALPHA) -> str:
+    return "".join(rng.choice(alpha) for _ in range(n))
+
+
+def _mutate(rng: random.Random, s: str, edits: int) -> str:
+    chars = list(s)
+    for _ in range(edits):
+        pos, op = rng.randint(0, len(chars)), rng.random()
+        if op < 0.4:
+            chars[pos:pos] = _text(rng, rng.randint(1, 60))
+        elif op < 0.7:
+            del chars[pos:pos + rng.randint(1, 60)]
+        else:  # copy a chunk elsewhere: repeated runs, ties between candidate matches
+            start = rng.randint(0, max(0, len(chars) - 1))
+            chars[pos:pos] = chars[start:start + rng.randint(1, 200)]
+    return "".join(chars)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Counts how often the sampled longest-match finder answered (the fast path) and gave up."""
+    counts = {"found": 0, "gave_up": 0}
+    inner = ratio_module._longest_match
+
+    def counting(*args):
+        out = inner(*args)
+        counts["found" if out is not None else "gave_up"] += 1
+        return out
+
+    monkeypatch.setattr(ratio_module, "_longest_match", counting)
+    return counts
+
+
+def test_near_identical_long_pairs_take_the_fast_path(spy):
+    rng = random.Random(0)
+    for _ in range(80):
+        a = _text(rng, rng.randint(300, 2500))
+        b = _mutate(rng, a, rng.randint(0, 6))
+        assert bits(ratio_module.ratio(a, b)) == bits(reference(a, b)), (a, b)
+    assert spy["found"] > 150
+
+
+def test_unrelated_repetitive_and_tied_pairs(spy):
+    rng = random.Random(1)
+    for _ in range(70):
+        kind = rng.randrange(4)
+        if kind == 0:  # unrelated: no long run, the compiled matcher decides
+            a, b = _text(rng, rng.randint(0, 800)), _text(rng, rng.randint(0, 800))
+        elif kind == 1:  # one unit repeated: grams occur everywhere (the budget gives up)
+            unit = _text(rng, rng.randint(1, 40), ALPHA[: rng.randint(1, len(ALPHA))])
+            base = unit * rng.randint(5, 60)
+            a, b = _mutate(rng, base, rng.randint(0, 3)), _mutate(rng, base, rng.randint(0, 3))
+        elif kind == 2:  # several equally long candidates: the earliest in a, then in b, must win
+            x, y, z = _text(rng, rng.randint(40, 150)), _text(rng, 30), _text(rng, 30)
+            parts = [x, x[:-1], x[1:], y, z]
+            a = "".join(rng.choice(parts) for _ in range(rng.randint(1, 7)))
+            b = "".join(rng.choice(parts) for _ in range(rng.randint(1, 7)))
+        else:  # two-letter alphabet
+            a = _text(rng, rng.randint(100, 1200), "ab")
+            b = _mutate(rng, a, 2).replace("é", "a")
+        assert bits(ratio_module.ratio(a, b)) == bits(reference(a, b)), (a, b)
+    assert spy["found"] > 0 and spy["gave_up"] > 0
+
+
+@pytest.mark.parametrize("extra", [-2, -1, 0, 1, 2])
+def test_runs_at_the_sampling_threshold(extra):
+    # Two swapped runs of about _T characters in filler: whether they are sampled decides the path.
+    rng = random.Random(extra)
+    for _ in range(20):
+        x, y = _text(rng, ratio_module._T + extra), _text(rng, ratio_module._T + extra)
+        a = _text(rng, rng.randint(0, 300), "xyz") + x + _text(rng, rng.randint(0, 300), "xyz") + y
+        b = _text(rng, rng.randint(0, 300), "xyz") + y + _text(rng, rng.randint(0, 300), "xyz") + x
+        assert bits(ratio_module.ratio(a, b)) == bits(reference(a, b))
+
+
+def test_matching_total_equals_the_blocks():
+    rng = random.Random(3)
+    for _ in range(40):
+        a = _text(rng, rng.randint(200, 1500))
+        b = _mutate(rng, a, 4)
+        blocks = difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()
+        assert ratio_module.matching_total(a, b) == sum(m.size for m in blocks)
+    assert ratio_module.ratio("", "") == 1.0 == reference("", "")
+    assert ratio_module.ratio("abc", "abc") == 1.0
+
+
+def test_real_diff_pairs(shared_data):
+    # Predicted diffs of mutated gold edits vs the oracle's diff, as the reward computes them.
+    rng = random.Random(4)
+    for line in open(shared_data / "pr_records_requests_flask.jsonl"):
+        rec = json.loads(line)
+        ctx, oracle = rec["code_context"], rec["oracle_new_content"]
+        oracle_diff = oracle_patch(ctx, oracle)
+        for path, new in oracle.items():
+            if path not in oracle_diff:
+                continue
+            _, search, replace = gold_block(ctx[path], new, path)
+            for _ in range(3):
+                lines = replace.split("\n")
+                lines.insert(rng.randint(0, len(lines)), "    value = None  # mutated")
+                pred = ("\n" + ctx[path]).replace("\n" + search, "\n" + "\n".join(lines))[1:]
+                pred_diff = generate_unified_diff(ctx[path], pred)
+                assert bits(ratio_module.ratio(pred_diff, oracle_diff[path])) == bits(
+                    reference(pred_diff, oracle_diff[path]))
+
+
+BREAKS = ["a", "bc", "x = 1", "\n", "\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", " ", "\n\n"]
+
+
+def test_edited_lines_equal_splitlines_with_every_line_break():
+    rng = random.Random(5)
+    for _ in range(20_000):
+        old = "".join(rng.choice(BREAKS) for _ in range(rng.randint(0, 25)))
+        if rng.random() < 0.3:
+            new = "".join(rng.choice(BREAKS) for _ in range(rng.randint(0, 25)))
+        else:  # an edit of old: the common prefix and suffix are reused
+            i = rng.randint(0, len(old))
+            j = rng.randint(i, len(old))
+            new = old[:i] + "".join(rng.choice(BREAKS) for _ in range(rng.randint(0, 4))) + old[j:]
+        base = SplitText(old)
+        assert edited_lines(base, new) == new.splitlines(), (old, new)
+        assert diff_against(base, new) == generate_unified_diff(old, new), (old, new)
