@@ -10,11 +10,15 @@ def get_config(arg: str | None = None):
     c.model.name = "smollm2-135m"
     c.model.hf_dir = "smollm2"  # converted once from the PyPI GGUF (swerl_jax.model.smollm2)
     c.data.train_files = "../shared/data/pr_records_requests_flask.jsonl"
-    c.data.max_prompt_len = 2048
-    c.sampler.max_new_tokens = 64
+    # CPU-sized: prompts cut to 1024 tokens (the records' full prompts are 2.4k-9.7k), one prompt x 4 samples per
+    # step in micro-batches of 2 (one GRPO step is ~4 TFLOP of forward/backward for 135M parameters).
+    c.data.max_prompt_len = 1024
+    c.sampler.max_new_tokens = 48
+    c.sampler.max_batch = 4
     c.rl.num_steps = 3
-    c.rl.prompts_per_step = 2
+    c.rl.prompts_per_step = 1
     c.rl.num_samples = 4
+    c.rl.micro_batch_size = 2
     c.rl.kl_coef = 0.04
     c.optim.learning_rate = 1e-6
     c.checkpoint.every_steps = 1

@@ -55,10 +55,14 @@ class Rollout:
 
 
 def bucket_length(length: int, multiple: int, cap: int) -> int:
-    """`length` rounded up to a multiple of `multiple`, at most `cap`: few distinct shapes, few recompiles."""
+    """The smallest of multiple * 2^k (k >= 0) and `cap` that holds `length`: a few shapes per run (each one a
+    train-step compilation), at most 2x padding."""
     if length > cap:
         raise ValueError(f"length {length} exceeds the cap {cap}")
-    return min(cap, max(multiple, -(-length // multiple) * multiple))
+    size = multiple
+    while size < length:
+        size *= 2
+    return min(cap, size)
 
 
 def build_train_batch(rollouts: list[Rollout], prompt_len: int, completion_len: int,

@@ -35,7 +35,7 @@ from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.data.loader import rl_dataset_from_config
 from swerl_jax.metrics import MetricsWriter
 from swerl_jax.model.llama import token_logprobs
-from swerl_jax.policy import Policy, micro_batches
+from swerl_jax.policy import Policy, global_max, micro_batches
 from swerl_jax.reward.service import RewardService
 from swerl_jax.rl.collect import InlineSampler, collect_rollouts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
@@ -171,9 +171,11 @@ class GRPOTrainer:
         for r in rollouts:
             r.advantage = float(advantages[r.group, r.sample])
 
-        prompt_len = bucket_length(max(len(r.prompt_tokens) for r in rollouts), PROMPT_BUCKET,
+        # one shape on every process (the longest row anywhere), bucketed so a run compiles a few programs
+        prompt_len = bucket_length(global_max(max(len(r.prompt_tokens) for r in rollouts)), PROMPT_BUCKET,
                                    int(self.config.data.max_prompt_len))
-        completion_len = bucket_length(max(1, max(len(r.completion_tokens) for r in rollouts)), COMPLETION_BUCKET,
+        longest = global_max(max(1, max(len(r.completion_tokens) for r in rollouts)))
+        completion_len = bucket_length(longest, COMPLETION_BUCKET,
                                        max(COMPLETION_BUCKET, int(self.config.sampler.max_new_tokens)))
         batch_np = build_train_batch(rollouts, prompt_len, completion_len, pad_id=0)
         batch_np["sampler_logp"] = batch_np["old_logp"]

@@ -26,11 +26,11 @@ from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.data.loader import sft_dataset_from_config
 from swerl_jax.metrics import MetricsWriter
 from swerl_jax.model.llama import token_logprobs
-from swerl_jax.policy import Policy, micro_batches
+from swerl_jax.policy import Policy, global_max, micro_batches
 from swerl_jax.rl.rollouts import bucket_length
 
 log = logging.getLogger("swerl_jax.sft")
-PROMPT_BUCKET, TARGET_BUCKET = 64, 32
+PROMPT_BUCKET, TARGET_BUCKET = 64, 48
 
 
 def relayout(batch: dict[str, np.ndarray], prompt_bucket: int = PROMPT_BUCKET, target_bucket: int = TARGET_BUCKET
@@ -42,8 +42,9 @@ def relayout(batch: dict[str, np.ndarray], prompt_bucket: int = PROMPT_BUCKET, t
     tokens, mask, loss = batch["tokens"], batch["mask"].astype(bool), batch["loss_mask"].astype(bool)
     plen = batch["prompt_len"].astype(np.int64)
     tlen = loss.sum(axis=1)
-    p = bucket_length(int(plen.max()), prompt_bucket, max(prompt_bucket, tokens.shape[1]))
-    c = bucket_length(max(1, int(tlen.max())), target_bucket, max(target_bucket, tokens.shape[1]))
+    # one shape on every process: the longest prompt / target anywhere
+    p = bucket_length(global_max(int(plen.max())), prompt_bucket, max(prompt_bucket, tokens.shape[1]))
+    c = bucket_length(global_max(max(1, int(tlen.max()))), target_bucket, max(target_bucket, tokens.shape[1]))
     b = tokens.shape[0]
     out = np.zeros((b, p + c), np.int32)
     attn = np.zeros((b, p + c), bool)

@@ -49,5 +49,7 @@ def test_rollout_metrics_counts_reasons():
 
 def test_bucket_length():
     assert bucket_length(1, 64, 256) == 64 and bucket_length(65, 64, 256) == 128 and bucket_length(250, 64, 256) == 256
+    assert bucket_length(129, 64, 4096) == 256 and bucket_length(1000, 64, 1500) == 1024
+    assert bucket_length(1100, 64, 1500) == 1500
     with pytest.raises(ValueError):
         bucket_length(300, 64, 256)
