@@ -2,16 +2,32 @@
 
 The trainer submits a group's rollouts as soon as the sampler returns them and collects futures later,
 so rewards overlap generation. Each worker is a spawned process (never fork after JAX has started
-threads) with its own pipe; one dispatcher thread hands items to idle workers, enforces the per-item
-time limit (a stuck worker is SIGKILLed and replaced; the item gets ``fallback_reward``), replaces
-workers that die, and resolves the futures. ``max_pending`` bounds queued items: ``submit`` blocks.
+threads) with its own pipe; one dispatcher thread hands items to workers, enforces the per-item time
+limit (a stuck worker is SIGKILLed and replaced; the item gets ``fallback_reward``), replaces workers
+that die, and resolves the futures. ``max_pending`` bounds queued items: ``submit`` blocks.
+
+What travels. The rollouts of a GRPO group share their ``code_context`` and ``oracle_new_content``
+(tens of KB); only the output differs. ``submit`` keys each distinct pair by a SHA-256 of its pickle,
+a worker receives a pair once and keeps the last ``_WORKER_GROUPS`` of them (the dispatcher mirrors
+each worker's set and says what to drop, so both sides agree without asking), and an item is sent as
+(id, key, output). Items of a group go preferably to a worker that holds it, where the reward's
+per-group cache (the oracle's diffs, the split context files) is warm too.
+
+No idle gaps. A worker gets its next chunk while it scores the current one (up to a chunk ahead), when
+that cannot block the dispatcher: the messages it may not have read yet (none of their items answered)
+plus the new one fit in a quarter of the socket's send buffer. Otherwise the chunk waits until the
+worker is idle, hence reading.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import multiprocessing as mp
+import os
+import pickle
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -24,26 +40,34 @@ log = logging.getLogger(__name__)
 HISTOGRAM_EDGES = (-1.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 _TIMES_KEPT = 10_000
 _ITEM_KEYS = ("code_context", "oracle_new_content", "output")
+_WORKER_GROUPS = 8  # (code_context, oracle_new_content) pairs a worker keeps
+_SEND_BUFFER = 1 << 20  # asked for on the dispatcher's end of each pipe (the kernel may cap it)
 
 
 def _worker_main(conn, kind: str, fallback_reward: float) -> None:
-    """Worker loop: receive a chunk [(id, item)], reply (id, reward, compact info, seconds) per item."""
+    """Worker loop: receive (groups, [(id, key, output)], drop); reply (id, reward, compact info, seconds)."""
     fn = get_reward_fn(kind)
+    groups: dict[bytes, tuple[dict, dict]] = {}
     while True:
         try:
-            chunk = conn.recv()
+            message = conn.recv()
         except EOFError:
             return
-        if chunk is None:
+        if message is None:
             return
-        for item_id, item in chunk:
+        new_groups, items, drop = message
+        groups.update(new_groups)
+        for item_id, key, output in items:
             start = time.perf_counter()
             try:
-                reward, info = fn(item["code_context"], item["oracle_new_content"], item["output"])
+                code_context, oracle_new_content = groups[key]
+                reward, info = fn(code_context, oracle_new_content, output)
                 reward, info = float(reward), compact_info(info)
             except Exception as e:  # noqa: BLE001 - a user hook's bug must not kill the pool
                 reward, info = fallback_reward, {"reason": "exception", "error": repr(e)[:500]}
             conn.send((item_id, reward, info, time.perf_counter() - start))
+        for key in drop:
+            groups.pop(key, None)
 
 
 def histogram_bin(reward: float) -> int:
@@ -53,17 +77,57 @@ def histogram_bin(reward: float) -> int:
     return min(1 + int(reward * 10), len(HISTOGRAM_EDGES) - 2)
 
 
+def group_key(code_context: dict, oracle_new_content: dict) -> bytes:
+    """Content key of a group's shared inputs (equal keys: equal contents, barring a SHA-256 collision)."""
+    return hashlib.sha256(pickle.dumps((code_context, oracle_new_content), protocol=4)).digest()
+
+
+def _prefetch_limit(conn) -> int:
+    """Bytes that can surely be written to ``conn`` while the worker is busy: a quarter of its send buffer."""
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except (OSError, ValueError):
+        return 0
+    try:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
+        except OSError:
+            pass
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 4
+    except OSError:
+        return 0
+    finally:
+        sock.close()
+
+
 class _Worker:
-    """One worker process, its pipe and the item it is scoring."""
+    """One worker process, its pipe, the groups it holds and the items it was sent."""
 
     def __init__(self, ctx, kind: str, fallback_reward: float):
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_worker_main, args=(child, kind, fallback_reward), daemon=True)
         self.process.start()
         child.close()
-        # Items sent and not yet answered, in order; the first one's deadline is ``deadline``.
-        self.busy: collections.deque | None = None
+        self.prefetch_limit = _prefetch_limit(self.conn)
+        # Items sent and not yet answered, in order (item_id, key, output); the first one's deadline is
+        # ``deadline``. ``messages``: [items not answered, bytes if maybe unread] per message sent (the
+        # worker has read a message once one of its items is answered); ``unread`` sums those bytes.
+        self.busy: collections.deque = collections.deque()
+        self.messages: collections.deque = collections.deque()
+        self.unread = 0
         self.deadline = 0.0
+        self.held: collections.OrderedDict = collections.OrderedDict()  # keys of the groups it holds (LRU)
+        self.wait_idle = False  # a next chunk was too large to send while busy: send it once idle
+
+    def answered(self) -> None:
+        """Book the answer to the first item sent and not yet answered."""
+        self.busy.popleft()
+        message = self.messages[0]
+        self.unread -= message[1]
+        message[1] = 0
+        message[0] -= 1
+        if message[0] == 0:
+            self.messages.popleft()
 
 
 class RewardService:
@@ -93,11 +157,15 @@ class RewardService:
             raise ValueError(f"reward.max_pending must be >= 1, got {max_pending}")
         get_reward_fn(kind)  # fail here, in the caller, on an unknown kind
         self.kind, self.timeout_s, self.fallback_reward = kind, timeout_s, float(fallback_reward)
-        self.max_pending, self.chunk_size = max_pending, chunk_size
+        self.max_pending, self.chunk_size = max_pending, max(1, chunk_size)
         self._ctx = mp.get_context(start_method)
         self._cond = threading.Condition()
-        self._queue: collections.deque = collections.deque()
-        self._futures: dict[int, Future] = {}
+        # Queued items per group key, groups in arrival order; a requeued group goes back to the front.
+        self._queue: collections.OrderedDict = collections.OrderedDict()
+        self._queued = 0
+        # key -> [(code_context, oracle_new_content), items submitted and not yet resolved]
+        self._groups: dict[bytes, list] = {}
+        self._futures: dict[int, tuple[Future, bytes]] = {}
         self._next_id = 0
         self._closed = False
         self._counters = self._empty_counters()
@@ -113,11 +181,18 @@ class RewardService:
 
     def submit(self, items: list[dict]) -> list[Future]:
         """Queue items; returns one Future per item. Blocks while ``max_pending`` items are outstanding."""
-        futures = []
+        keys: dict[tuple[int, int], bytes] = {}  # the dicts of one group are usually the same objects
         for index, item in enumerate(items):
             missing = [k for k in _ITEM_KEYS if k not in item]
             if missing:
                 raise ValueError(f"reward item {index} lacks field(s) {missing}")
+        futures = []
+        for item in items:
+            pair = (item["code_context"], item["oracle_new_content"])
+            ident = (id(pair[0]), id(pair[1]))
+            key = keys.get(ident)
+            if key is None:
+                key = keys[ident] = group_key(*pair)
             future: Future = Future()
             with self._cond:
                 while len(self._futures) >= self.max_pending and not self._closed:
@@ -125,8 +200,14 @@ class RewardService:
                 if self._closed:
                     raise RuntimeError("RewardService is closed")
                 item_id, self._next_id = self._next_id, self._next_id + 1
-                self._futures[item_id] = future
-                self._queue.append((item_id, item))
+                self._futures[item_id] = (future, key)
+                group = self._groups.get(key)
+                if group is None:
+                    self._groups[key] = [pair, 1]
+                else:
+                    group[1] += 1
+                self._queue.setdefault(key, collections.deque()).append((item_id, key, item["output"]))
+                self._queued += 1
                 self._cond.notify_all()
             futures.append(future)
         return futures
@@ -135,7 +216,12 @@ class RewardService:
 
     def _resolve(self, item_id: int, reward: float, info: dict, seconds: float | None) -> None:
         with self._cond:
-            future = self._futures.pop(item_id, None)
+            entry = self._futures.pop(item_id, None)
+            if entry is not None:
+                group = self._groups[entry[1]]
+                group[1] -= 1
+                if group[1] == 0:
+                    del self._groups[entry[1]]
             c = self._counters
             c["items"] += 1
             reason = info.get("reason")
@@ -147,8 +233,19 @@ class RewardService:
             if seconds is not None:
                 self._times.append(seconds)
             self._cond.notify_all()
-        if future is not None:
-            future.set_result((reward, info))
+        if entry is not None:
+            entry[0].set_result((reward, info))
+
+    def _requeue(self, items) -> None:
+        """Put items back at the front of the queue, in their order (caller holds the lock)."""
+        for item in reversed(items):
+            key = item[1]
+            queue = self._queue.get(key)
+            if queue is None:
+                queue = self._queue[key] = collections.deque()
+            self._queue.move_to_end(key, last=False)
+            queue.appendleft(item)
+            self._queued += 1
 
     def _replace(self, index: int, reason: str) -> None:
         """Kill worker ``index`` (stuck or dead), give its item the fallback reward, start a fresh one."""
@@ -158,57 +255,110 @@ class RewardService:
         worker.process.join(5)
         worker.conn.close()
         if worker.busy:
-            # The item being scored gets the fallback; the rest of its chunk goes back to the queue front.
-            item_id, _ = worker.busy.popleft()
+            # The item being scored gets the fallback; the other items sent go back to the queue front.
+            item_id = worker.busy.popleft()[0]
             log.warning("reward item %d: %s; fallback reward %s", item_id, reason, self.fallback_reward)
             with self._cond:
-                self._queue.extendleft(reversed(worker.busy))
+                self._requeue(worker.busy)
             self._resolve(item_id, self.fallback_reward, {"reason": reason}, None)
         if not self._closed:
             self._workers[index] = _Worker(self._ctx, self.kind, self.fallback_reward)
+
+    def _take(self, worker: _Worker) -> list:
+        """Pop the next chunk for ``worker`` (caller holds the lock): a group it holds, else one nobody
+        holds, else the oldest; at most chunk_size items, fewer near the end so all workers get some."""
+        chosen = None
+        for key in self._queue:
+            if key in worker.held:
+                chosen = key
+                break
+            if chosen is None and not any(key in w.held for w in self._workers):
+                chosen = key
+        if chosen is None:
+            chosen = next(iter(self._queue))
+        queue = self._queue[chosen]
+        size = max(1, min(self.chunk_size, self._queued // len(self._workers), len(queue)))
+        chunk = [queue.popleft() for _ in range(size)]
+        if not queue:
+            del self._queue[chosen]
+        self._queued -= size
+        return chunk
+
+    def _message(self, worker: _Worker, chunk: list) -> tuple[bytes, list]:
+        """The pickled message for a chunk, and the keys the worker then holds (applied once it is sent)."""
+        held = collections.OrderedDict(worker.held)
+        new_groups = {}
+        with self._cond:
+            for _, key, _ in chunk:
+                if key not in held and key not in new_groups:
+                    new_groups[key] = self._groups[key][0]
+                held[key] = None
+                held.move_to_end(key)
+        drop = []
+        while len(held) > _WORKER_GROUPS:
+            drop.append(held.popitem(last=False)[0])
+        return pickle.dumps((new_groups, chunk, drop), protocol=pickle.HIGHEST_PROTOCOL), held
+
+    def _send(self, worker: _Worker, chunk: list, data: bytes, held) -> None:
+        worker.held = held
+        worker.busy.extend(chunk)
+        worker.messages.append([len(chunk), len(data)])
+        worker.unread += len(data)
+        worker.wait_idle = False
+        try:
+            worker.conn.send_bytes(data)
+        except (BrokenPipeError, OSError):
+            pass  # the sentinel reports the dead worker; its items are requeued then
+
+    def _feed(self) -> None:
+        """Give chunks to idle workers, and a next chunk to busy ones where that cannot block."""
+        for worker in self._workers:
+            idle = not worker.busy
+            if not idle and (len(worker.busy) > self.chunk_size or worker.wait_idle):
+                continue  # a chunk ahead of the current item is enough, or the next one is large
+            with self._cond:
+                if not self._queue:
+                    return
+                chunk = self._take(worker)
+            data, held = self._message(worker, chunk)
+            if not idle and worker.unread + len(data) > worker.prefetch_limit:
+                with self._cond:
+                    self._requeue(chunk)  # too large to write while it is busy: wait until it is idle
+                worker.wait_idle = True
+                continue
+            if idle:
+                worker.deadline = time.monotonic() + self.timeout_s
+            # An idle worker is reading its pipe; for a busy one, what it may not have read yet plus this
+            # message fit in the socket's buffer.
+            self._send(worker, chunk, data, held)
 
     def _loop(self) -> None:
         while True:
             with self._cond:
                 if self._closed:
                     return
-                sends = []
-                for worker in self._workers:
-                    if worker.busy is None and self._queue:
-                        # Chunks of consecutive items (one GRPO group shares its context): pickle
-                        # sends a shared code_context once per chunk, and there are fewer round trips.
-                        size = max(1, min(self.chunk_size, len(self._queue) // len(self._workers)))
-                        chunk = [self._queue.popleft() for _ in range(min(size, len(self._queue)))]
-                        worker.busy = collections.deque(chunk)
-                        worker.deadline = time.monotonic() + self.timeout_s
-                        sends.append((worker, chunk))
-                if not sends and all(w.busy is None for w in self._workers):
+                if not self._queue and all(not w.busy for w in self._workers):
                     self._cond.wait(0.5)
                     continue
-            # Send outside the lock: a large item blocks until the worker reads it; submit must not wait.
-            for worker, chunk in sends:
-                try:
-                    worker.conn.send(chunk)
-                except (BrokenPipeError, OSError):
-                    pass  # the sentinel below reports the dead worker
-            busy = [w for w in self._workers if w.busy is not None]
+            self._feed()
+            busy = [w for w in self._workers if w.busy]
             deadline = min((w.deadline for w in busy), default=time.monotonic() + 0.05)
             timeout = min(max(deadline - time.monotonic(), 0.0), 0.05)
             ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout)
             for index, worker in enumerate(list(self._workers)):
-                if worker.busy is None:
+                if not worker.busy:
                     continue
                 if worker.conn in ready:
                     try:
-                        item_id, reward, info, seconds = worker.conn.recv()
+                        while worker.busy:
+                            item_id, reward, info, seconds = worker.conn.recv()
+                            worker.answered()
+                            worker.deadline = time.monotonic() + self.timeout_s  # the next item's clock
+                            self._resolve(item_id, reward, info, seconds)
+                            if not worker.conn.poll():
+                                break
                     except (EOFError, OSError):
                         self._replace(index, "crash")
-                        continue
-                    worker.busy.popleft()
-                    worker.deadline = time.monotonic() + self.timeout_s  # the next item's clock starts
-                    if not worker.busy:
-                        worker.busy = None
-                    self._resolve(item_id, reward, info, seconds)
                 elif worker.process.sentinel in ready or not worker.process.is_alive():
                     self._replace(index, "crash")
                 elif time.monotonic() > worker.deadline:
@@ -225,7 +375,7 @@ class RewardService:
             self._cond.notify_all()
         self._thread.join(10)
         for worker in self._workers:
-            if worker.busy is not None:
+            if worker.busy:
                 worker.process.kill()  # mid-item: its result is no longer wanted
                 continue
             try:
@@ -239,10 +389,12 @@ class RewardService:
                 worker.process.join(2)
             worker.conn.close()
         with self._cond:
-            leftovers = list(self._futures.items())
+            leftovers = [future for future, _ in self._futures.values()]
             self._futures.clear()
             self._queue.clear()
-        for _, future in leftovers:
+            self._queued = 0
+            self._groups.clear()
+        for future in leftovers:
             future.set_result((self.fallback_reward, {"reason": "closed"}))
 
     def __enter__(self) -> RewardService:
