@@ -46,6 +46,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data = ml_collections.ConfigDict()
     c.data.train_files = ""  # comma-separated JSONL/ArrayRecord files; empty: synthetic records
     c.data.synthetic_num_records = 256
+    c.data.synthetic_repos = ""  # comma-separated owner/name the synthetic records come from; empty: six made-up
     c.data.max_prompt_len = 1024
     c.data.shuffle = True
     c.data.num_epochs = -1  # -1: repeat forever

@@ -308,7 +308,8 @@ def source_from_config(config) -> Sequence:
         return record_source(files)
     from swerl_jax.data.synthetic import synthetic_records
 
-    return synthetic_records(int(config.data.synthetic_num_records), seed=int(config.seed))
+    repos = [r.strip() for r in str(config.data.get("synthetic_repos", "")).split(",") if r.strip()]
+    return synthetic_records(int(config.data.synthetic_num_records), seed=int(config.seed), repos=repos or None)
 
 
 def tokenizer_from_config(config) -> str:

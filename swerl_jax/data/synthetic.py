@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import random
+from collections.abc import Sequence
 
 from swerl_jax.data.records import changed_paths, validate_record
 
@@ -85,10 +86,18 @@ def _fill(template: str, names: dict[str, str]) -> str:
     return template.format(**names)
 
 
-def synthetic_records(n: int, seed: int = 0) -> list[dict]:
-    """`n` valid single-file bug-fix PR records, deterministic in `seed`."""
+def synthetic_records(n: int, seed: int = 0, repos: Sequence[str] | None = None) -> list[dict]:
+    """`n` valid single-file bug-fix PR records, deterministic in `seed`.
+
+    `repos` ("owner/name", default: six made-up ones) fixes the repositories drawn from; a file's folder is its
+    repository's name, which nothing in the issue text names, so with several repositories a policy must copy
+    the path from the prompt's file header (a tiny policy learns that slowly; the CPU demo uses one).
+    """
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
+    repos = list(repos) if repos else _REPOS
+    if any(r.count("/") != 1 or not all(r.split("/")) for r in repos):
+        raise ValueError(f"synthetic repos must look like 'owner/name', got {repos}")
     rng = random.Random(seed)
     records = []
     for i in range(n):
@@ -99,7 +108,7 @@ def synthetic_records(n: int, seed: int = 0) -> list[dict]:
                  "big": str(limit + 1), "key": f"max_{noun}s"}
         before = _fill(template.replace("{BUG}", "\x00"), names).replace("\x00", _fill(bug, names))
         after = _fill(template.replace("{BUG}", "\x00"), names).replace("\x00", _fill(fix, names))
-        repo = rng.choice(_REPOS)
+        repo = rng.choice(repos)
         path = f"{repo.split('/')[1]}/{noun}s.py"
         commit = hashlib.sha1(f"{seed}-{i}-{kind}".encode()).hexdigest()
         diff = "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}"))

@@ -64,3 +64,12 @@ def test_new_file_is_refused():
     r = dict(r, oracle_new_content={**r["oracle_new_content"], "new.py": "print(1)\n"})
     with pytest.raises(ValueError, match="new file"):
         oracle_solution(r)
+
+
+def test_repos_restrict_the_paths():
+    recs = synthetic_records(12, seed=4, repos=["acme/widgets"])
+    assert {r["repo"] for r in recs} == {"acme/widgets"}
+    assert all(next(iter(r["code_context"])).startswith("widgets/") for r in recs)
+    assert synthetic_records(5, seed=4) == synthetic_records(5, seed=4, repos=None)  # the default is unchanged
+    with pytest.raises(ValueError, match="owner/name"):
+        synthetic_records(1, repos=["nope"])
