@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from swerl_jax.model.config import LlamaConfig
-from swerl_jax.model.llama import KVCache, Llama, positions_from_mask
+from swerl_jax.model.llama import DecoderLayer, KVCache, Llama, RMSNorm, positions_from_mask, rope_cos_sin
 from swerl_jax.sampler.sampling import sample_tokens
 
 
@@ -91,6 +91,35 @@ def _bucket(n: int, buckets: Sequence[int], what: str) -> int:
     return buckets[i]
 
 
+def _decode_step(config: LlamaConfig, params: dict, tokens: jax.Array, positions: jax.Array, kv_mask: jax.Array,
+                 cache: KVCache, slot: jax.Array) -> tuple[jax.Array, KVCache]:
+    """One token per row through the decoder: (logits [rows, vocab] fp32, cache with the token's keys/values).
+
+    The math of `Llama.__call__` with a cache (its DecoderLayer, RMSNorm and head, same parameters), but the
+    layers run in a `fori_loop` that carries the whole cache and writes only the new slot of each layer into it.
+    Llama's `nn.scan` takes the cache as a scanned input and returns a newly stacked one; inside the decode
+    `while_loop` that costs XLA a zero-fill, a copy and a write-back of the entire cache for every token
+    (SmolLM2-135M, 384 slots, CPU: 290 vs 490 ms per step at 16 rows, 1.04 vs 1.86 s at 64; same logits).
+    """
+    x = jnp.take(params["embed_tokens"], tokens[:, None], axis=0).astype(config.dtype)
+    cos, sin = rope_cos_sin(config, positions[:, None])
+    mask = ((jnp.arange(kv_mask.shape[1]) <= slot)[None, :] & kv_mask)[:, None, None, :]
+    layer = DecoderLayer(config)
+
+    def one_layer(i, carry):
+        x, k, v = carry
+        layer_params = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False), params["layers"])
+        x, (layer_k, layer_v) = layer.apply({"params": layer_params}, x, cos, sin, mask, (k[i], v[i]), slot)
+        new_k = jax.lax.dynamic_slice_in_dim(layer_k, slot, 1, axis=1)[None]
+        new_v = jax.lax.dynamic_slice_in_dim(layer_v, slot, 1, axis=1)[None]
+        return (x, jax.lax.dynamic_update_slice(k, new_k.astype(k.dtype), (i, 0, slot, 0, 0)),
+                jax.lax.dynamic_update_slice(v, new_v.astype(v.dtype), (i, 0, slot, 0, 0)))
+
+    x, k, v = jax.lax.fori_loop(0, config.num_layers, one_layer, (x, cache.k, cache.v))
+    hidden = RMSNorm(config).apply({"params": params["norm"]}, x)
+    return Llama(config).apply({"params": params}, hidden[:, 0], method=Llama.logits), KVCache(k, v)
+
+
 def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: KVCache, prompt_tokens: jax.Array,
               prompt_mask: jax.Array, row_src: jax.Array, row_keys: jax.Array, max_new: jax.Array,
               temperature: jax.Array, top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, *,
@@ -131,8 +160,8 @@ def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: KVCa
         done = done | hit_stop | (step + 1 >= max_new)
         slot = t_prompt + step
         kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, jnp.ones((rows, 1), bool), slot, axis=1)
-        new_logits, cache = model.apply(variables, tok[:, None], position[:, None], kv_mask, cache, slot)
-        return (step + 1, cache, kv_mask, new_logits[:, 0], position + 1, done, length, stopped, out_tok, out_lp)
+        new_logits, cache = _decode_step(config, params, tok, position, kv_mask, cache, slot)
+        return (step + 1, cache, kv_mask, new_logits, position + 1, done, length, stopped, out_tok, out_lp)
 
     _, cache, *_, length, stopped, out_tok, out_lp = jax.lax.while_loop(cond, body, state)
     return out_tok, out_lp, length, stopped, cache
