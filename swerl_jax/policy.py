@@ -105,6 +105,18 @@ class Policy:
         return jax.device_get(self.state.params)
 
 
+def check_finite(metrics: dict, step: int, stage: str, skip_nonfinite: int) -> bool:
+    """Whether the step's loss and gradient norm are finite. A non-finite step raises FloatingPointError
+    unless optim.skip_nonfinite > 0 (then optax skipped the update): the run stops before publishing or
+    checkpointing the damaged state, and a re-run resumes from the last good checkpoint."""
+    finite = bool(np.isfinite(metrics["loss"]) and np.isfinite(metrics["grad_norm"]))
+    if not finite and not skip_nonfinite:
+        raise FloatingPointError(f"{stage} step {step}: loss {metrics['loss']}, grad_norm {metrics['grad_norm']}; "
+                                 "stopping before the state is published or checkpointed (set "
+                                 "optim.skip_nonfinite=N to skip up to N such updates in a row instead)")
+    return finite
+
+
 def global_max(value: int) -> int:
     """The largest `value` over all processes (e.g. a batch's longest row, so every process pads to one shape)."""
     if jax.process_count() == 1:

@@ -35,7 +35,7 @@ from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.data.loader import rl_dataset_from_config
 from swerl_jax.metrics import MetricsWriter
 from swerl_jax.model.llama import token_logprobs
-from swerl_jax.policy import Policy, global_max, micro_batches
+from swerl_jax.policy import Policy, check_finite, global_max, micro_batches
 from swerl_jax.reward.service import RewardService
 from swerl_jax.rl.collect import InlineSampler, collect_rollouts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
@@ -193,6 +193,7 @@ class GRPOTrainer:
         self.policy.state, train_metrics = step_fn(self.policy.state, self.policy.shard(batch_np))
         train_metrics = jax.device_get(train_metrics)
         t_train = time.perf_counter() - t0
+        finite = check_finite(train_metrics, step, "GRPO", int(self.config.optim.skip_nonfinite))
 
         t0 = time.perf_counter()
         if step < self.num_steps:  # the last step's policy is in the checkpoint; nobody samples from it
@@ -204,6 +205,7 @@ class GRPOTrainer:
         metrics.update({k: float(v) for k, v in advantage_stats(all_rewards, all_adv).items()})
         metrics.update(rollout_metrics(rollouts))
         metrics["policy_version"] = step - 1
+        metrics["nonfinite_update"] = int(not finite)
         metrics["reward_service"] = {k: v for k, v in self.reward_service.metrics().items()
                                      if k in ("items", "timeouts", "crashes", "exceptions", "format_error_total")}
         metrics["time"] = {"data_s": t_data, "generate_s": times.generate_s, "reward_wall_s": times.reward_wall_s,

@@ -26,7 +26,7 @@ from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.data.loader import sft_dataset_from_config
 from swerl_jax.metrics import MetricsWriter
 from swerl_jax.model.llama import token_logprobs
-from swerl_jax.policy import Policy, global_max, micro_batches
+from swerl_jax.policy import Policy, check_finite, global_max, micro_batches
 from swerl_jax.rl.rollouts import bucket_length
 
 log = logging.getLogger("swerl_jax.sft")
@@ -111,6 +111,7 @@ class SFTTrainer:
                 step_fn = self.policy.train_step(loss_fn, batch, self.num_micro, key=("sft", p, c))
                 self.policy.state, m = step_fn(self.policy.state, self.policy.shard(batch))
                 metrics = {k: float(v) for k, v in jax.device_get(m).items()}
+                check_finite(metrics, step, "SFT", int(self.config.optim.skip_nonfinite))
                 metrics["time"] = {"data_s": t_data, "step_s": time.perf_counter() - t0}
                 if step % int(lg.every_steps) == 0 or step == self.num_steps:
                     writer.write(step, metrics)

@@ -60,3 +60,4 @@ def test_relayout_rejects_holes():
     batch["mask"][0, 1] = False
     with pytest.raises(ValueError, match="row 0"):
         relayout(batch)
+
