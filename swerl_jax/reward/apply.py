@@ -38,9 +38,11 @@ def apply_code_change(
                     f"Search block not found in the code: {search}", "search_not_found",
                     block_index=index, path=path,
                 )
-            if len(replace) > len(search):
-                # Size the result before building it: count is linear, the replacement may not be.
-                grown = len(new_content) + new_content.count(search) * (len(replace) - len(search))
+            growth = len(replace) - len(search)
+            # Size the result before building it: count is linear, the replacement may not be. At most
+            # len // len(search) occurrences fit, so a small enough bound needs no count.
+            if growth > 0 and len(new_content) + len(new_content) // len(search) * growth > max_file_chars:
+                grown = len(new_content) + new_content.count(search) * growth
                 if grown > max_file_chars:
                     raise FormatError(
                         f"Edited file would have {grown} characters (limit {max_file_chars})",
