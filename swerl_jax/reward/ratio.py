@@ -21,8 +21,10 @@ longest-match finder; here, per piece:
   substring of length ``L >= _T = _S + _Q - 1`` contains a whole sampled gram (the first sampled position
   at or after its start is at most ``_S - 1`` further on, and its gram ends within ``_T`` characters), so
   every run of length ``>= _T`` is found. If the longest found run is that long it is the longest, and the
-  earliest ``(i, j)`` among the found runs of that length is difflib's choice; if not (or if repeated grams
-  give too many candidates), the piece goes to the compiled matcher.
+  earliest ``(i, j)`` among the found runs of that length is difflib's choice. If it is shorter, say
+  ``L``, it is still a real run, so the longest is ``>= L``: a second pass with ``q + s - 1 = L`` finds
+  every run that long and decides the same way. A piece with no run of ``_KNOWN`` found (or where repeated
+  grams give too many candidates) goes to the compiled matcher.
 
 Equal strings score 1.0 at once (one block of ``n``: ``2.0 * n / (2 * n)``). tests/reward/test_ratio.py
 checks the bits against ``difflib`` on random, near-identical, repetitive and tie-heavy pairs.
@@ -41,6 +43,7 @@ _Q = 32  # gram length
 _S = 32  # sampling step in b
 _T = _S + _Q - 1  # runs at least this long are always found
 _SMALL = 20_000  # pieces with fewer cells (len(a) * len(b)) go to the compiled matcher directly
+_KNOWN = 12  # a found run this long is worth a second, denser pass
 
 
 def _matcher_total(a: str, b: str) -> int:
@@ -82,34 +85,57 @@ def _run_left(a: str, b: str, i: int, j: int, limit: int) -> int:
     return lo
 
 
-def _longest_match(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int] | None:
-    """difflib's ``find_longest_match(alo, ahi, blo, bhi)`` if its size is >= _T; None if shorter or unsure."""
+def _sampled_runs(
+    a: str, b: str, alo: int, ahi: int, blo: int, bhi: int, q: int, s: int
+) -> tuple[int, int, int] | None:
+    """The longest run found from grams of q characters sampled every s in b, as (size, i, j), earliest in a
+    then in b among the longest found; every run of size >= s + q - 1 is found. None: no gram occurs in
+    a, or so many occurrences (repetitive text) that the compiled matcher is cheaper."""
     run_end: dict[int, int] = {}  # diagonal (j - i) -> end in a of the last run found on it
     best_key: tuple[int, int, int] | None = None  # (-size, i, j): the smallest is difflib's choice
-    budget = 8 * (ahi - alo + bhi - blo) // _S + 64  # gram occurrences examined before giving up
+    budget = 8 * (ahi - alo + bhi - blo) // s + 64  # gram occurrences examined before giving up
     find = a.find
-    for jj in range(blo, bhi - _Q + 1, _S):
-        gram = b[jj:jj + _Q]
+    for jj in range(blo, bhi - q + 1, s):
+        gram = b[jj:jj + q]
         p = find(gram, alo, ahi)
         while p >= 0:
             budget -= 1
             if budget < 0:
-                return None  # highly repetitive text: leave it to the compiled matcher
+                return None
             d = jj - p
             # Grams are visited in increasing jj, so on one diagonal in increasing p: only the last run
             # found there can contain p.
             if p >= run_end.get(d, -1):
                 left = _run_left(a, b, p, jj, min(p - alo, jj - blo))
-                right = _run_right(a, b, p, jj, _Q, min(ahi - p, bhi - jj))
+                right = _run_right(a, b, p, jj, q, min(ahi - p, bhi - jj))
                 start, end = p - left, p + right
                 run_end[d] = end
                 key = (start - end, start, start + d)
                 if best_key is None or key < best_key:
                     best_key = key
             p = find(gram, p + 1, ahi)
-    if best_key is None or -best_key[0] < _T:
+    if best_key is None:
         return None
-    return best_key[1], best_key[2], -best_key[0]
+    return -best_key[0], best_key[1], best_key[2]
+
+
+def _longest_match(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int] | None:
+    """difflib's ``find_longest_match(alo, ahi, blo, bhi)`` as (i, j, size) when its size is >= _KNOWN;
+    None when shorter or unsure.
+
+    A first pass samples for runs >= _T. If the longest run it found (a real one) is shorter, a second
+    pass samples densely enough to find every run at least that long, which makes it exact.
+    """
+    found = _sampled_runs(a, b, alo, ahi, blo, bhi, _Q, _S)
+    if found is None or found[0] < _KNOWN:
+        return None
+    if found[0] < _T:
+        # A real run of found[0]: every run at least that long holds a gram sampled this densely.
+        q = (found[0] + 1) // 2
+        found = _sampled_runs(a, b, alo, ahi, blo, bhi, q, found[0] - q + 1)
+        if found is None:
+            return None
+    return found[1], found[2], found[0]
 
 
 def matching_total(a: str, b: str) -> int:

@@ -145,3 +145,23 @@ def test_edited_lines_equal_splitlines_with_every_line_break():
         base = SplitText(old)
         assert edited_lines(base, new) == new.splitlines(), (old, new)
         assert diff_against(base, new) == generate_unified_diff(old, new), (old, new)
+
+
+def test_runs_shorter_than_the_first_sampling_take_the_second_pass(monkeypatch):
+    # Common runs of _KNOWN.._T chars among unrelated filler: the first pass may catch one without proving
+    # it longest; the denser second pass must then give difflib's answer.
+    passes = []
+    inner = ratio_module._sampled_runs
+
+    def counting(a, b, alo, ahi, blo, bhi, q, s):
+        passes.append(q)
+        return inner(a, b, alo, ahi, blo, bhi, q, s)
+
+    monkeypatch.setattr(ratio_module, "_sampled_runs", counting)
+    rng = random.Random(6)
+    for _ in range(30):
+        runs = [_text(rng, rng.randint(ratio_module._KNOWN, ratio_module._T - 1)) for _ in range(4)]
+        a = "".join(_text(rng, rng.randint(20, 200), "xyz") + r for r in runs)
+        b = "".join(_text(rng, rng.randint(20, 200), "uvw") + r for r in rng.sample(runs, len(runs)))
+        assert bits(ratio_module.ratio(a, b)) == bits(reference(a, b))
+    assert any(q < ratio_module._Q for q in passes)
