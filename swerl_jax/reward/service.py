@@ -27,11 +27,11 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
+import selectors
 import socket
 import threading
 import time
 from concurrent.futures import Future
-from multiprocessing.connection import wait
 
 from swerl_jax.reward.functions import compact_info, get_reward_fn
 
@@ -170,9 +170,17 @@ class RewardService:
         self._closed = False
         self._counters = self._empty_counters()
         self._times: collections.deque = collections.deque(maxlen=_TIMES_KEPT)
-        self._workers = [_Worker(self._ctx, kind, self.fallback_reward) for _ in range(num_workers)]
+        # One selector for the dispatcher's whole life: each worker's pipe and process sentinel.
+        self._selector = selectors.DefaultSelector()
+        self._workers = [self._start_worker() for _ in range(num_workers)]
         self._thread = threading.Thread(target=self._loop, name="reward-service", daemon=True)
         self._thread.start()
+
+    def _start_worker(self) -> _Worker:
+        worker = _Worker(self._ctx, self.kind, self.fallback_reward)
+        self._selector.register(worker.conn, selectors.EVENT_READ)
+        self._selector.register(worker.process.sentinel, selectors.EVENT_READ)
+        return worker
 
     @staticmethod
     def _empty_counters() -> dict:
@@ -253,6 +261,8 @@ class RewardService:
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(5)
+        self._selector.unregister(worker.conn)
+        self._selector.unregister(worker.process.sentinel)
         worker.conn.close()
         if worker.busy:
             # The item being scored gets the fallback; the other items sent go back to the queue front.
@@ -262,7 +272,7 @@ class RewardService:
                 self._requeue(worker.busy)
             self._resolve(item_id, self.fallback_reward, {"reason": reason}, None)
         if not self._closed:
-            self._workers[index] = _Worker(self._ctx, self.kind, self.fallback_reward)
+            self._workers[index] = self._start_worker()
 
     def _take(self, worker: _Worker) -> list:
         """Pop the next chunk for ``worker`` (caller holds the lock): a group it holds, else one nobody
@@ -341,14 +351,11 @@ class RewardService:
                     self._cond.wait(0.5)
                     continue
             self._feed()
-            busy = [w for w in self._workers if w.busy]
-            deadline = min((w.deadline for w in busy), default=time.monotonic() + 0.05)
+            deadline = min((w.deadline for w in self._workers if w.busy), default=time.monotonic() + 0.05)
             timeout = min(max(deadline - time.monotonic(), 0.0), 0.05)
-            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout)
+            ready = {key.fileobj for key, _ in self._selector.select(timeout)}
             for index, worker in enumerate(list(self._workers)):
-                if not worker.busy:
-                    continue
-                if worker.conn in ready:
+                if worker.busy and worker.conn in ready:
                     try:
                         while worker.busy:
                             item_id, reward, info, seconds = worker.conn.recv()
@@ -359,10 +366,10 @@ class RewardService:
                                 break
                     except (EOFError, OSError):
                         self._replace(index, "crash")
-                elif worker.process.sentinel in ready or not worker.process.is_alive():
-                    self._replace(index, "crash")
-                elif time.monotonic() > worker.deadline:
-                    self._replace(index, "timeout")
+                elif worker.conn in ready or worker.process.sentinel in ready:
+                    self._replace(index, "crash")  # an idle worker's pipe only turns readable at its end
+                elif worker.busy and (not worker.process.is_alive() or time.monotonic() > worker.deadline):
+                    self._replace(index, "crash" if not worker.process.is_alive() else "timeout")
 
     # -- lifecycle and metrics ---------------------------------------------------------------------
 
@@ -388,6 +395,7 @@ class RewardService:
                 worker.process.kill()
                 worker.process.join(2)
             worker.conn.close()
+        self._selector.close()
         with self._cond:
             leftovers = [future for future, _ in self._futures.values()]
             self._futures.clear()
