@@ -347,9 +347,14 @@ class RewardService:
             with self._cond:
                 if self._closed:
                     return
-                if not self._queue and all(not w.busy for w in self._workers):
+                wait_for_work = not self._queue and all(not w.busy for w in self._workers)
+                if wait_for_work:
                     self._cond.wait(0.5)
-                    continue
+            for index, worker in enumerate(self._workers):
+                if not worker.busy and not worker.process.is_alive():
+                    self._replace(index, "crash")  # died between chunks: replace it before it gets work
+            if wait_for_work:
+                continue
             self._feed()
             deadline = min((w.deadline for w in self._workers if w.busy), default=time.monotonic() + 0.05)
             timeout = min(max(deadline - time.monotonic(), 0.0), 0.05)

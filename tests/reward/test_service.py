@@ -160,3 +160,18 @@ def test_timeout_and_kill_with_chunks_queued_in_the_worker(prefetch):
         assert [f.result(timeout=60)[0] for f in rest] == [1.0, 1.0, 1.0]
         m = service.metrics()
         assert m["timeouts"] == 1 and m["crashes"] == 1 and m["pending"] == 0
+
+
+def test_idle_worker_killed_is_replaced_before_new_work():
+    gold = answer([("a.py", "    return 1", "    return 2")])
+    with RewardService(num_workers=1, timeout_s=30) as service:
+        assert service.submit([item(gold)])[0].result(timeout=60)[0] == 1.0
+        pid = service.worker_pids()[0]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while service.worker_pids()[0] == pid and time.monotonic() < deadline:
+            time.sleep(0.05)
+        service.submit([item(gold)])[0].result(timeout=60)  # wakes the dispatcher if it was waiting
+        assert service.worker_pids()[0] != pid
+        assert service.submit([item(gold)])[0].result(timeout=60)[0] == 1.0
+        assert service.metrics()["crashes"] == 0  # no item was lost with it
