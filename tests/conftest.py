@@ -26,19 +26,3 @@ def shared_data() -> pathlib.Path:
         pytest.skip(f"real data folder {SHARED_DATA} is absent (it sits beside the clone in CI)")
     return SHARED_DATA
 
-
-@pytest.fixture(scope="session")
-def tiny_cpu_run(tmp_path_factory) -> pathlib.Path:
-    """A real `experiments/tiny_cpu.py:short` run (SFT warm start + GRPO, ~5 min on 2 cores), made once per
-    session: the reward-rise test and the trained-run notebook test both read it."""
-    import subprocess
-    import sys
-
-    workdir = tmp_path_factory.mktemp("tiny_cpu_short")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-           "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
-    cmd = [sys.executable, "-m", "swerl_jax.train", f"--config={REPO_ROOT / 'experiments' / 'tiny_cpu.py'}:short",
-           f"--workdir={workdir}", "--config.logging.progress_bar=False"]
-    out = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return workdir

@@ -1,5 +1,5 @@
 """The GRPO trainer end to end, as `python -m swerl_jax.train` runs it: a SIGKILL mid-run and a resume give the
-metrics and rollouts of an uninterrupted run; a short tiny_cpu run raises the reward."""
+metrics and rollouts of an uninterrupted run."""
 
 from __future__ import annotations
 
@@ -79,18 +79,3 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
     log = (killed / "sampler" / "process_0" / "sampler.log").read_text()
     assert log.count("sampler listening") == 2 and "parent process" in log
 
-
-@pytest.mark.slow
-def test_short_tiny_cpu_run_raises_the_reward(tiny_cpu_run):
-    sft = read_metrics(tiny_cpu_run / "sft" / "metrics.jsonl")
-    assert sft[-1]["loss"] < sft[0]["loss"] / 10  # the warm start learned the answer format
-    rows = read_metrics(tiny_cpu_run / "metrics.jsonl")
-    assert [r["step"] for r in rows] == list(range(1, len(rows) + 1)) and len(rows) >= 20
-    k = max(2, len(rows) // 5)  # first vs last 20% of the steps (the demo reports 10% of a 2x longer run)
-    first = sum(r["reward_mean"] for r in rows[:k]) / k
-    last = sum(r["reward_mean"] for r in rows[-k:]) / k
-    assert last > first + 0.2, (first, last)
-    # every step published a policy the sampler used, and measured the sampler/trainer log-prob mismatch
-    assert [r["policy_version"] for r in rows] == [r["step"] - 1 for r in rows]
-    assert all(r["logprob_max_abs_diff"] < 1e-3 for r in rows)
-    assert (tiny_cpu_run / "checkpoints" / str(len(rows))).is_dir()
