@@ -22,12 +22,19 @@ def test_scripts_parse_and_are_executable(script):
 
 
 def test_multiprocess_env_and_failure_propagation(tmp_path):
-    code = ("import os, sys; e = os.environ; print(e['JAX_PROCESS_ID'], e['JAX_NUM_PROCESSES'], "
-            "e['JAX_COORDINATOR_ADDRESS'].split(':')[0], e['XLA_FLAGS'].split()[0]); "
-            "sys.exit(3 if e['JAX_PROCESS_ID'] == '1' else 0)")
+    # Process 1 fails, but only after processes 0 and 2 have printed (their logs are non-empty): the launcher
+    # stops the others as soon as one fails, so an early exit would race with their start-up on a busy machine.
+    code = ("import os, sys, time; e = os.environ; print(e['JAX_PROCESS_ID'], e['JAX_NUM_PROCESSES'], "
+            "e['JAX_COORDINATOR_ADDRESS'].split(':')[0], e['XLA_FLAGS'].split()[0], flush=True)\n"
+            "if e['JAX_PROCESS_ID'] == '1':\n"
+            "    logs = [os.path.join(e['LOG_DIR'], f'process_{i}.log') for i in (0, 2)]\n"
+            "    end = time.time() + 50\n"
+            "    while time.time() < end and not all(os.path.getsize(p) for p in logs): time.sleep(0.05)\n"
+            "    sys.exit(3)\n"
+            "time.sleep(0 if e['JAX_PROCESS_ID'] == '0' else 60)\n")
     out = subprocess.run(["bash", "launch/multiprocess_cpu.sh", "3", "2", sys.executable, "-c", code], cwd=REPO,
-                         capture_output=True, text=True, timeout=60, env={**os.environ, "LOG_DIR": str(tmp_path)})
-    assert out.returncode == 3
+                         capture_output=True, text=True, timeout=90, env={**os.environ, "LOG_DIR": str(tmp_path)})
+    assert out.returncode == 3  # process 1's status, not that of process 2, which the launcher stopped
     assert "process 1 failed (exit 3)" in out.stderr
     assert "[0] 0 3 127.0.0.1 --xla_force_host_platform_device_count=2" in out.stdout
     assert "[2] 2 3 127.0.0.1" in out.stdout
