@@ -95,6 +95,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.compact_filtering = False  # mask completions that hit max_new_tokens
     c.rl.old_logprobs = "sampler"  # sampler | recompute
     c.rl.micro_batch_size = 0  # 0: the whole step's batch at once
+    c.rl.update_epochs = 1  # optimizer updates on each step's batch (GRPO's mu; the paper: one per step)
 
     # Optimiser (shared by RL and SFT).
     c.optim = ml_collections.ConfigDict()

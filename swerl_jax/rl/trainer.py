@@ -93,7 +93,12 @@ class GRPOTrainer:
         self.temperature = float(config.sampler.temperature) or 1.0  # greedy rows report T = 1 log-probs
         rows = int(rl.prompts_per_step) * self.num_samples
         self.num_micro = micro_batches(rows, int(rl.micro_batch_size), "rl.micro_batch_size")
-        self.policy = Policy.create(config, self.num_steps, params=initial_params, global_batch=rows)
+        # rl.update_epochs (GRPO's mu): optimizer updates per batch; the schedule counts updates
+        self.update_epochs = int(rl.get("update_epochs", 1))
+        if self.update_epochs < 1:
+            raise ValueError(f"rl.update_epochs must be >= 1, got {self.update_epochs}")
+        self.policy = Policy.create(config, self.num_steps * self.update_epochs, params=initial_params,
+                                    global_batch=rows)
         # The reference is the policy RL starts from (pretrained or SFT'd); a copy, because the state is donated.
         self.reference = (jax.tree.map(lambda x: x.copy(), self.policy.state.params)
                           if self.loss_cfg.needs_reference else None)
@@ -190,10 +195,20 @@ class GRPOTrainer:
         loss_fn = make_rl_loss(self.policy.model_config, self.loss_cfg, prompt_len, completion_len,
                                self.temperature)
         step_fn = self.policy.train_step(loss_fn, batch_np, self.num_micro, key=("rl", prompt_len, completion_len))
-        self.policy.state, train_metrics = step_fn(self.policy.state, self.policy.shard(batch_np))
-        train_metrics = jax.device_get(train_metrics)
+        sharded = self.policy.shard(batch_np)
+        self.policy.state, train_metrics = step_fn(self.policy.state, sharded)
+        train_metrics = jax.device_get(train_metrics)  # epoch 0: the on-policy figures (mismatch, ratio 1)
+        for _ in range(1, self.update_epochs):  # later epochs: the ratio moves and the clip bounds it
+            self.policy.state, later = step_fn(self.policy.state, sharded)
+        if self.update_epochs > 1:
+            later = jax.device_get(later)
+            train_metrics.update({f"last_epoch/{k}": later[k] for k in ("loss", "clip_frac", "ratio_mean",
+                                                                         "approx_kl", "grad_norm")})
         t_train = time.perf_counter() - t0
-        finite = check_finite(train_metrics, step, "GRPO", int(self.config.optim.skip_nonfinite))
+        skip = int(self.config.optim.skip_nonfinite)
+        finite = check_finite(train_metrics, step, "GRPO", skip)
+        if self.update_epochs > 1:
+            finite &= check_finite(later, step, "GRPO (last epoch)", skip)
 
         t0 = time.perf_counter()
         if step < self.num_steps:  # the last step's policy is in the checkpoint; nobody samples from it

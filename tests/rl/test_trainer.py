@@ -20,7 +20,7 @@ SMALL = ["--config=experiments/tiny_cpu.py", "--config.sft.num_steps=0", "--conf
          "--config.rl.prompts_per_step=2", "--config.rl.num_samples=4", "--config.sampler.max_new_tokens=24",
          "--config.sampler.prompts_per_request=1", "--config.checkpoint.every_steps=2",
          "--config.reward.kind=python:tests.rl.reward_hooks.vowel_reward", "--config.optim.learning_rate=3e-3",
-         "--config.logging.progress_bar=False"]
+         "--config.rl.update_epochs=2", "--config.logging.progress_bar=False"]
 
 
 def _env() -> dict:
@@ -53,6 +53,9 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
     expected = read_metrics(full / "metrics.jsonl")
     assert [r["step"] for r in expected] == [1, 2, 3, 4, 5, 6]
     assert len({r["reward_mean"] for r in expected}) > 1 and all(r["grad_norm"] > 0 for r in expected)
+    # rl.update_epochs=2: the second update on the same batch sees a ratio away from 1
+    assert all(r["ratio_max"] < 1 + 1e-3 for r in expected)
+    assert any(abs(r["last_epoch/ratio_mean"] - 1) > 1e-4 for r in expected)
 
     killed = tmp_path / "killed"
     cmd = [sys.executable, "-m", "swerl_jax.train", f"--workdir={killed}", *SMALL]
