@@ -18,6 +18,16 @@ marker's time -> params ready.
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/sampler_throughput.py                 # batch 1, 16, 64; 256 new
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/sampler_throughput.py --batches 1,16 --new-tokens 64 --repeats 1
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/sampler_throughput.py --weight-sync --batches ''  # hand-off only
+
+`--model` other than `smollm2` (a name from swerl_jax.model.config, e.g. llama3.2-1b) uses random weights of that
+shape written by transformers into a temporary HF directory (prompt ids still come from SmolLM2's tokenizer,
+modulo the vocabulary size).
+On a GPU, transformers runs on CUDA and `--hbm-gbps` adds the fraction of the HBM roofline each side reaches:
+minimal bytes per decode step (every parameter once + the K/V of the average context, prompt + half the new
+tokens) / measured time per new token (whole call / new tokens, prefill included) / peak bandwidth:
+
+    JAX_PLATFORMS=cuda python benchmarks/sampler_throughput.py --model=llama3.2-1b --dtype=bfloat16 \
+        --batches=256 --new-tokens=256 --hbm-gbps=3350 --weight-sync
 """
 
 from __future__ import annotations
@@ -35,13 +45,15 @@ from collections.abc import Callable, Sequence
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from swerl_jax.model.convert import load_hf  # noqa: E402
+from swerl_jax.model.config import LlamaConfig, get_model_config  # noqa: E402
+from swerl_jax.model.convert import llama_to_hf_config, load_hf  # noqa: E402
 from swerl_jax.model.smollm2 import smollm2_hf_dir  # noqa: E402
 from swerl_jax.model.tokenizer import load_tokenizer  # noqa: E402
 from swerl_jax.sampler import weights  # noqa: E402
@@ -113,7 +125,7 @@ def ours_runner(engine: SamplingEngine, prompts: Sequence[Sequence[int]], new_to
 def torch_runner(model, prompts: Sequence[Sequence[int]], new_tokens: int, greedy: bool, pad_id: int
                  ) -> Callable[[], None]:
     """A closure that calls transformers `generate` for exactly `new_tokens` per prompt and checks the shape."""
-    ids = torch.tensor(prompts, dtype=torch.long)
+    ids = torch.tensor(prompts, dtype=torch.long, device=model.device)
     mask = torch.ones_like(ids)
     sampling = {} if greedy else {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
 
@@ -121,9 +133,37 @@ def torch_runner(model, prompts: Sequence[Sequence[int]], new_tokens: int, greed
         with torch.inference_mode():
             out = model.generate(ids, attention_mask=mask, do_sample=not greedy, max_new_tokens=new_tokens,
                                  min_new_tokens=new_tokens, pad_token_id=pad_id, **sampling)
+            if out.is_cuda:
+                torch.cuda.synchronize()
         assert out.shape == (ids.shape[0], ids.shape[1] + new_tokens), out.shape
 
     return run
+
+
+def random_hf_dir(name: str, out: pathlib.Path) -> pathlib.Path:
+    """A Hugging Face directory with random weights (seed 0) of the registered model `name`, written by transformers."""
+    from transformers import LlamaConfig as HFConfig
+    from transformers import LlamaForCausalLM
+
+    hf = {k: v for k, v in llama_to_hf_config(get_model_config(name)).items()
+          if k not in ("architectures", "model_type")}
+    torch.manual_seed(0)
+    LlamaForCausalLM(HFConfig(**hf)).save_pretrained(out)
+    return out
+
+
+def roofline_fraction(config: LlamaConfig, batch: int, prompt_tokens: int, new_tokens: int, seconds: float,
+                      peak_gbps: float) -> float:
+    """Fraction of `peak_gbps` needed to read the minimal bytes of every decode step in `seconds / new_tokens`.
+
+    Minimal bytes per step: all parameters once (the tied head reads the embedding) plus the keys and values of
+    the average context (prompt + half the new tokens) of every row, at the compute dtype's width.
+    """
+    width = np.dtype(jnp.dtype(config.dtype)).itemsize
+    context = prompt_tokens + (new_tokens + 1) / 2
+    kv = 2 * config.num_layers * batch * context * config.num_kv_heads * config.head_size * width
+    per_step = config.num_params() * width + kv
+    return per_step / (seconds / new_tokens) / (peak_gbps * 1e9)
 
 
 def measure_weight_sync(params: dict, versions: int) -> dict[str, float]:
@@ -159,6 +199,11 @@ def main() -> None:
     ap.add_argument("--skip-torch", action="store_true", help="measure only our engine")
     ap.add_argument("--torch-threads", type=int, default=0,
                     help="torch.set_num_threads for transformers (0: torch's default, one per core)")
+    ap.add_argument("--model", default="smollm2",
+                    help="'smollm2' (the real SmolLM2-135M-Instruct) or a registered shape with random weights")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="params and compute")
+    ap.add_argument("--hbm-gbps", type=float, default=0.0,
+                    help="peak memory bandwidth in GB/s (H100 SXM: 3350) for the roofline column; 0: omit")
     ap.add_argument("--weight-sync", action="store_true", help="also time publish -> WeightWatcher.poll")
     ap.add_argument("--sync-versions", type=int, default=3, help="policy versions published for --weight-sync")
     args = ap.parse_args()
@@ -166,22 +211,28 @@ def main() -> None:
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
-    hf_dir = smollm2_hf_dir()
-    config, params = load_hf(hf_dir)
-    tokenizer = load_tokenizer(str(hf_dir))
-    print(f"SmolLM2-135M-Instruct ({config.num_params() / 1e6:.1f}M params) fp32 from {hf_dir}; jax {jax.__version__} "
-          f"on {jax.devices()[0].platform} ({os.cpu_count()} cpus), torch {torch.__version__} threads="
+    tokenizer = load_tokenizer(str(smollm2_hf_dir()))
+    scratch = tempfile.TemporaryDirectory()  # random-weight models live here until the process ends
+    hf_dir = smollm2_hf_dir() if args.model == "smollm2" else random_hf_dir(args.model, pathlib.Path(scratch.name))
+    config, params = load_hf(hf_dir, param_dtype=args.dtype)
+    config = config.replace(dtype=args.dtype)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    name = "SmolLM2-135M-Instruct" if args.model == "smollm2" else f"{args.model} (random weights)"
+    print(f"{name} ({config.num_params() / 1e6:.1f}M params) {args.dtype} from {hf_dir}; jax {jax.__version__} on "
+          f"{jax.devices()[0].device_kind} ({os.cpu_count()} cpus), torch {torch.__version__} on {device} threads="
           f"{torch.get_num_threads()}; load average at start {os.getloadavg()}", flush=True)
     mode = "greedy" if args.greedy else "sampled T=1.0, no top-k/top-p"
     rows = []
     if batches:
         from transformers import LlamaForCausalLM
-        hf_model = None if args.skip_torch else LlamaForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+        hf_model = None if args.skip_torch else LlamaForCausalLM.from_pretrained(
+            hf_dir, dtype=getattr(torch, args.dtype)).to(device).eval()
         engine = SamplingEngine(config, params, max_batch=max(batches), max_prompt_len=args.prompt_tokens,
                                 max_new_tokens=args.new_tokens, batch_buckets=sorted(set(batches)),
                                 prompt_buckets=(args.prompt_tokens,), new_token_buckets=(args.new_tokens,))
         for batch in batches:
-            prompts = build_prompts(tokenizer, batch, args.prompt_tokens)
+            # Ids of a vocabulary smaller than SmolLM2's (random-weight test shapes) wrap around.
+            prompts = [[t % config.vocab_size for t in p] for p in build_prompts(tokenizer, batch, args.prompt_tokens)]
             warm = ours_runner(engine, prompts, args.new_tokens, args.greedy, cap=1)
             first_s, _ = time_call(warm)  # compiles this batch bucket, prefill + 1 token
             compile_s = max(0.0, first_s - time_call(warm)[0])
@@ -200,10 +251,12 @@ def main() -> None:
             rows.append((batch, n_tok, med, {k: min(v) for k, v in times.items()}, compile_s))
             print(f"batch {batch}: " + ", ".join(f"{k} {', '.join(f'{t:.2f}' for t in v)} s" for k, v in times.items())
                   + f"; our compile {compile_s:.2f} s; load average {os.getloadavg()}", flush=True)
-        print(f"\nprompt {args.prompt_tokens} tokens, {args.new_tokens} new tokens per row, {mode}, fp32, "
+        print(f"\nprompt {args.prompt_tokens} tokens, {args.new_tokens} new tokens per row, {mode}, {args.dtype}, "
               f"median of {args.repeats} (best in brackets)")
-        print("| batch | ours tokens/s | transformers tokens/s | ours / transformers | our compile s |")
-        print("| ---: | ---: | ---: | ---: | ---: |")
+        roof = args.hbm_gbps > 0
+        print("| batch | ours tokens/s | transformers tokens/s | ours / transformers | our compile s |"
+              + (" HBM roofline ours / transformers |" if roof else ""))
+        print("| ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if roof else ""))
         for batch, n_tok, med, best, compile_s in rows:
             o = f"{n_tok / med['ours']:.1f} ({n_tok / best['ours']:.1f})"
             if "transformers" in med:
@@ -211,7 +264,12 @@ def main() -> None:
                 r = f"{med['transformers'] / med['ours']:.2f}x ({best['transformers'] / best['ours']:.2f}x)"
             else:
                 t = r = "-"
-            print(f"| {batch} | {o} | {t} | {r} | {compile_s:.1f} |")
+            line = f"| {batch} | {o} | {t} | {r} | {compile_s:.1f} |"
+            if roof:
+                fractions = [roofline_fraction(config, batch, args.prompt_tokens, args.new_tokens, med[k],
+                                               args.hbm_gbps) for k in med]
+                line += " " + " / ".join(f"{f:.1%}" for f in fractions) + " |"
+            print(line)
     if args.weight_sync:
         s = measure_weight_sync(params, args.sync_versions)
         print(f"\nweight sync ({s['mib']:.0f} MiB fp32 params, local disk, median of {args.sync_versions} versions): "
