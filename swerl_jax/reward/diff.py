@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - exercised only where cydifflib is abse
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
+from swerl_jax.reward.ratio import _run_left, _run_right
 from swerl_jax.reward.ratio import ratio as _exact_ratio
 
 
@@ -65,39 +66,12 @@ class SplitText:
 
 def _common_prefix_len(a: str, b: str) -> int:
     """Length of the longest common prefix of a and b (galloping slice comparisons)."""
-    limit = min(len(a), len(b))
-    lo, step = 0, 256
-    while lo < limit:
-        hi = min(lo + step, limit)
-        if a[lo:hi] != b[lo:hi]:
-            while lo + 1 < hi:  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-                mid = (lo + hi) >> 1
-                if a[lo:mid] == b[lo:mid]:
-                    lo = mid
-                else:
-                    hi = mid
-            return lo
-        lo, step = hi, step * 2
-    return lo
+    return _run_right(a, b, 0, 0, 0, min(len(a), len(b)))
 
 
 def _common_suffix_len(a: str, b: str, start: int) -> int:
     """Length of the longest common suffix of a[start:] and b[start:]."""
-    limit = min(len(a), len(b)) - start
-    la, lb = len(a), len(b)
-    lo, step = 0, 256
-    while lo < limit:
-        hi = min(lo + step, limit)
-        if a[la - hi:la - lo] != b[lb - hi:lb - lo]:
-            while lo + 1 < hi:
-                mid = (lo + hi) >> 1
-                if a[la - mid:la - lo] == b[lb - mid:lb - lo]:
-                    lo = mid
-                else:
-                    hi = mid
-            return lo
-        lo, step = hi, step * 2
-    return lo
+    return _run_left(a, b, len(a), len(b), min(len(a), len(b)) - start)
 
 
 def edited_lines(base: SplitText, new: str) -> list[str]:
