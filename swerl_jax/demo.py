@@ -55,10 +55,11 @@ def train_demo(args: argparse.Namespace) -> int:
     if sft:
         print(f"SFT: next-token loss on the oracle answers {sft[0]['loss']:.2f} -> {sft[-1]['loss']:.2f}")
     print(f"GRPO, first {k} vs last {k} steps (mean over the steps):")
-    for key, what in (("reward_mean", "reward (-1 malformed, else patch similarity)"),
-                      ("format_error_rate", "malformed answers"), ("reward_solved_frac", "exact fixes (reward 1)")):
+    for key, what, fmt in (("reward_mean", "reward (-1 malformed, else patch similarity)", "{:+.3f}"),
+                           ("format_error_rate", "malformed answers", "{:.0%}"),
+                           ("reward_solved_frac", "exact fixes (reward 1)", "{:.0%}")):
         a, b = _mean([r.get(key, 0.0) for r in first]), _mean([r.get(key, 0.0) for r in last])
-        print(f"  {what:<45} {a:+.3f} -> {b:+.3f}")
+        print(f"  {what:<45} {fmt.format(a):>7} -> {fmt.format(b)}")
     rl = summary.get("rl", {})
     print(textwrap.dedent(f"""
         Written:
