@@ -8,7 +8,7 @@ that die, and resolves the futures. ``max_pending`` bounds queued items: ``submi
 
 What travels. The rollouts of a GRPO group share their ``code_context`` and ``oracle_new_content``
 (tens of KB); only the output differs. ``submit`` keys each distinct pair by a SHA-256 of its pickle,
-a worker receives a pair once and keeps the last ``_WORKER_GROUPS`` of them (the dispatcher mirrors
+a worker receives a pair once and keeps the last ``WORKER_GROUPS`` of them (the dispatcher mirrors
 each worker's set and says what to drop, so both sides agree without asking), and an item is sent as
 (id, key, output). Items of a group go preferably to a worker that holds it, where the reward's
 per-group cache (the oracle's diffs, the split context files) is warm too.
@@ -22,112 +22,27 @@ worker is idle, hence reading.
 from __future__ import annotations
 
 import collections
-import hashlib
 import logging
 import multiprocessing as mp
-import os
 import pickle
 import selectors
-import socket
 import threading
 import time
 from concurrent.futures import Future
 
-from swerl_jax.reward.functions import compact_info, get_reward_fn
+from swerl_jax.reward.functions import get_reward_fn
+from swerl_jax.reward.worker import WORKER_GROUPS, Worker, group_key
 
 log = logging.getLogger(__name__)
 
 HISTOGRAM_EDGES = (-1.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 _TIMES_KEPT = 10_000
 _ITEM_KEYS = ("code_context", "oracle_new_content", "output")
-_WORKER_GROUPS = 8  # (code_context, oracle_new_content) pairs a worker keeps
-_SEND_BUFFER = 1 << 20  # asked for on the dispatcher's end of each pipe (the kernel may cap it)
-
-
-def _worker_main(conn, kind: str, fallback_reward: float) -> None:
-    """Worker loop: receive (groups, [(id, key, output)], drop); reply (id, reward, compact info, seconds)."""
-    fn = get_reward_fn(kind)
-    groups: dict[bytes, tuple[dict, dict]] = {}
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message is None:
-            return
-        new_groups, items, drop = message
-        groups.update(new_groups)
-        for item_id, key, output in items:
-            start = time.perf_counter()
-            try:
-                code_context, oracle_new_content = groups[key]
-                reward, info = fn(code_context, oracle_new_content, output)
-                reward, info = float(reward), compact_info(info)
-            except Exception as e:  # noqa: BLE001 - a user hook's bug must not kill the pool
-                reward, info = fallback_reward, {"reason": "exception", "error": repr(e)[:500]}
-            conn.send((item_id, reward, info, time.perf_counter() - start))
-        for key in drop:
-            groups.pop(key, None)
-
-
 def histogram_bin(reward: float) -> int:
     """Index of the reward histogram bin: 0 holds negatives (format errors: -1), then [0,.1), ..., [.9,1]."""
     if reward < 0:
         return 0
     return min(1 + int(reward * 10), len(HISTOGRAM_EDGES) - 2)
-
-
-def group_key(code_context: dict, oracle_new_content: dict) -> bytes:
-    """Content key of a group's shared inputs (equal keys: equal contents, barring a SHA-256 collision)."""
-    return hashlib.sha256(pickle.dumps((code_context, oracle_new_content), protocol=4)).digest()
-
-
-def _prefetch_limit(conn) -> int:
-    """Bytes that can surely be written to ``conn`` while the worker is busy: a quarter of its send buffer."""
-    try:
-        sock = socket.socket(fileno=os.dup(conn.fileno()))
-    except (OSError, ValueError):
-        return 0
-    try:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
-        except OSError:
-            pass
-        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 4
-    except OSError:
-        return 0
-    finally:
-        sock.close()
-
-
-class _Worker:
-    """One worker process, its pipe, the groups it holds and the items it was sent."""
-
-    def __init__(self, ctx, kind: str, fallback_reward: float):
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child, kind, fallback_reward), daemon=True)
-        self.process.start()
-        child.close()
-        self.prefetch_limit = _prefetch_limit(self.conn)
-        # Items sent and not yet answered, in order (item_id, key, output); the first one's deadline is
-        # ``deadline``. ``messages``: [items not answered, bytes if maybe unread] per message sent (the
-        # worker has read a message once one of its items is answered); ``unread`` sums those bytes.
-        self.busy: collections.deque = collections.deque()
-        self.messages: collections.deque = collections.deque()
-        self.unread = 0
-        self.deadline = 0.0
-        self.held: collections.OrderedDict = collections.OrderedDict()  # keys of the groups it holds (LRU)
-        self.wait_idle = False  # a next chunk was too large to send while busy: send it once idle
-
-    def answered(self) -> None:
-        """Book the answer to the first item sent and not yet answered."""
-        self.busy.popleft()
-        message = self.messages[0]
-        self.unread -= message[1]
-        message[1] = 0
-        message[0] -= 1
-        if message[0] == 0:
-            self.messages.popleft()
 
 
 class RewardService:
@@ -176,8 +91,8 @@ class RewardService:
         self._thread = threading.Thread(target=self._loop, name="reward-service", daemon=True)
         self._thread.start()
 
-    def _start_worker(self) -> _Worker:
-        worker = _Worker(self._ctx, self.kind, self.fallback_reward)
+    def _start_worker(self) -> Worker:
+        worker = Worker(self._ctx, self.kind, self.fallback_reward)
         self._selector.register(worker.conn, selectors.EVENT_READ)
         self._selector.register(worker.process.sentinel, selectors.EVENT_READ)
         return worker
@@ -274,7 +189,7 @@ class RewardService:
         if not self._closed:
             self._workers[index] = self._start_worker()
 
-    def _take(self, worker: _Worker) -> list:
+    def _take(self, worker: Worker) -> list:
         """Pop the next chunk for ``worker`` (caller holds the lock): a group it holds, else one nobody
         holds, else the oldest; at most chunk_size items, fewer near the end so all workers get some."""
         chosen = None
@@ -294,7 +209,7 @@ class RewardService:
         self._queued -= size
         return chunk
 
-    def _message(self, worker: _Worker, chunk: list) -> tuple[bytes, list]:
+    def _message(self, worker: Worker, chunk: list) -> tuple[bytes, list]:
         """The pickled message for a chunk, and the keys the worker then holds (applied once it is sent)."""
         held = collections.OrderedDict(worker.held)
         new_groups = {}
@@ -305,11 +220,11 @@ class RewardService:
                 held[key] = None
                 held.move_to_end(key)
         drop = []
-        while len(held) > _WORKER_GROUPS:
+        while len(held) > WORKER_GROUPS:
             drop.append(held.popitem(last=False)[0])
         return pickle.dumps((new_groups, chunk, drop), protocol=pickle.HIGHEST_PROTOCOL), held
 
-    def _send(self, worker: _Worker, chunk: list, data: bytes, held) -> None:
+    def _send(self, worker: Worker, chunk: list, data: bytes, held) -> None:
         worker.held = held
         worker.busy.extend(chunk)
         worker.messages.append([len(chunk), len(data)])
