@@ -48,6 +48,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.synthetic_num_records = 256
     c.data.synthetic_repos = ""  # comma-separated owner/name the synthetic records come from; empty: six made-up
     c.data.max_prompt_len = 1024
+    # GRPO on the first N records only (0: all); the SFT stage still uses every record. A set no larger than
+    # rl.prompts_per_step x a few steps makes each step revisit the same prompts (the CPU demo).
+    c.data.rl_num_records = 0
     c.data.shuffle = True
     c.data.num_epochs = -1  # -1: repeat forever
     c.data.worker_count = 0  # Grain worker processes for tokenisation (0: in the main process)

@@ -29,6 +29,16 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / max(1, len(xs))
 
 
+def reward_change(rows: list[dict], key: str = "reward_mean", frac: float = 0.1, min_steps: int = 2
+                  ) -> tuple[float, float, int]:
+    """(mean of `key` over the first k steps, over the last k steps, k) with k = max(min_steps, frac x steps):
+    the demo's "did the reward rise" figure, also checked by tests/test_demo.py on the short run."""
+    k = max(min_steps, int(len(rows) * frac))
+    if len(rows) < 2 * k:
+        raise ValueError(f"{len(rows)} logged steps are too few to compare the first {k} with the last {k}")
+    return _mean([r.get(key, 0.0) for r in rows[:k]]), _mean([r.get(key, 0.0) for r in rows[-k:]]), k
+
+
 def train_demo(args: argparse.Namespace) -> int:
     """Train tiny_cpu into `args.workdir` and summarise the run (how the reward moved, where the files are)."""
     sys.path.insert(0, str(REPO_ROOT))  # the experiments package sits at the repository root
@@ -49,16 +59,15 @@ def train_demo(args: argparse.Namespace) -> int:
     summary = run_experiment(config, workdir)
     sft = read_metrics(workdir / "sft" / "metrics.jsonl") if (workdir / "sft" / "metrics.jsonl").exists() else []
     rows = read_metrics(workdir / "metrics.jsonl")
-    k = max(1, len(rows) // 10)
-    first, last = rows[:k], rows[-k:]
     print(f"\nDone in {time.time() - t0:.0f} s.")
     if sft:
         print(f"SFT: next-token loss on the oracle answers {sft[0]['loss']:.2f} -> {sft[-1]['loss']:.2f}")
+    k = reward_change(rows)[2]
     print(f"GRPO, first {k} vs last {k} steps (mean over the steps):")
     for key, what, fmt in (("reward_mean", "reward (-1 malformed, else patch similarity)", "{:+.3f}"),
                            ("format_error_rate", "malformed answers", "{:.0%}"),
                            ("reward_solved_frac", "exact fixes (reward 1)", "{:.0%}")):
-        a, b = _mean([r.get(key, 0.0) for r in first]), _mean([r.get(key, 0.0) for r in last])
+        a, b, _ = reward_change(rows, key)
         print(f"  {what:<45} {fmt.format(a):>7} -> {fmt.format(b)}")
     rl = summary.get("rl", {})
     print(textwrap.dedent(f"""

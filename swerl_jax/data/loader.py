@@ -312,18 +312,41 @@ def source_from_config(config) -> Sequence:
     return synthetic_records(int(config.data.synthetic_num_records), seed=int(config.seed), repos=repos or None)
 
 
+class FirstRecords(Sequence):
+    """The first `n` records of a random-access source (a view: nothing is read until indexed)."""
+
+    def __init__(self, source: Sequence, n: int) -> None:
+        if n < 1:
+            raise ValueError(f"data.rl_num_records must be >= 1 to select records, got {n}")
+        self.source, self.n = source, min(int(n), len(source))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index):  # Grain indexes with ints
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.n))]
+        if not -self.n <= index < self.n:
+            raise IndexError(f"record {index} is outside data.rl_num_records={self.n}")
+        return self.source[index % self.n]
+
+
 def tokenizer_from_config(config) -> str:
     """`model.tokenizer`, else `model.hf_dir` (a converted checkpoint carries its tokenizer), else "" (SmolLM2)."""
     return str(config.model.tokenizer or config.model.hf_dir or "")
 
 
 def rl_dataset_from_config(config, batch_size: int | None = None) -> grain.IterDataset:
-    """The RL pipeline of an experiment config (data.*, model.tokenizer, rl.prompts_per_step per process)."""
+    """The RL pipeline of an experiment config (data.*, model.tokenizer, rl.prompts_per_step per process);
+    `data.rl_num_records` > 0 keeps only the source's first N records (the SFT stage still sees them all)."""
     import jax
 
     d = config.data
     per_process = batch_size or max(1, int(config.rl.prompts_per_step) // jax.process_count())
-    return rl_dataset(source_from_config(config), tokenizer=tokenizer_from_config(config), batch_size=per_process,
+    source = source_from_config(config)
+    if int(d.get("rl_num_records", 0)) > 0:
+        source = FirstRecords(source, int(d.rl_num_records))
+    return rl_dataset(source, tokenizer=tokenizer_from_config(config), batch_size=per_process,
                       max_prompt_len=int(d.max_prompt_len), seed=int(config.seed), shuffle=bool(d.shuffle),
                       num_epochs=int(d.num_epochs), worker_count=int(d.worker_count),
                       prompt_style=str(d.prompt_style))

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from swerl_jax.data.loader import (
+    FirstRecords,
     filter_stats,
     record_source,
     restore_iterator,
@@ -224,6 +225,25 @@ def test_from_config_uses_synthetic_records_and_process_shard():
     c.rl.prompts_per_step = 3
     batch = next(iter(rl_dataset_from_config(c)))
     assert batch["prompt_ids"].shape == (3, c.data.max_prompt_len)
+
+
+def test_rl_num_records_keeps_the_first_records_every_epoch():
+    from experiments.base import get_config
+
+    c = get_config()
+    c.data.synthetic_num_records = 6
+    c.data.rl_num_records = 2
+    c.rl.prompts_per_step = 2
+    it = iter(rl_dataset_from_config(c))
+    expected = {r["instance_id"] for r in synthetic_records(6)[:2]}
+    for _ in range(3):  # each batch is one whole epoch of the 2 records
+        assert set(next(it)["instance_id"]) == expected
+    view = FirstRecords(synthetic_records(6), 2)
+    assert len(view) == 2 and view[-1] == view[1] and len(view[:5]) == 2
+    with pytest.raises(IndexError, match="rl_num_records=2"):
+        view[2]
+    with pytest.raises(ValueError, match="data.rl_num_records"):
+        FirstRecords(view, 0)
 
 
 def worker(out_dir: str) -> None:
