@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -120,6 +121,36 @@ def _rms_norm(config: LlamaConfig, scale: jax.Array, x: jax.Array) -> jax.Array:
     return RMSNorm(config).apply({"params": {"scale": scale}}, x)
 
 
+def _prefix_width(slots: int, most: int = 8) -> int:
+    """Slots per attention bucket on CPU: a multiple of 64, at most `most` buckets."""
+    return max(64, -(-slots // (64 * most)) * 64)
+
+
+def _attend_dot(q: jax.Array, keys: jax.Array, values: jax.Array, visible: jax.Array) -> jax.Array:
+    """Grouped decode attention as two batched matmuls over all slots: q [rows, kv, groups, d], keys/values
+    [rows, kv, slots, d], visible [rows, 1, 1, slots] -> [rows, kv, groups, d] (the dtype of q)."""
+    dt = q.dtype
+    scores = jnp.einsum("bkgd,bksd->bkgs", q, keys.astype(dt), preferred_element_type=jnp.float32)
+    scores = jnp.where(visible, scores * q.shape[-1] ** -0.5, -0.7 * jnp.finfo(jnp.float32).max)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    return jnp.einsum("bkgs,bksd->bkgd", probs, values.astype(dt))
+
+
+def _attend_fused(n: int, q: jax.Array, keys: jax.Array, values: jax.Array, visible: jax.Array) -> jax.Array:
+    """`_attend_dot` over the first `n` slots only, as multiply-reduce fusions (XLA:CPU).
+
+    XLA:CPU hands a batched matmul with 3 query rows per (row, kv head) to a library call whose operands must be
+    dense, so a slice of the cache would be copied first; as fusions the slice is read in place, and even over all
+    slots they run ~2x faster than the library calls here (64 rows, 384 slots, 30 layers: 78 vs 183 ms).
+    """
+    dt = q.dtype
+    keys, values, visible = keys[:, :, :n], values[:, :, :n], visible[..., :n]
+    scores = jnp.sum(q.astype(jnp.float32)[:, :, :, None, :] * keys.astype(jnp.float32)[:, :, None, :, :], axis=-1)
+    scores = jnp.where(visible, scores * q.shape[-1] ** -0.5, -0.7 * jnp.finfo(jnp.float32).max)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+    return jnp.sum(probs[..., None] * values.astype(dt)[:, :, None], axis=-2, dtype=jnp.float32).astype(dt)
+
+
 def _decode_step(config: LlamaConfig, params: dict, layers: tuple[dict, ...], tokens: jax.Array,
                  positions: jax.Array, kv_mask: jax.Array, cache: tuple[KVCache, ...], slot: jax.Array
                  ) -> tuple[jax.Array, tuple[KVCache, ...]]:
@@ -143,6 +174,12 @@ def _decode_step(config: LlamaConfig, params: dict, layers: tuple[dict, ...], to
     cos, sin = rope_cos_sin(config, positions[:, None])
     visible = ((jnp.arange(kv_mask.shape[1]) <= slot)[None, :] & kv_mask)[:, None, None, :]
     q_width, kv_width = n_heads * head_dim, n_kv * head_dim
+    slots = kv_mask.shape[1]
+    prefixes = bucket = None
+    if jax.default_backend() == "cpu":
+        width = _prefix_width(slots)
+        prefixes = [min(n, slots) for n in range(width, slots + width, width)]
+        bucket = slot // width
     new_cache = []
     for p, (k_all, v_all) in zip(layers, cache):
         h = _rms_norm(config, p["input_norm"], x)
@@ -153,12 +190,13 @@ def _decode_step(config: LlamaConfig, params: dict, layers: tuple[dict, ...], to
         k_all = jax.lax.dynamic_update_slice(k_all, k.transpose(0, 2, 1, 3).astype(k_all.dtype), (0, 0, slot, 0))
         v_all = jax.lax.dynamic_update_slice(v_all, v.astype(v_all.dtype), (0, 0, slot, 0))
         new_cache.append(KVCache(k_all, v_all))
-        keys, values = k_all.astype(dt), v_all.astype(dt)  # [rows, kv_heads, slots, head_dim]
         q = q.reshape(rows, n_kv, n_heads // n_kv, head_dim)  # query head n attends with kv head n // groups
-        scores = jnp.einsum("bkgd,bksd->bkgs", q, keys, preferred_element_type=jnp.float32) * head_dim ** -0.5
-        scores = jnp.where(visible, scores, -0.7 * jnp.finfo(jnp.float32).max)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        out = jnp.einsum("bkgs,bksd->bkgd", probs, values).reshape(rows, q_width)
+        if prefixes is None:
+            out = _attend_dot(q, k_all, v_all, visible)
+        else:  # only the bucket of slots that can be visible at this step
+            out = jax.lax.switch(bucket, [functools.partial(_attend_fused, n) for n in prefixes],
+                                 q, k_all, v_all, visible)
+        out = out.reshape(rows, q_width)
         x = x + out @ p["o"]
         h = _rms_norm(config, p["post_norm"], x)
         gate_up = h @ p["gate_up"]
