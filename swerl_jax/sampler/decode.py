@@ -3,13 +3,12 @@
 `decode_layers` splits the stacked Llama weights once per generate call into per-layer arrays with q/k/v and
 gate/up fused into one matrix each; `decode_step` runs the layers unrolled over them, so XLA:CPU reads every
 weight and cache slot in place (a fori_loop over stacked layers copied each layer's weights and K/V slice before
-every library matmul). On CPU, attention reads only the bucket of cache slots that can be visible. This repeats
-llama.py's attention math for decode: the engine's parity tests (HF greedy, trainer log-probs) catch drift.
+every library matmul). Keys are cached transposed ([rows, kv_heads, head_dim, slots]) so that on CPU attention
+is two loop fusions that stream the cache once. This repeats llama.py's attention math for decode: the engine's
+parity tests (HF greedy, trainer log-probs) catch drift.
 """
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -19,10 +18,21 @@ from swerl_jax.model.llama import KVCache, Llama, RMSNorm, apply_rope, rope_cos_
 
 
 def zeros_cache(config: LlamaConfig, rows: int, slots: int) -> tuple[KVCache, ...]:
-    """The decode cache: one head-major KVCache per layer, k and v [rows, kv_heads, slots, head_dim]."""
-    shape = (rows, config.num_kv_heads, slots, config.head_size)
-    return tuple(KVCache(jnp.zeros(shape, config.dtype), jnp.zeros(shape, config.dtype))
+    """The decode cache: one KVCache per layer, k [rows, kv, head_dim, slots] and v [rows, kv, slots, head_dim]."""
+    kv, d, dt = config.num_kv_heads, config.head_size, config.dtype
+    return tuple(KVCache(jnp.zeros((rows, kv, d, slots), dt), jnp.zeros((rows, kv, slots, d), dt))
                  for _ in range(config.num_layers))
+
+
+def fill_cache(cache: tuple[KVCache, ...], prefilled: KVCache, row_src: jax.Array) -> tuple[KVCache, ...]:
+    """Write a prefill's keys/values (Llama's stacked [layers, prompts, slots, kv, head_dim]) into the first slots
+    of the decode cache, decode row r taking prompt row_src[r]'s."""
+    def place(i: int, c: KVCache) -> KVCache:
+        k = prefilled.k[i][row_src].transpose(0, 2, 3, 1).astype(c.k.dtype)
+        v = prefilled.v[i][row_src].transpose(0, 2, 1, 3).astype(c.v.dtype)
+        return KVCache(jax.lax.dynamic_update_slice_in_dim(c.k, k, 0, axis=3),
+                       jax.lax.dynamic_update_slice_in_dim(c.v, v, 0, axis=2))
+    return tuple(place(i, c) for i, c in enumerate(cache))
 
 
 def decode_layers(config: LlamaConfig, params: dict) -> tuple[dict, ...]:
@@ -47,34 +57,25 @@ def _rms_norm(config: LlamaConfig, scale: jax.Array, x: jax.Array) -> jax.Array:
     return RMSNorm(config).apply({"params": {"scale": scale}}, x)
 
 
-def _prefix_width(slots: int, most: int = 8) -> int:
-    """Slots per attention bucket on CPU: a multiple of 64, at most `most` buckets."""
-    return max(64, -(-slots // (64 * most)) * 64)
+def _attend(q: jax.Array, keys_t: jax.Array, values: jax.Array, visible: jax.Array) -> jax.Array:
+    """Grouped decode attention over every slot of the cache.
 
-
-def _attend_dot(q: jax.Array, keys: jax.Array, values: jax.Array, visible: jax.Array) -> jax.Array:
-    """Grouped decode attention as two batched matmuls over all slots: q [rows, kv, groups, d], keys/values
-    [rows, kv, slots, d], visible [rows, 1, 1, slots] -> [rows, kv, groups, d] (the dtype of q)."""
-    dt = q.dtype
-    scores = jnp.einsum("bkgd,bksd->bkgs", q, keys.astype(dt), preferred_element_type=jnp.float32)
-    scores = jnp.where(visible, scores * q.shape[-1] ** -0.5, -0.7 * jnp.finfo(jnp.float32).max)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    return jnp.einsum("bkgs,bksd->bkgd", probs, values.astype(dt))
-
-
-def _attend_fused(n: int, q: jax.Array, keys: jax.Array, values: jax.Array, visible: jax.Array) -> jax.Array:
-    """`_attend_dot` over the first `n` slots only, as multiply-reduce fusions (XLA:CPU).
-
-    XLA:CPU hands a batched matmul with 3 query rows per (row, kv head) to a library call whose operands must be
-    dense, so a slice of the cache would be copied first; as fusions the slice is read in place, and even over all
-    slots they run ~2x faster than the library calls here (64 rows, 384 slots, 30 layers: 78 vs 183 ms).
+    q [rows, kv, groups, d], keys_t [rows, kv, d, slots] (keys stored transposed), values [rows, kv, slots, d],
+    visible [rows, 1, 1, slots] -> [rows, kv, groups, d] in the dtype of q. On CPU both products are
+    multiply-reduce loop fusions: with the keys transposed, the score reduction runs over head_dim while the
+    vector lanes run along contiguous slots, and the value reduction over slots with lanes along head_dim, so
+    every cache byte is read once, in place. Elsewhere they are batched matmuls over (row, kv head).
     """
-    dt = q.dtype
-    keys, values, visible = keys[:, :, :n], values[:, :, :n], visible[..., :n]
-    scores = jnp.sum(q.astype(jnp.float32)[:, :, :, None, :] * keys.astype(jnp.float32)[:, :, None, :, :], axis=-1)
-    scores = jnp.where(visible, scores * q.shape[-1] ** -0.5, -0.7 * jnp.finfo(jnp.float32).max)
-    probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-    return jnp.sum(probs[..., None] * values.astype(dt)[:, :, None], axis=-2, dtype=jnp.float32).astype(dt)
+    dt, f32 = q.dtype, jnp.float32
+    if jax.default_backend() == "cpu":
+        scores = jnp.sum(q.astype(f32)[..., None] * keys_t.astype(f32)[:, :, None], axis=-2)
+    else:
+        scores = jnp.einsum("bkgd,bkds->bkgs", q, keys_t.astype(dt), preferred_element_type=f32)
+    scores = jnp.where(visible, scores * q.shape[-1] ** -0.5, -0.7 * jnp.finfo(f32).max)
+    probs = jax.nn.softmax(scores, axis=-1)
+    if jax.default_backend() == "cpu":
+        return jnp.sum(probs[..., None] * values.astype(f32)[:, :, None], axis=-2).astype(dt)
+    return jnp.einsum("bkgs,bksd->bkgd", probs.astype(dt), values.astype(dt))
 
 
 def decode_step(config: LlamaConfig, params: dict, layers: tuple[dict, ...], tokens: jax.Array,
@@ -88,9 +89,10 @@ def decode_step(config: LlamaConfig, params: dict, layers: tuple[dict, ...], tok
         in place. (Llama's `nn.scan`, or a `fori_loop` indexing stacked weights, makes XLA:CPU copy each layer's
         weights and K/V slice before every library matmul: 36% of a step.)
       * q/k/v and gate/up are one matmul each (weights fused by `decode_layers`).
-      * the cache is head-major ([rows, kv_heads, slots, head_dim]), so the two attention products are
-        batched over (row, kv head) as stored; with Llama's [rows, slots, kv_heads, head_dim] layout XLA
-        transposes every layer's keys and values before them, at every token.
+      * the cache is head-major, keys transposed ([rows, kv_heads, head_dim, slots]), values not ([rows,
+        kv_heads, slots, head_dim]): both attention products run over (row, kv head) blocks as stored (see
+        `_attend`); with Llama's [rows, slots, kv_heads, head_dim] layout XLA transposes every layer's keys and
+        values at every token, and with untransposed keys the score reduction runs along the contiguous axis.
     Tests hold it to HF greedy and trainer log-prob parity; a change to Llama's attention (bias, soft-capping,
     windows) must be mirrored here.
     """
@@ -100,12 +102,6 @@ def decode_step(config: LlamaConfig, params: dict, layers: tuple[dict, ...], tok
     cos, sin = rope_cos_sin(config, positions[:, None])
     visible = ((jnp.arange(kv_mask.shape[1]) <= slot)[None, :] & kv_mask)[:, None, None, :]
     q_width, kv_width = n_heads * head_dim, n_kv * head_dim
-    slots = kv_mask.shape[1]
-    prefixes = bucket = None
-    if jax.default_backend() == "cpu":
-        width = _prefix_width(slots)
-        prefixes = [min(n, slots) for n in range(width, slots + width, width)]
-        bucket = slot // width
     new_cache = []
     for p, (k_all, v_all) in zip(layers, cache):
         h = _rms_norm(config, p["input_norm"], x)
@@ -113,15 +109,11 @@ def decode_step(config: LlamaConfig, params: dict, layers: tuple[dict, ...], tok
         q = apply_rope(qkv[:, None, :q_width].reshape(rows, 1, n_heads, head_dim), cos, sin)
         k = apply_rope(qkv[:, None, q_width:q_width + kv_width].reshape(rows, 1, n_kv, head_dim), cos, sin)
         v = qkv[:, q_width + kv_width:].reshape(rows, n_kv, 1, head_dim)
-        k_all = jax.lax.dynamic_update_slice(k_all, k.transpose(0, 2, 1, 3).astype(k_all.dtype), (0, 0, slot, 0))
+        k_all = jax.lax.dynamic_update_slice(k_all, k.transpose(0, 2, 3, 1).astype(k_all.dtype), (0, 0, 0, slot))
         v_all = jax.lax.dynamic_update_slice(v_all, v.astype(v_all.dtype), (0, 0, slot, 0))
         new_cache.append(KVCache(k_all, v_all))
         q = q.reshape(rows, n_kv, n_heads // n_kv, head_dim)  # query head n attends with kv head n // groups
-        if prefixes is None:
-            out = _attend_dot(q, k_all, v_all, visible)
-        else:  # only the bucket of slots that can be visible at this step
-            out = jax.lax.switch(bucket, [functools.partial(_attend_fused, n) for n in prefixes],
-                                 q, k_all, v_all, visible)
+        out = _attend(q, k_all, v_all, visible)
         out = out.reshape(rows, q_width)
         x = x + out @ p["o"]
         h = _rms_norm(config, p["post_norm"], x)

@@ -26,7 +26,7 @@ import numpy as np
 
 from swerl_jax.model.config import LlamaConfig
 from swerl_jax.model.llama import KVCache, Llama, positions_from_mask
-from swerl_jax.sampler.decode import decode_layers, decode_step, zeros_cache
+from swerl_jax.sampler.decode import decode_layers, decode_step, fill_cache, zeros_cache
 from swerl_jax.sampler.sampling import sample_tokens
 
 
@@ -101,16 +101,13 @@ def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: tupl
     model = Llama(config)
     variables = {"params": params}
     n_prompts, t_prompt = prompt_tokens.shape
-    rows, _, slots, _ = cache[0].k.shape
+    rows, slots = cache[0].v.shape[0], cache[0].v.shape[2]
 
     pre_cache = KVCache.zeros(config, n_prompts, t_prompt, dtype=cache[0].k.dtype)
     hidden, pre_cache = model.apply(variables, prompt_tokens, positions_from_mask(prompt_mask), prompt_mask,
                                     pre_cache, 0, return_hidden=True)
     logits = model.apply(variables, hidden[:, -1], method=Llama.logits)[row_src]  # left padding: last is real
-    # Prompt rows -> sample rows, into the head-major decode cache.
-    cache = tuple(KVCache(*(jax.lax.dynamic_update_slice_in_dim(full, pre[i][row_src].transpose(0, 2, 1, 3), 0, axis=2)
-                            for full, pre in ((c.k, pre_cache.k), (c.v, pre_cache.v))))
-                  for i, c in enumerate(cache))
+    cache = fill_cache(cache, pre_cache, row_src)  # prompt rows -> sample rows
     layers = decode_layers(config, params)
     kv_mask = jnp.zeros((rows, slots), bool).at[:, :t_prompt].set(prompt_mask[row_src])
     position = jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)[row_src]
@@ -192,7 +189,7 @@ class SamplingEngine:
 
     def _cache_for(self, rows: int, slots: int) -> tuple[KVCache, ...]:
         c = self._cache
-        if c is not None and c[0].k.shape[0] == rows and c[0].k.shape[2] == slots:
+        if c is not None and c[0].v.shape[0] == rows and c[0].v.shape[2] == slots:
             self._cache = None  # donated to the call; the call returns it
             return c
         self._cache = None  # free the old buffers before allocating new ones
