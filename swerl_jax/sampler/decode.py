@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from swerl_jax.model.config import LlamaConfig
-from swerl_jax.model.llama import KVCache, Llama, RMSNorm, apply_rope, rope_cos_sin
+from swerl_jax.model.llama import KVCache, rope_cos_sin
 
 
 def zeros_cache(config: LlamaConfig, rows: int, slots: int) -> tuple[KVCache, ...]:
@@ -35,11 +35,13 @@ def fill_cache(cache: tuple[KVCache, ...], prefilled: KVCache, row_src: jax.Arra
     return tuple(place(i, c) for i, c in enumerate(cache))
 
 
-def decode_layers(config: LlamaConfig, params: dict) -> tuple[dict, ...]:
-    """Per-layer decode weights in the compute dtype, q/k/v and gate/up fused into one matrix each.
+def decode_layers(config: LlamaConfig, params: dict) -> dict:
+    """Decode weights in the compute dtype: per-layer, transposed to [out, in], q/k/v and gate/up fused.
 
-    Called inside the jitted `_generate`, before the decode loop: one copy of the layer weights per call (~0.1 s
-    for SmolLM2-135M on CPU), after which every matmul of every step reads a whole, separate buffer.
+    Returns {"layers": one dict per layer, "head": [vocab, embed]}. Called inside the jitted `_generate`, before
+    the decode loop: one copy of the weights per call (~0.1 s for SmolLM2-135M on CPU), after which every matmul
+    of every step reads a whole, separate buffer. The [out, in] layout is for `decode_step`'s feature-major
+    activations (see there).
     """
     dt = jnp.dtype(config.dtype)
     e, n = config.hidden_size, config.num_layers
@@ -47,14 +49,26 @@ def decode_layers(config: LlamaConfig, params: dict) -> tuple[dict, ...]:
     attn, mlp = stacked["self_attn"], stacked["mlp"]
     qkv = jnp.concatenate([attn[name].reshape(n, e, -1) for name in ("q_proj", "k_proj", "v_proj")], axis=-1)
     gate_up = jnp.concatenate([mlp["gate_proj"], mlp["up_proj"]], axis=-1)
-    return tuple({"input_norm": stacked["input_layernorm"]["scale"][i],
-                  "post_norm": stacked["post_attention_layernorm"]["scale"][i],
-                  "qkv": qkv[i].astype(dt), "o": attn["o_proj"][i].reshape(-1, e).astype(dt),
-                  "gate_up": gate_up[i].astype(dt), "down": mlp["down_proj"][i].astype(dt)} for i in range(n))
+    layers = tuple({"input_norm": stacked["input_layernorm"]["scale"][i][:, None].astype(dt),
+                    "post_norm": stacked["post_attention_layernorm"]["scale"][i][:, None].astype(dt),
+                    "qkv": qkv[i].T.astype(dt), "o": attn["o_proj"][i].reshape(-1, e).T.astype(dt),
+                    "gate_up": gate_up[i].T.astype(dt), "down": mlp["down_proj"][i].T.astype(dt)} for i in range(n))
+    head = params["embed_tokens"] if config.tie_word_embeddings else params["lm_head"].T
+    return {"layers": layers, "head": head.astype(dt), "norm": params["norm"]["scale"][:, None].astype(dt)}
 
 
 def _rms_norm(config: LlamaConfig, scale: jax.Array, x: jax.Array) -> jax.Array:
-    return RMSNorm(config).apply({"params": {"scale": scale}}, x)
+    """RMSNorm over axis 0 of feature-major x [embed, rows]; the arithmetic of llama.RMSNorm."""
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=0, keepdims=True) + config.rms_norm_eps)
+    return scale * normed.astype(x.dtype)
+
+
+def _rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """llama.apply_rope for feature-major x [heads, head_dim, rows] and cos/sin [head_dim, rows]."""
+    half = x.shape[1] // 2
+    rotated = jnp.concatenate([-x[:, half:], x[:, :half]], axis=1)
+    return x * cos.astype(x.dtype) + rotated * sin.astype(x.dtype)
 
 
 def _attend(q: jax.Array, keys_t: jax.Array, values: jax.Array, visible: jax.Array) -> jax.Array:
@@ -78,16 +92,19 @@ def _attend(q: jax.Array, keys_t: jax.Array, values: jax.Array, visible: jax.Arr
     return jnp.einsum("bkgs,bksd->bkgd", probs.astype(dt), values.astype(dt))
 
 
-def decode_step(config: LlamaConfig, params: dict, layers: tuple[dict, ...], tokens: jax.Array,
-                 positions: jax.Array, kv_mask: jax.Array, cache: tuple[KVCache, ...], slot: jax.Array
-                 ) -> tuple[jax.Array, tuple[KVCache, ...]]:
+def decode_step(config: LlamaConfig, weights: dict, embed: jax.Array, tokens: jax.Array, positions: jax.Array,
+                kv_mask: jax.Array, cache: tuple[KVCache, ...], slot: jax.Array
+                ) -> tuple[jax.Array, tuple[KVCache, ...]]:
     """One token per row through the decoder: (logits [rows, vocab] fp32, caches with the token's keys/values).
 
-    The math of `Llama.__call__` with a cache and of `jax.nn.dot_product_attention`'s XLA path (same parameters,
-    RMSNorm / MLP / head modules), arranged for decoding:
+    The math of `Llama.__call__` with a cache and of `jax.nn.dot_product_attention`'s XLA path, arranged for
+    decoding (`weights` from `decode_layers`, `embed` the [vocab, embed] token embedding):
       * the layers are unrolled over per-layer weights and per-layer caches, so every matmul reads its operands
         in place. (Llama's `nn.scan`, or a `fori_loop` indexing stacked weights, makes XLA:CPU copy each layer's
         weights and K/V slice before every library matmul: 36% of a step.)
+      * activations are feature-major ([embed, rows]) and every matmul is weight [out, in] @ x [in, rows]: with
+        a few rows the library kernels run the long weight dimension as M (XLA:CPU, SmolLM2-135M: the 30 layers'
+        matmuls 38 -> 31 ms at 16 rows, 102 -> 83 ms at 64; the vocabulary head 12 -> 8 ms at 16 rows).
       * q/k/v and gate/up are one matmul each (weights fused by `decode_layers`).
       * the cache is head-major, keys transposed ([rows, kv_heads, head_dim, slots]), values not ([rows,
         kv_heads, slots, head_dim]): both attention products run over (row, kv head) blocks as stored (see
@@ -98,27 +115,29 @@ def decode_step(config: LlamaConfig, params: dict, layers: tuple[dict, ...], tok
     """
     rows, n_heads, n_kv, head_dim = tokens.shape[0], config.num_heads, config.num_kv_heads, config.head_size
     dt = jnp.dtype(config.dtype)
-    x = jnp.take(params["embed_tokens"], tokens, axis=0).astype(dt)  # [rows, embed]
-    cos, sin = rope_cos_sin(config, positions[:, None])
+    x = jnp.take(embed, tokens, axis=0).astype(dt).T  # [embed, rows]
+    cos, sin = (t[:, 0].T for t in rope_cos_sin(config, positions[:, None]))  # [head_dim, rows]
     visible = ((jnp.arange(kv_mask.shape[1]) <= slot)[None, :] & kv_mask)[:, None, None, :]
     q_width, kv_width = n_heads * head_dim, n_kv * head_dim
     new_cache = []
-    for p, (k_all, v_all) in zip(layers, cache):
-        h = _rms_norm(config, p["input_norm"], x)
-        qkv = h @ p["qkv"]
-        q = apply_rope(qkv[:, None, :q_width].reshape(rows, 1, n_heads, head_dim), cos, sin)
-        k = apply_rope(qkv[:, None, q_width:q_width + kv_width].reshape(rows, 1, n_kv, head_dim), cos, sin)
-        v = qkv[:, q_width + kv_width:].reshape(rows, n_kv, 1, head_dim)
-        k_all = jax.lax.dynamic_update_slice(k_all, k.transpose(0, 2, 3, 1).astype(k_all.dtype), (0, 0, 0, slot))
-        v_all = jax.lax.dynamic_update_slice(v_all, v.astype(v_all.dtype), (0, 0, slot, 0))
+    for p, (k_all, v_all) in zip(weights["layers"], cache):
+        qkv = p["qkv"] @ _rms_norm(config, p["input_norm"], x)  # [q + k + v widths, rows]
+        q = _rope(qkv[:q_width].reshape(n_heads, head_dim, rows), cos, sin)
+        k = _rope(qkv[q_width:q_width + kv_width].reshape(n_kv, head_dim, rows), cos, sin)
+        v = qkv[q_width + kv_width:].reshape(n_kv, head_dim, rows)
+        k_all = jax.lax.dynamic_update_slice(k_all, k.transpose(2, 0, 1)[..., None].astype(k_all.dtype),
+                                             (0, 0, 0, slot))
+        v_all = jax.lax.dynamic_update_slice(v_all, v.transpose(2, 0, 1)[:, :, None].astype(v_all.dtype),
+                                             (0, 0, slot, 0))
         new_cache.append(KVCache(k_all, v_all))
-        q = q.reshape(rows, n_kv, n_heads // n_kv, head_dim)  # query head n attends with kv head n // groups
-        out = _attend(q, k_all, v_all, visible)
-        out = out.reshape(rows, q_width)
-        x = x + out @ p["o"]
-        h = _rms_norm(config, p["post_norm"], x)
-        gate_up = h @ p["gate_up"]
-        f = gate_up.shape[-1] // 2
-        x = x + (jax.nn.silu(gate_up[:, :f]) * gate_up[:, f:]) @ p["down"]
-    hidden = _rms_norm(config, params["norm"]["scale"], x)
-    return Llama(config).apply({"params": params}, hidden, method=Llama.logits), tuple(new_cache)
+        # query head n attends with kv head n // groups
+        q = q.transpose(2, 0, 1).reshape(rows, n_kv, n_heads // n_kv, head_dim)
+        out = _attend(q, k_all, v_all, visible).reshape(rows, q_width)
+        x = x + p["o"] @ out.T
+        gate_up = p["gate_up"] @ _rms_norm(config, p["post_norm"], x)
+        f = gate_up.shape[0] // 2
+        x = x + p["down"] @ (jax.nn.silu(gate_up[:f]) * gate_up[f:])
+    hidden = _rms_norm(config, weights["norm"], x)
+    logits = jnp.matmul(weights["head"], hidden, preferred_element_type=jnp.float32)  # [vocab, rows]
+    # The barrier keeps XLA from folding the transpose into the matmul, which picks the slow [rows, vocab] kernel.
+    return jax.lax.optimization_barrier(logits).T, tuple(new_cache)

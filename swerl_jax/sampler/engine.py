@@ -132,7 +132,8 @@ def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: tupl
         done = done | hit_stop | (step + 1 >= max_new)
         slot = t_prompt + step
         kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, jnp.ones((rows, 1), bool), slot, axis=1)
-        new_logits, cache = decode_step(config, params, layers, tok, position, kv_mask, cache, slot)
+        new_logits, cache = decode_step(config, layers, params["embed_tokens"], tok, position, kv_mask, cache,
+                                        slot)
         return (step + 1, cache, kv_mask, new_logits, position + 1, done, length, stopped, out_tok, out_lp)
 
     _, cache, *_, length, stopped, out_tok, out_lp = jax.lax.while_loop(cond, body, state)
