@@ -11,6 +11,9 @@ calls of one new token per row with the same shapes (our engine: the same compil
 one token); our compile time is the first of those minus the second. Repeats alternate the two sides so load
 from other jobs on a shared machine hits both alike; median and best reported.
 
+`--samples N` makes each batch GRPO-shaped: batch / N distinct prompts, N rows each (our engine prefills each
+prompt once and copies its cache rows; transformers' `num_return_sequences` repeats the prompt before prefill).
+
 `--weight-sync` also times the policy hand-off trainer -> sampler on the same params: `weights.publish`
 (Orbax save + LATEST marker) then `WeightWatcher.poll` (restore into memory); `last_ready_latency_s` is the
 marker's time -> params ready.
@@ -18,6 +21,7 @@ marker's time -> params ready.
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/sampler_throughput.py                 # batch 1, 16, 64; 256 new
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/sampler_throughput.py --batches 1,16 --new-tokens 64 --repeats 1
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/sampler_throughput.py --weight-sync --batches ''  # hand-off only
+    JAX_PLATFORMS=cpu .venv/bin/python benchmarks/sampler_throughput.py --batches 16,64 --samples 16   # GRPO groups
 
 `--model` other than `smollm2` (a name from swerl_jax.model.config, e.g. llama3.2-1b) uses random weights of that
 shape written by transformers into a temporary HF directory (prompt ids still come from SmolLM2's tokenizer,
@@ -105,8 +109,9 @@ def time_call(fn: Callable[[], object]) -> tuple[float, object]:
 
 
 def ours_runner(engine: SamplingEngine, prompts: Sequence[Sequence[int]], new_tokens: int, greedy: bool,
-                cap: int | None = None) -> Callable[[], None]:
-    """A closure that generates exactly `new_tokens` per prompt with our engine and checks the lengths.
+                cap: int | None = None, samples: int = 1) -> Callable[[], None]:
+    """A closure that generates exactly `new_tokens` for each of `samples` rows per prompt with our engine and
+    checks the lengths.
 
     `cap` stops every row after `cap` tokens while keeping the program compiled for `new_tokens` (warm-up).
     """
@@ -116,15 +121,16 @@ def ours_runner(engine: SamplingEngine, prompts: Sequence[Sequence[int]], new_to
 
     def run() -> None:
         seed[0] += 1
-        groups = engine.generate(prompts, sp, num_samples=1, seed=seed[0], max_new_tokens=caps)
-        assert all(g[0].completion_length == (cap or new_tokens) for g in groups)
+        groups = engine.generate(prompts, sp, num_samples=samples, seed=seed[0], max_new_tokens=caps)
+        assert all(len(g) == samples and all(c.completion_length == (cap or new_tokens) for c in g) for g in groups)
 
     return run
 
 
-def torch_runner(model, prompts: Sequence[Sequence[int]], new_tokens: int, greedy: bool, pad_id: int
-                 ) -> Callable[[], None]:
-    """A closure that calls transformers `generate` for exactly `new_tokens` per prompt and checks the shape."""
+def torch_runner(model, prompts: Sequence[Sequence[int]], new_tokens: int, greedy: bool, pad_id: int,
+                 samples: int = 1) -> Callable[[], None]:
+    """A closure that calls transformers `generate` for exactly `new_tokens` per row (`num_return_sequences` =
+    `samples` rows per prompt) and checks the shape."""
     ids = torch.tensor(prompts, dtype=torch.long, device=model.device)
     mask = torch.ones_like(ids)
     sampling = {} if greedy else {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
@@ -132,10 +138,11 @@ def torch_runner(model, prompts: Sequence[Sequence[int]], new_tokens: int, greed
     def run() -> None:
         with torch.inference_mode():
             out = model.generate(ids, attention_mask=mask, do_sample=not greedy, max_new_tokens=new_tokens,
-                                 min_new_tokens=new_tokens, pad_token_id=pad_id, **sampling)
+                                 min_new_tokens=new_tokens, pad_token_id=pad_id, num_return_sequences=samples,
+                                 **sampling)
             if out.is_cuda:
                 torch.cuda.synchronize()
-        assert out.shape == (ids.shape[0], ids.shape[1] + new_tokens), out.shape
+        assert out.shape == (ids.shape[0] * samples, ids.shape[1] + new_tokens), out.shape
 
     return run
 
@@ -196,6 +203,8 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=128, help="prompt length of every row")
     ap.add_argument("--repeats", type=int, default=2, help="timed calls per side and batch size (after a warm-up)")
     ap.add_argument("--greedy", action="store_true", help="argmax on both sides instead of sampling at T=1")
+    ap.add_argument("--samples", type=int, default=1,
+                    help="rows per prompt (GRPO's group): a batch of B rows is B / samples distinct prompts")
     ap.add_argument("--skip-torch", action="store_true", help="measure only our engine")
     ap.add_argument("--torch-threads", type=int, default=0,
                     help="torch.set_num_threads for transformers (0: torch's default, one per core)")
@@ -208,6 +217,8 @@ def main() -> None:
     ap.add_argument("--sync-versions", type=int, default=3, help="policy versions published for --weight-sync")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    if any(b % args.samples for b in batches):
+        ap.error(f"every batch must be a multiple of --samples={args.samples}")
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
@@ -228,20 +239,24 @@ def main() -> None:
         hf_model = None if args.skip_torch else LlamaForCausalLM.from_pretrained(
             hf_dir, dtype=getattr(torch, args.dtype)).to(device).eval()
         engine = SamplingEngine(config, params, max_batch=max(batches), max_prompt_len=args.prompt_tokens,
-                                max_new_tokens=args.new_tokens, batch_buckets=sorted(set(batches)),
+                                max_new_tokens=args.new_tokens,
+                                batch_buckets=sorted(set(batches) | {b // args.samples for b in batches}),
                                 prompt_buckets=(args.prompt_tokens,), new_token_buckets=(args.new_tokens,))
         for batch in batches:
             # Ids of a vocabulary smaller than SmolLM2's (random-weight test shapes) wrap around.
-            prompts = [[t % config.vocab_size for t in p] for p in build_prompts(tokenizer, batch, args.prompt_tokens)]
-            warm = ours_runner(engine, prompts, args.new_tokens, args.greedy, cap=1)
+            prompts = [[t % config.vocab_size for t in p]
+                       for p in build_prompts(tokenizer, batch // args.samples, args.prompt_tokens)]
+            warm = ours_runner(engine, prompts, args.new_tokens, args.greedy, cap=1, samples=args.samples)
             first_s, _ = time_call(warm)  # compiles this batch bucket, prefill + 1 token
             compile_s = max(0.0, first_s - time_call(warm)[0])
-            sides: dict[str, Callable[[], None]] = {"ours": ours_runner(engine, prompts, args.new_tokens, args.greedy)}
+            sides: dict[str, Callable[[], None]] = {
+                "ours": ours_runner(engine, prompts, args.new_tokens, args.greedy, samples=args.samples)}
             if hf_model is not None:
                 pad = tokenizer.eos_token_id
                 for _ in range(2):  # warm-up (allocator, kernels) at this batch size
-                    torch_runner(hf_model, prompts, 1, args.greedy, pad)()
-                sides["transformers"] = torch_runner(hf_model, prompts, args.new_tokens, args.greedy, pad)
+                    torch_runner(hf_model, prompts, 1, args.greedy, pad, args.samples)()
+                sides["transformers"] = torch_runner(hf_model, prompts, args.new_tokens, args.greedy, pad,
+                                                     args.samples)
             times: dict[str, list[float]] = {k: [] for k in sides}
             for _ in range(args.repeats):
                 for name, fn in sides.items():
@@ -251,8 +266,9 @@ def main() -> None:
             rows.append((batch, n_tok, med, {k: min(v) for k, v in times.items()}, compile_s))
             print(f"batch {batch}: " + ", ".join(f"{k} {', '.join(f'{t:.2f}' for t in v)} s" for k, v in times.items())
                   + f"; our compile {compile_s:.2f} s; load average {os.getloadavg()}", flush=True)
-        print(f"\nprompt {args.prompt_tokens} tokens, {args.new_tokens} new tokens per row, {mode}, {args.dtype}, "
-              f"median of {args.repeats} (best in brackets)")
+        group = f", {args.samples} rows per prompt" if args.samples > 1 else ""
+        print(f"\nprompt {args.prompt_tokens} tokens{group}, {args.new_tokens} new tokens per row, {mode}, "
+              f"{args.dtype}, median of {args.repeats} (best in brackets)")
         roof = args.hbm_gbps > 0
         print("| batch | ours tokens/s | transformers tokens/s | ours / transformers | our compile s |"
               + (" HBM roofline ours / transformers |" if roof else ""))
