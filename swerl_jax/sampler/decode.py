@@ -1,6 +1,6 @@
 """One decode step of the sampler: per-layer weights and a per-layer head-major KV cache, no copies.
 
-`decode_layers` splits the stacked Llama weights once per generate call into per-layer arrays with q/k/v and
+`decode_weights` splits the stacked Llama weights once per generate call into per-layer arrays with q/k/v and
 gate/up fused into one matrix each; `decode_step` runs the layers unrolled over them, so XLA:CPU reads every
 weight and cache slot in place (a fori_loop over stacked layers copied each layer's weights and K/V slice before
 every library matmul). Keys are cached transposed ([rows, kv_heads, head_dim, slots]) so that on CPU attention
@@ -35,10 +35,11 @@ def fill_cache(cache: tuple[KVCache, ...], prefilled: KVCache, row_src: jax.Arra
     return tuple(place(i, c) for i, c in enumerate(cache))
 
 
-def decode_layers(config: LlamaConfig, params: dict) -> dict:
+def decode_weights(config: LlamaConfig, params: dict) -> dict:
     """Decode weights in the compute dtype: per-layer, transposed to [out, in], q/k/v and gate/up fused.
 
-    Returns {"layers": one dict per layer, "head": [vocab, embed]}. Called inside the jitted `_generate`, before
+    Returns {"layers": one dict per layer, "norm": final norm scale [embed, 1], "head": [vocab, embed], "embed":
+    the token embedding as stored}. Called inside the jitted `_generate`, before
     the decode loop: one copy of the weights per call (~0.1 s for SmolLM2-135M on CPU), after which every matmul
     of every step reads a whole, separate buffer. The [out, in] layout is for `decode_step`'s feature-major
     activations (see there).
@@ -54,7 +55,8 @@ def decode_layers(config: LlamaConfig, params: dict) -> dict:
                     "qkv": qkv[i].T.astype(dt), "o": attn["o_proj"][i].reshape(-1, e).T.astype(dt),
                     "gate_up": gate_up[i].T.astype(dt), "down": mlp["down_proj"][i].T.astype(dt)} for i in range(n))
     head = params["embed_tokens"] if config.tie_word_embeddings else params["lm_head"].T
-    return {"layers": layers, "head": head.astype(dt), "norm": params["norm"]["scale"][:, None].astype(dt)}
+    return {"layers": layers, "norm": params["norm"]["scale"][:, None].astype(dt), "head": head.astype(dt),
+            "embed": params["embed_tokens"]}
 
 
 def _rms_norm(config: LlamaConfig, scale: jax.Array, x: jax.Array) -> jax.Array:
@@ -80,32 +82,31 @@ def _attend(q: jax.Array, keys_t: jax.Array, values: jax.Array, visible: jax.Arr
     vector lanes run along contiguous slots, and the value reduction over slots with lanes along head_dim, so
     every cache byte is read once, in place. Elsewhere they are batched matmuls over (row, kv head).
     """
-    dt, f32 = q.dtype, jnp.float32
-    if jax.default_backend() == "cpu":
+    dt, f32, on_cpu = q.dtype, jnp.float32, jax.default_backend() == "cpu"
+    if on_cpu:
         scores = jnp.sum(q.astype(f32)[..., None] * keys_t.astype(f32)[:, :, None], axis=-2)
     else:
         scores = jnp.einsum("bkgd,bkds->bkgs", q, keys_t.astype(dt), preferred_element_type=f32)
     scores = jnp.where(visible, scores * q.shape[-1] ** -0.5, -0.7 * jnp.finfo(f32).max)
     probs = jax.nn.softmax(scores, axis=-1)
-    if jax.default_backend() == "cpu":
+    if on_cpu:
         return jnp.sum(probs[..., None] * values.astype(f32)[:, :, None], axis=-2).astype(dt)
     return jnp.einsum("bkgs,bksd->bkgd", probs.astype(dt), values.astype(dt))
 
 
-def decode_step(config: LlamaConfig, weights: dict, embed: jax.Array, tokens: jax.Array, positions: jax.Array,
-                kv_mask: jax.Array, cache: tuple[KVCache, ...], slot: jax.Array
-                ) -> tuple[jax.Array, tuple[KVCache, ...]]:
+def decode_step(config: LlamaConfig, weights: dict, tokens: jax.Array, positions: jax.Array, kv_mask: jax.Array,
+                cache: tuple[KVCache, ...], slot: jax.Array) -> tuple[jax.Array, tuple[KVCache, ...]]:
     """One token per row through the decoder: (logits [rows, vocab] fp32, caches with the token's keys/values).
 
     The math of `Llama.__call__` with a cache and of `jax.nn.dot_product_attention`'s XLA path, arranged for
-    decoding (`weights` from `decode_layers`, `embed` the [vocab, embed] token embedding):
+    decoding (`weights` from `decode_weights`):
       * the layers are unrolled over per-layer weights and per-layer caches, so every matmul reads its operands
         in place. (Llama's `nn.scan`, or a `fori_loop` indexing stacked weights, makes XLA:CPU copy each layer's
         weights and K/V slice before every library matmul: 36% of a step.)
       * activations are feature-major ([embed, rows]) and every matmul is weight [out, in] @ x [in, rows]: with
         a few rows the library kernels run the long weight dimension as M (XLA:CPU, SmolLM2-135M: the 30 layers'
         matmuls 38 -> 31 ms at 16 rows, 102 -> 83 ms at 64; the vocabulary head 12 -> 8 ms at 16 rows).
-      * q/k/v and gate/up are one matmul each (weights fused by `decode_layers`).
+      * q/k/v and gate/up are one matmul each (weights fused by `decode_weights`).
       * the cache is head-major, keys transposed ([rows, kv_heads, head_dim, slots]), values not ([rows,
         kv_heads, slots, head_dim]): both attention products run over (row, kv head) blocks as stored (see
         `_attend`); with Llama's [rows, slots, kv_heads, head_dim] layout XLA transposes every layer's keys and
@@ -115,7 +116,7 @@ def decode_step(config: LlamaConfig, weights: dict, embed: jax.Array, tokens: ja
     """
     rows, n_heads, n_kv, head_dim = tokens.shape[0], config.num_heads, config.num_kv_heads, config.head_size
     dt = jnp.dtype(config.dtype)
-    x = jnp.take(embed, tokens, axis=0).astype(dt).T  # [embed, rows]
+    x = jnp.take(weights["embed"], tokens, axis=0).astype(dt).T  # [embed, rows]
     cos, sin = (t[:, 0].T for t in rope_cos_sin(config, positions[:, None]))  # [head_dim, rows]
     visible = ((jnp.arange(kv_mask.shape[1]) <= slot)[None, :] & kv_mask)[:, None, None, :]
     q_width, kv_width = n_heads * head_dim, n_kv * head_dim

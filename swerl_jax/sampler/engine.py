@@ -26,7 +26,7 @@ import numpy as np
 
 from swerl_jax.model.config import LlamaConfig
 from swerl_jax.model.llama import KVCache, Llama, positions_from_mask
-from swerl_jax.sampler.decode import decode_layers, decode_step, fill_cache, zeros_cache
+from swerl_jax.sampler.decode import decode_step, decode_weights, fill_cache, zeros_cache
 from swerl_jax.sampler.sampling import sample_tokens
 
 
@@ -108,7 +108,7 @@ def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: tupl
                                     pre_cache, 0, return_hidden=True)
     logits = model.apply(variables, hidden[:, -1], method=Llama.logits)[row_src]  # left padding: last is real
     cache = fill_cache(cache, pre_cache, row_src)  # prompt rows -> sample rows
-    layers = decode_layers(config, params)
+    weights = decode_weights(config, params)
     kv_mask = jnp.zeros((rows, slots), bool).at[:, :t_prompt].set(prompt_mask[row_src])
     position = jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)[row_src]
     done = max_new <= 0
@@ -132,8 +132,7 @@ def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: tupl
         done = done | hit_stop | (step + 1 >= max_new)
         slot = t_prompt + step
         kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, jnp.ones((rows, 1), bool), slot, axis=1)
-        new_logits, cache = decode_step(config, layers, params["embed_tokens"], tok, position, kv_mask, cache,
-                                        slot)
+        new_logits, cache = decode_step(config, weights, tok, position, kv_mask, cache, slot)
         return (step + 1, cache, kv_mask, new_logits, position + 1, done, length, stopped, out_tok, out_lp)
 
     _, cache, *_, length, stopped, out_tok, out_lp = jax.lax.while_loop(cond, body, state)
