@@ -7,9 +7,11 @@
     writer.close()
 
 Resume safety: the trainer writes step s's metrics *before* it saves checkpoint s. On restore from step s,
-`resume_step=s` drops every metrics.jsonl line after step s (and a torn last line), deletes rollout files of
-later steps and tells TensorBoard to purge events from step s + 1 on, so a resumed run's files equal those
-of an uninterrupted run. Only the main process (`is_main`) writes anything.
+`resume_step=s` drops every metrics.jsonl line after step s (and a torn last line) and deletes rollout files of
+later steps. TensorBoard's event files are a view of metrics.jsonl: on every open they are rewritten from the
+kept lines, so a kill that lost unflushed events (TensorBoard buffers ~30 s) or left events past the checkpoint
+cannot show missing or doubled steps; a resumed run's files equal those of an uninterrupted run. Only the
+main process (`is_main`) writes anything.
 """
 
 from __future__ import annotations
@@ -96,9 +98,10 @@ class MetricsWriter:
 
     def __init__(self, workdir: str | os.PathLike, is_main: bool = True, *, total_steps: int | None = None,
                  resume_step: int | None = None, tensorboard: bool = True, progress: bool = True,
-                 save_rollouts: bool = True, progress_file: Any = None):
+                 save_rollouts: bool = True, progress_file: Any = None, desc: str = "train"):
         """Open workdir's metrics for appending after cutting away everything past `resume_step` (the restored
-        checkpoint's step; None: a fresh start, which replaces whatever an earlier attempt left)."""
+        checkpoint's step; None: a fresh start, which replaces whatever an earlier attempt left). `desc` labels
+        the progress bar (the stage: "sft", "grpo")."""
         self.workdir = pathlib.Path(workdir)
         self.is_main = is_main
         self.save_rollouts = save_rollouts
@@ -113,22 +116,38 @@ class MetricsWriter:
         last = -1 if resume_step is None else int(resume_step)
         kept = truncate_metrics(self.metrics_path, last)
         self._drop_rollouts_after(last)
-        had_events = self.tensorboard_dir.is_dir() and any(self.tensorboard_dir.iterdir())
         self._file = open(self.metrics_path, "a")
         if tensorboard:
-            from tensorboardX import SummaryWriter  # imported lazily: tests and tools that only read skip it
-
-            # purge_step makes TensorBoard discard events logged at >= that step by the interrupted run
-            # the suffix keeps a restart within the same second from overwriting the previous event file
-            # (tensorboardX names files by the second) and sorts files in write order, as TensorBoard reads them
-            self._tb = SummaryWriter(str(self.tensorboard_dir), purge_step=last + 1 if had_events else None,
-                                     flush_secs=30, filename_suffix=f".{time.time_ns()}")
+            self._tb = self._rebuild_tensorboard(read_metrics(self.metrics_path))
         if progress:
             from tqdm import tqdm
 
             # the bar counts logged steps, whatever the trainer's step numbering
-            self._bar = tqdm(total=total_steps, initial=kept, desc="train", unit="step", dynamic_ncols=True,
+            self._bar = tqdm(total=total_steps, initial=kept, desc=desc, unit="step", dynamic_ncols=True,
                              file=progress_file or sys.stderr, smoothing=0.1)
+
+    def _rebuild_tensorboard(self, rows: list[dict]) -> Any:
+        """A fresh event file holding exactly `rows` (the kept metrics.jsonl lines); older event files go.
+
+        Replaying is cheap (a 1,600-step run is ~10^5 scalars, a few seconds) and, unlike TensorBoard's purge
+        events, leaves nothing for a reader to reconcile."""
+        from tensorboardX import SummaryWriter  # imported lazily: tests and tools that only read skip it
+
+        if self.tensorboard_dir.is_dir():
+            for f in self.tensorboard_dir.glob("events.out.tfevents.*"):
+                f.unlink()
+        # the suffix keeps a restart within the same second from reusing the previous file's name
+        tb = SummaryWriter(str(self.tensorboard_dir), flush_secs=30, filename_suffix=f".{time.time_ns()}")
+        for row in rows:
+            self._add_scalars(tb, row)
+        tb.flush()
+        return tb
+
+    @staticmethod
+    def _add_scalars(tb: Any, row: Mapping[str, Any]) -> None:
+        for name, value in row.items():
+            if name != "step" and isinstance(value, bool | int | float):
+                tb.add_scalar(name, float(value), global_step=int(row["step"]))
 
     def _drop_rollouts_after(self, step: int) -> None:
         folder = self.workdir / ROLLOUTS_DIR
@@ -153,9 +172,7 @@ class MetricsWriter:
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()  # one line per step; a crash loses at most the line being written
         if self._tb is not None:
-            for name, value in row.items():
-                if name != "step":
-                    self._tb.add_scalar(name, float(value), global_step=int(step))
+            self._add_scalars(self._tb, row)
         if self._bar is not None:
             shown = {k: f"{row[k]:.4g}" for k in PROGRESS_KEYS if k in row and isinstance(row[k], float | int)}
             self._bar.set_postfix(shown, refresh=False)

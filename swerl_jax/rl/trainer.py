@@ -243,7 +243,7 @@ class GRPOTrainer:
         writer = MetricsWriter(self.workdir, self.is_main, total_steps=self.num_steps,
                                resume_step=start if restored is not None else None,
                                tensorboard=bool(lg.tensorboard), progress=bool(lg.progress_bar),
-                               save_rollouts=bool(lg.save_rollouts))
+                               save_rollouts=bool(lg.save_rollouts), desc="grpo")
         try:
             if start < self.num_steps:
                 self._start_sampler(version=start)

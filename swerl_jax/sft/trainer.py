@@ -100,7 +100,8 @@ class SFTTrainer:
         lg = self.config.logging
         writer = MetricsWriter(self.workdir, self.is_main, total_steps=self.num_steps,
                                resume_step=start if restored is not None else None,
-                               tensorboard=bool(lg.tensorboard), progress=bool(lg.progress_bar), save_rollouts=False)
+                               tensorboard=bool(lg.tensorboard), progress=bool(lg.progress_bar), save_rollouts=False,
+                               desc="sft")
         try:
             for step in range(start + 1, self.num_steps + 1):
                 t0 = time.perf_counter()
