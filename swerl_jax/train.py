@@ -3,19 +3,30 @@
 Runs an experiment: the SFT stage when sft.num_steps > 0 (into DIR/sft), then GRPO when rl.num_steps > 0 (into
 DIR). Both resume from their checkpoints, so re-running the same command after a crash or a kill continues
 where the run stopped: an SFT stage that finished is not repeated (GRPO starts from its final checkpoint).
-The workdir gets config.json (the resolved config), metrics.jsonl, tensorboard/, rollouts/, checkpoints/,
-policy/ (weights published to the sampler) and sampler/ (its log).
+The workdir (default `workdirs/NAME[-arg]`) gets config.json (the resolved config; `configs/NNNN.json` keeps
+every start's), metrics.jsonl, tensorboard/, rollouts/, checkpoints/, policy/ (weights published to the sampler)
+and sampler/ (its log). Resuming with a config that differs in a field that changes results is refused unless
+`--allow_config_change` (recorded in config_changes.jsonl; see `swerl_jax.rundir`). A config key that does not
+exist ends the program with one line naming it and the closest valid key. Libraries log warnings only
+(`--verbose` shows their INFO lines); the run ends with a short summary (`swerl_jax.run_summary`).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
 import pathlib
+import re
 import sys
 import time
 from typing import Any
+
+from swerl_jax import rundir
+from swerl_jax.run_summary import summarize_run
+
+log = logging.getLogger("swerl_jax.train")
 
 
 def enable_compile_cache() -> str:
@@ -30,8 +41,11 @@ def enable_compile_cache() -> str:
     return path
 
 
-def run_experiment(config: Any, workdir: str | os.PathLike) -> dict:
-    """SFT (if configured) then GRPO (if configured) into `workdir`; returns a summary dict."""
+def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change: bool = False) -> dict:
+    """SFT (if configured) then GRPO (if configured) into `workdir`; returns a summary dict.
+
+    A workdir with checkpoints is resumed; its config must match `config` in every field that changes results
+    unless `allow_config_change` (`rundir.record_config`)."""
     enable_compile_cache()
     from swerl_jax import sharding
 
@@ -39,18 +53,25 @@ def run_experiment(config: Any, workdir: str | os.PathLike) -> dict:
     workdir = pathlib.Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     if sharding.is_main_process():
-        (workdir / "config.json").write_text(config.to_json(indent=1))
+        steps = rundir.record_config(workdir, config.to_json(indent=1), allow_change=allow_config_change)
+    else:
+        steps = rundir.latest_steps(workdir)
     summary: dict[str, Any] = {"workdir": str(workdir)}
+    sft_steps, rl_steps = int(config.sft.num_steps), int(config.rl.num_steps)
+    if steps and steps.get("grpo", 0) >= rl_steps and (rl_steps > 0 or steps.get("sft", 0) >= sft_steps):
+        log.warning("%s already finished (checkpoints at %s): nothing to train; delete it or choose another "
+                    "--workdir for a new run", workdir, steps)
+        summary["already_finished"] = steps
     params = None
     t0 = time.time()
-    if int(config.sft.num_steps) > 0:
+    if sft_steps > 0:
         from swerl_jax.sft.trainer import SFTTrainer
 
         sft = SFTTrainer(config, workdir / "sft")
         params = sft.run()
-        summary["sft"] = {"steps": int(config.sft.num_steps), "metrics": str(workdir / "sft" / "metrics.jsonl"),
+        summary["sft"] = {"steps": sft_steps, "metrics": str(workdir / "sft" / "metrics.jsonl"),
                           "checkpoints": sft.checkpointer.directory, "seconds": round(time.time() - t0, 1)}
-    if int(config.rl.num_steps) > 0:
+    if rl_steps > 0:
         from swerl_jax.rl.trainer import GRPOTrainer
 
         t1 = time.time()
@@ -60,6 +81,67 @@ def run_experiment(config: Any, workdir: str | os.PathLike) -> dict:
     return summary
 
 
+_OVERRIDE = re.compile(r"^--(?:no)?config\.([A-Za-z0-9_.]+)(?:=|$)")
+
+
+def unknown_config_keys(config: Any, argv: list[str]) -> list[str]:
+    """One message per `--config.KEY=...` in `argv` whose KEY the config does not define, naming the closest
+    valid key (the check runs before absl parses the overrides, which would end in a long traceback)."""
+    flat = rundir.flatten(json.loads(config.to_json()))
+    known = set(flat) | {k.rsplit(".", i)[0] for k in flat for i in range(1, k.count(".") + 1)}
+    out = []
+    for arg in argv:
+        m = _OVERRIDE.match(arg)
+        if m and m.group(1) not in known:
+            close = difflib.get_close_matches(m.group(1), sorted(known), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            out.append(f"unknown config key {m.group(1)!r}{hint}")
+    return out
+
+
+def _load_config_file(config_arg: str) -> Any:
+    import importlib.util
+
+    path, _, arg = config_arg.partition(":")
+    spec = importlib.util.spec_from_file_location("_swerl_config_check", path)
+    if spec is None or not os.path.exists(path):
+        raise SystemExit(f"swerl_jax.train: --config={config_arg}: no such config file {path!r}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()
+
+
+def _config_arg(argv: list[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl flag parsing whose errors are one line: an unknown config key (with the closest valid one), a value
+    of the wrong type, a missing flag."""
+    from absl import flags
+
+    config_arg = _config_arg(argv)
+    if config_arg:
+        repo_root = str(pathlib.Path(__file__).resolve().parents[1])
+        if repo_root not in sys.path:  # experiments/ import `experiments.base` from the repository root
+            sys.path.insert(0, repo_root)
+        try:
+            problems = unknown_config_keys(_load_config_file(config_arg), argv[1:])
+        except (ValueError, KeyError) as e:  # an experiment's own argument check (e.g. an unknown variant)
+            raise SystemExit(f"swerl_jax.train: --config={config_arg}: {e}") from None
+        if problems:
+            raise SystemExit("swerl_jax.train: " + "; ".join(problems))
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        raise SystemExit(f"swerl_jax.train: {e}") from None
+
+
 def main(argv: list[str]) -> None:
     """absl entry point."""
     from absl import flags
@@ -67,12 +149,16 @@ def main(argv: list[str]) -> None:
     del argv
     f = flags.FLAGS
     config = f.config
-    workdir = f.workdir or os.path.join("workdirs", pathlib.Path(f["config"].config_filename).stem)
-    summary = run_experiment(config, workdir)
+    workdir = f.workdir or rundir.default_workdir(f["config"].config_filename)
+    try:
+        summary = run_experiment(config, workdir, allow_config_change=f.allow_config_change)
+    except rundir.ConfigChangeError as e:
+        raise SystemExit(f"swerl_jax.train: {e}") from None
     from swerl_jax import sharding
 
     if sharding.is_main_process():
         print(json.dumps(summary, indent=1), flush=True)
+        print(summarize_run(summary["workdir"]), flush=True)
 
 
 def _define_flags() -> None:
@@ -80,13 +166,29 @@ def _define_flags() -> None:
     from ml_collections import config_flags
 
     config_flags.DEFINE_config_file("config", None, "experiment config file (experiments/NAME.py[:arg])")
-    flags.DEFINE_string("workdir", "", "run directory (default: workdirs/<config name>)")
+    flags.DEFINE_string("workdir", "", "run directory (default: workdirs/NAME[-arg])")
+    flags.DEFINE_bool("allow_config_change", False, "resume a run whose config differs in fields that change "
+                      "results (the change is recorded in WORKDIR/config_changes.jsonl)")
+    flags.DEFINE_bool("verbose", False, "show the libraries' INFO logs (Orbax, absl) as well as swerl_jax's")
     flags.mark_flag_as_required("config")
+
+
+def quiet_logging(verbose: bool = False) -> None:
+    """swerl_jax logs INFO; libraries (Orbax writes ~100 INFO lines per checkpoint) only warnings unless
+    `verbose`."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("swerl_jax").setLevel(logging.INFO)
+    if not verbose:
+        from absl import logging as absl_logging
+
+        absl_logging.set_verbosity(absl_logging.WARNING)
+        logging.getLogger("absl").setLevel(logging.WARNING)
 
 
 if __name__ == "__main__":
     from absl import app
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    quiet_logging("--verbose" in sys.argv[1:])
     _define_flags()
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

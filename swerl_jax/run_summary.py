@@ -1,0 +1,83 @@
+"""The few lines every run ends with: how the stages went, read back from the run's metrics files.
+
+    print(summarize_run(workdir))
+    # SFT   100 steps  loss 10.81 -> 0.02 (best 0.01 at step 97)  1.2 s/step
+    # GRPO  30 steps   reward -0.292 -> +0.228 (best +0.850 at step 14)  malformed 65% -> 38%  exact fixes ...
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+from swerl_jax.metrics import METRICS_FILE, read_metrics
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    vals = [float(r[key]) for r in rows if isinstance(r.get(key), int | float)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _best(rows: list[dict], key: str, lower: bool = False) -> tuple[float, int] | None:
+    vals = [(float(r[key]), int(r["step"])) for r in rows if isinstance(r.get(key), int | float)]
+    if not vals:
+        return None
+    return (min if lower else max)(vals, key=lambda v: v[0])
+
+
+def _change(rows: list[dict], key: str, fmt: str, k: int) -> str | None:
+    first, last = _mean(rows[:k], key), _mean(rows[-k:], key)
+    if first is None or last is None:
+        return None
+    return f"{fmt.format(first)} -> {fmt.format(last)}"
+
+
+def stage_summary(rows: list[dict], stage: str) -> dict[str, Any]:
+    """First / last / best of a stage's main metrics; "first" and "last" average k = max(1, 10%) steps."""
+    k = max(1, len(rows) // 10)
+    out: dict[str, Any] = {"stage": stage, "steps": len(rows)}
+    if not rows:
+        return out
+    out["last_step"] = int(rows[-1]["step"])
+    key = "loss" if stage == "sft" else "reward_mean"
+    for name, value in (("first", _mean(rows[:k], key)), ("last", _mean(rows[-k:], key))):
+        if value is not None:
+            out[f"{key}_{name}"] = value
+    if (best := _best(rows, key, lower=stage == "sft")) is not None:
+        out[f"{key}_best"], out["best_step"] = best
+    for extra in ("format_error_rate", "reward_solved_frac", "reward_timeout_rate"):
+        if (value := _mean(rows[-k:], extra)) is not None:
+            out[f"{extra}_last"] = value
+    if (step_s := _mean(rows, "time/step_s")) is not None:
+        out["seconds_per_step"] = step_s
+    return out
+
+
+def summarize_run(workdir: str | os.PathLike) -> str:
+    """Human-readable lines for the SFT stage (`workdir/sft`) and the GRPO stage (`workdir`) that have metrics."""
+    workdir = pathlib.Path(workdir)
+    lines = []
+    for stage, path in (("sft", workdir / "sft" / METRICS_FILE), ("grpo", workdir / METRICS_FILE)):
+        rows = read_metrics(path)
+        if not rows:
+            continue
+        k = max(1, len(rows) // 10)
+        s = stage_summary(rows, stage)
+        parts = [f"{stage.upper():<5} {s['steps']} steps (to step {s['last_step']})"]
+        if stage == "sft":
+            if (c := _change(rows, "loss", "{:.3g}", k)) is not None:
+                parts.append(f"loss {c} (best {s['loss_best']:.3g} at step {s['best_step']})")
+        else:
+            if (c := _change(rows, "reward_mean", "{:+.3f}", k)) is not None:
+                parts.append(f"reward {c} (best {s['reward_mean_best']:+.3f} at step {s['best_step']})")
+            for key, what in (("format_error_rate", "malformed"), ("reward_solved_frac", "exact fixes"),
+                              ("reward_timeout_rate", "reward timeouts")):
+                if (c := _change(rows, key, "{:.0%}", k)) is not None:
+                    parts.append(f"{what} {c}")
+        if "seconds_per_step" in s:
+            parts.append(f"{s['seconds_per_step']:.2f} s/step")
+        lines.append("  ".join(parts))
+    if lines:
+        lines.append("(first -> last: means over the first and last 10% of logged steps, at least one)")
+    return "\n".join(lines) if lines else f"no metrics in {workdir}"

@@ -1,0 +1,112 @@
+"""A run directory's identity: its default name, the config it was started with, and what a resume may change.
+
+    workdir = default_workdir("experiments/tiny_cpu.py:short")   # workdirs/tiny_cpu-short
+    record_config(workdir, config, allow_change=False)          # raises ConfigChangeError on a silent change
+
+A re-run of the same command resumes a run (train.py). A re-run with a different config must not silently
+continue the old run: every field that changes results has to match the run's `config.json`; the fields in
+`OPERATIONAL_KEYS` (where logs go, how many worker processes, ports, checkpoint cadence) may change freely.
+`--allow_config_change` accepts the difference; it is appended to `config_changes.jsonl` with the checkpoint
+step of each stage at which it took effect. Every start keeps its resolved config as `configs/NNNN.json`
+(`config.json` is the newest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+from typing import Any
+
+# Fields that do not change what a run computes, so a resume may change them without a flag.
+OPERATIONAL_KEYS = (
+    "logging.", "checkpoint.every_steps", "checkpoint.max_to_keep", "checkpoint.async_save",
+    "sampler.host", "sampler.port", "sampler.request_timeout_s", "sampler.weights_dir",
+    "data.worker_count", "reward.num_workers",
+    "mesh.coordinator_address", "mesh.num_processes", "mesh.process_id",
+)
+STAGE_CHECKPOINTS = {"sft": ("sft", "checkpoints"), "grpo": ("checkpoints",)}
+
+
+class ConfigChangeError(ValueError):
+    """A resume whose config differs from the run's in fields that change results."""
+
+
+def default_workdir(config_arg: str) -> str:
+    """workdirs/<experiment>[-<variant>] for `--config=experiments/NAME.py[:variant]`, so variants of one
+    experiment do not share (and silently resume) one run."""
+    path, _, variant = str(config_arg).partition(":")
+    name = pathlib.Path(path).stem
+    if variant:
+        name += "-" + "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in variant)
+    return os.path.join("workdirs", name)
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"rl": {"kl_coef": 0.04}} -> {"rl.kl_coef": 0.04} (lists stay values)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_changes(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
+    """(key, old value, new value) for every result-changing field that differs (missing: None)."""
+    a, b = flatten(old), flatten(new)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if key.startswith(OPERATIONAL_KEYS) or key in OPERATIONAL_KEYS:
+            continue
+        if a.get(key) != b.get(key):
+            out.append((key, a.get(key), b.get(key)))
+    return out
+
+
+def latest_steps(workdir: str | os.PathLike) -> dict[str, int]:
+    """{"sft": step, "grpo": step} of the newest finished checkpoint of each stage present in `workdir`."""
+    out = {}
+    for stage, parts in STAGE_CHECKPOINTS.items():
+        folder = pathlib.Path(workdir).joinpath(*parts)
+        steps = [int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()] if folder.is_dir() else []
+        if steps:
+            out[stage] = max(steps)
+    return out
+
+
+def record_config(workdir: str | os.PathLike, config_json: str, allow_change: bool = False) -> dict[str, int]:
+    """Check `config_json` (the resolved config) against the run in `workdir`, then keep it.
+
+    Without checkpoints the directory holds no run yet and the config is simply written. With checkpoints,
+    result-changing differences raise `ConfigChangeError` (listing each key, old -> new) unless `allow_change`,
+    which records them in config_changes.jsonl. Returns `latest_steps(workdir)`."""
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    steps = latest_steps(workdir)
+    new = json.loads(config_json)
+    previous = workdir / "config.json"
+    if steps and previous.exists():
+        changes = config_changes(json.loads(previous.read_text()), new)
+        if changes and not allow_change:
+            lines = "\n".join(f"  {k}: {old!r} -> {cur!r}" for k, old, cur in changes)
+            raise ConfigChangeError(
+                f"{workdir} holds a run (checkpoints at {steps}) started with a different config:\n{lines}\n"
+                "Re-run with the run's config to resume it, choose another --workdir for a new run, or pass "
+                "--allow_config_change to continue this run with the new values (recorded in "
+                "config_changes.jsonl).")
+        if changes:
+            entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "from_checkpoint": steps,
+                     "changes": {k: {"old": old, "new": cur} for k, old, cur in changes}}
+            with open(workdir / "config_changes.jsonl", "a") as f:
+                f.write(json.dumps(entry) + "\n")
+    history = workdir / "configs"
+    history.mkdir(exist_ok=True)
+    n = len([p for p in history.glob("*.json") if p.stem.isdigit()])
+    (history / f"{n:04d}.json").write_text(config_json)
+    tmp = previous.with_name("config.json.tmp")
+    tmp.write_text(config_json)
+    os.replace(tmp, previous)
+    return steps

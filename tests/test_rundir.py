@@ -1,0 +1,59 @@
+"""Run directories: variant-aware default names, and a resume with a changed config is refused or recorded."""
+
+import json
+
+import pytest
+
+from experiments import base
+from swerl_jax import rundir
+
+
+def _config(**rl):
+    c = base.get_config()
+    for k, v in rl.items():
+        c.rl[k] = v
+    return c.to_json(indent=1)
+
+
+def test_default_workdir_keeps_variants_apart():
+    assert rundir.default_workdir("experiments/tiny_cpu.py") == "workdirs/tiny_cpu"
+    assert rundir.default_workdir("experiments/tiny_cpu.py:short") == "workdirs/tiny_cpu-short"
+    assert rundir.default_workdir("experiments/deepswe_grpo_pp.py:tiny") == "workdirs/deepswe_grpo_pp-tiny"
+    assert rundir.default_workdir("/abs/x.py:a/b c") == "workdirs/x-a_b_c"
+
+
+def test_fresh_directory_records_config_and_history(tmp_path):
+    assert rundir.record_config(tmp_path, _config()) == {}
+    # no checkpoints yet: a different config simply replaces the unstarted run's
+    rundir.record_config(tmp_path, _config(num_samples=4))
+    assert json.loads((tmp_path / "config.json").read_text())["rl"]["num_samples"] == 4
+    assert sorted(p.name for p in (tmp_path / "configs").iterdir()) == ["0000.json", "0001.json"]
+
+
+def test_resume_with_changed_config_is_refused_naming_each_key(tmp_path):
+    rundir.record_config(tmp_path, _config())
+    (tmp_path / "checkpoints" / "2").mkdir(parents=True)
+    (tmp_path / "sft" / "checkpoints" / "100").mkdir(parents=True)
+    assert rundir.latest_steps(tmp_path) == {"sft": 100, "grpo": 2}
+    rundir.record_config(tmp_path, _config())  # the same config resumes
+    with pytest.raises(rundir.ConfigChangeError) as err:
+        rundir.record_config(tmp_path, _config(num_samples=4, kl_coef=0.0))
+    msg = str(err.value)
+    assert "rl.num_samples: 16 -> 4" in msg and "rl.kl_coef: 0.04 -> 0.0" in msg and "--allow_config_change" in msg
+    assert json.loads((tmp_path / "config.json").read_text())["rl"]["num_samples"] == 16  # nothing overwritten
+    assert not (tmp_path / "config_changes.jsonl").exists()
+
+
+def test_operational_fields_may_change_and_accepted_changes_are_recorded(tmp_path):
+    rundir.record_config(tmp_path, _config())
+    (tmp_path / "checkpoints" / "3").mkdir(parents=True)
+    c = base.get_config()
+    c.logging.tensorboard = False
+    c.reward.num_workers = 8
+    c.checkpoint.every_steps = 7
+    rundir.record_config(tmp_path, c.to_json())  # no error: these do not change what the run computes
+    rundir.record_config(tmp_path, _config(num_steps=3200), allow_change=True)
+    (entry,) = [json.loads(x) for x in (tmp_path / "config_changes.jsonl").read_text().splitlines()]
+    assert entry["from_checkpoint"] == {"grpo": 3}
+    assert entry["changes"] == {"rl.num_steps": {"old": 1600, "new": 3200}}
+    assert len(list((tmp_path / "configs").glob("*.json"))) == 3
