@@ -169,6 +169,13 @@ def create_mesh(config: Any, devices: Sequence[Any] | None = None, model_config:
     Given `model_config` (and `global_batch`), the mesh is validated against them first (`validate_mesh`).
     """
     devices = list(jax.devices() if devices is None else devices)
+    spec = get_mesh_spec(config.mesh.name)
+    if spec.num_devices > 1 and len(devices) != spec.num_devices:
+        # a named mesh sized for N devices silently ran on 1 before (the fsdp=-1 default took what was there)
+        hint = (" (CPU: XLA_FLAGS=--xla_force_host_platform_device_count=8, or launch/local.sh with CPU_DEVICES=8)"
+                if spec.device_kind == "cpu" else "")
+        raise ValueError(f"mesh.name={spec.name!r} is a mesh of {spec.num_devices} {spec.device_kind} devices, but "
+                         f"{len(devices)} are available{hint}; choose the mesh that matches the machine")
     if model_config is not None:
         validate_mesh(config, model_config, len(devices), global_batch)
     ici, dcn = resolve_mesh_shape(config, len(devices))

@@ -153,3 +153,10 @@ def test_sharded_init_ignores_the_attention_kernel():
                                           jax.random.key(3))
     assert params["layers"]["mlp"]["up_proj"].sharding.spec == P(None, "fsdp", "tensor")
     assert sharding.batch_spec(ndim=0) == P()
+
+
+def test_a_named_mesh_refuses_the_wrong_device_count():
+    # mesh.name=cpu8 on one device used to run silently on that one device
+    with pytest.raises(ValueError, match=r"mesh.name='cpu8' is a mesh of 8 cpu devices, but 1 are available"):
+        sharding.create_mesh(cfg(), devices=jax.devices()[:1])
+    assert sharding.create_mesh(cfg("cpu"), devices=jax.devices()[:1]).size == 1  # `cpu` takes what is there
