@@ -1,12 +1,12 @@
 """SWE-bench-format instances -> PR records, reading file contents from local git clones.
 
 An instance (SWE-bench / SWE-bench Verified / Loc-Bench format) has ``instance_id, repo, base_commit, patch,
-problem_statement`` (+ ``created_at``, ``test_patch``). Its clone is ``CLONES/owner__name`` (a normal or bare
-repository). The files the gold patch touches are read at ``base_commit`` (``git cat-file``); the gold patch is
-applied with ``git apply --cached`` against a throw-away index holding ``base_commit``'s tree (no work tree, no
-checkout, the clone is left untouched) and the new contents are read from that index. Instances whose clone or
-commit is missing, whose patch does not apply, or whose files are not UTF-8 text are reported with the reason,
-never dropped silently.
+problem_statement`` (+ ``created_at``, ``test_patch``). Its clone is ``CLONES/owner__name`` or
+``CLONES/owner__name.git`` (a normal or bare repository: the folder names curation accepts). The files the gold
+patch touches are read at ``base_commit`` (``git cat-file``); the gold patch is applied with ``git apply --cached``
+against a throw-away index holding ``base_commit``'s tree (no work tree, no checkout, the clone is left untouched)
+and the new contents are read from that index. Instances whose clone or commit is missing, whose patch does not
+apply, or whose files are not UTF-8 text are reported with the reason, never dropped silently.
 """
 
 from __future__ import annotations
@@ -74,6 +74,15 @@ def _git_dir(clone: pathlib.Path) -> pathlib.Path:
     return clone / ".git" if (clone / ".git").exists() else clone
 
 
+def find_clone(clones: str | os.PathLike, repo: str) -> pathlib.Path | None:
+    """CLONES/owner__name, else CLONES/owner__name.git (the names curation's --clones accepts); None if neither."""
+    base = pathlib.Path(clones) / repo.replace("/", "__")
+    for clone in (base, base.with_name(base.name + ".git")):
+        if clone.is_dir():
+            return clone
+    return None
+
+
 def _text(iid: str, path: str, data: bytes) -> str:
     try:
         return data.decode("utf-8")
@@ -106,9 +115,10 @@ def import_instance(instance: dict, clones: str | os.PathLike, source: str = "sw
         if not isinstance(instance.get(field), str) or not instance[field]:
             raise ImportFailure(iid, "missing field", field)
     repo, base, patch = instance["repo"], instance["base_commit"], instance["patch"]
-    clone = pathlib.Path(clones) / repo.replace("/", "__")
-    if not clone.is_dir():
-        raise ImportFailure(iid, "clone missing", str(clone))
+    clone = find_clone(clones, repo)
+    if clone is None:
+        tried = pathlib.Path(clones) / repo.replace("/", "__")
+        raise ImportFailure(iid, "clone missing", f"{tried} (or {tried}.git)")
     try:
         _git(clone, "cat-file", "-e", f"{base}^{{commit}}")
     except subprocess.CalledProcessError:

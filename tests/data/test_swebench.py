@@ -57,6 +57,17 @@ def test_import_gives_the_expected_record(world):
     assert "calc.py" in _git(tmp / "clones" / "acme__calc", "status", "--porcelain")
 
 
+def test_bare_owner__name_dot_git_clones_are_found(world):
+    """Curation accepts `owner__name.git` clone folders (git clone --bare's default name); so does the import."""
+    tmp, instance = world
+    bare = tmp / "bare"
+    _git(tmp, "clone", "-q", "--bare", str(tmp / "clones" / "acme__calc"), str(bare / "acme__calc.git"))
+    record = import_instance(instance, bare)
+    assert record["oracle_new_content"] == {"pkg/calc.py": NEW, "pkg/version.py": HELPER}
+    with pytest.raises(ImportFailure, match=r"clone missing: .*acme__calc \(or .*acme__calc.git\)"):
+        import_instance(instance, tmp / "nowhere")
+
+
 def test_failures_are_reported_with_reasons(world):
     tmp, good = world
     bad_patch = good["patch"].replace("-    return a - b", "-    return a / b")
