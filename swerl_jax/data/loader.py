@@ -26,6 +26,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import RecordError, decode_record, validate_record
 
@@ -302,10 +303,10 @@ def sft_dataset(source, *, tokenizer: str = "", batch_size: int, max_len: int, m
 
 
 def source_from_config(config) -> Sequence:
-    """`config.data.train_files` (comma-separated) as a record source, or synthetic records when empty."""
-    files = [f.strip() for f in str(config.data.train_files).split(",") if f.strip()]
-    if files:
-        return record_source(files)
+    """`config.data.train_files` (comma-separated files, directories or globs: `paths.expand_record_paths`) as
+    a record source, or synthetic records when empty."""
+    if str(config.data.train_files).strip():
+        return record_source(expand_record_paths(str(config.data.train_files)))
     from swerl_jax.data.synthetic import synthetic_records
 
     repos = [r.strip() for r in str(config.data.get("synthetic_repos", "")).split(",") if r.strip()]

@@ -1,0 +1,74 @@
+"""Where PR records are: one spelling of a records path for every tool (training, validate, stats, convert).
+
+    expand_record_paths("out/rl_seeds")                        # a directory: its record shards
+    expand_record_paths("/data/swerl/rl_seeds-*.array_record")  # a glob
+    expand_record_paths("a.jsonl,b.jsonl")                     # comma-separated, each any of the above
+
+Curation writes `OUT/rl_seeds/*-0000i-of-0000N.{jsonl,array_record}`; any of these forms reads them back.
+A directory holding both kinds (curation writes both by default) yields its `.array_record` shards: the random
+access format the loader prefers. `.array_record` is the extension this project writes; `.arrayrecord` is still
+read. A relative entry resolves from the current directory, else from the repository root, so configs that say
+`../shared/data/...` work from any directory.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pathlib
+from collections.abc import Sequence
+
+JSONL = ".jsonl"
+ARRAY_RECORD = ".array_record"
+RECORD_SUFFIXES = (JSONL, ARRAY_RECORD, ".arrayrecord")
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _kind(path: str) -> str | None:
+    for suffix in RECORD_SUFFIXES:
+        if path.endswith(suffix):
+            return JSONL if suffix == JSONL else ARRAY_RECORD
+    return None
+
+
+def _directory_shards(folder: pathlib.Path) -> list[str]:
+    files = sorted(str(p) for p in folder.iterdir() if p.is_file() and _kind(p.name))
+    array_record = [f for f in files if _kind(f) == ARRAY_RECORD]
+    return array_record or files
+
+
+def _candidates(entry: str) -> list[str]:
+    if os.path.isabs(entry):
+        return [entry]
+    return [entry, str(REPO_ROOT / entry)]
+
+
+def _expand_one(entry: str, key: str) -> list[str]:
+    for candidate in _candidates(os.path.expanduser(entry)):
+        if glob.has_magic(candidate):
+            matches = sorted(m for m in glob.glob(candidate) if os.path.isfile(m) and _kind(m))
+            if matches:
+                return matches
+        elif os.path.isdir(candidate):
+            shards = _directory_shards(pathlib.Path(candidate))
+            if not shards:
+                raise FileNotFoundError(f"{key}: directory {candidate} holds no {'/'.join(RECORD_SUFFIXES)} files")
+            return shards
+        elif os.path.isfile(candidate):
+            if not _kind(candidate):
+                raise ValueError(f"{key}: {candidate} is not a records file (expected {', '.join(RECORD_SUFFIXES)})")
+            return [candidate]
+    tried = " or ".join(_candidates(entry))
+    raise FileNotFoundError(f"{key}: {entry!r} matches no records file (looked for {tried})")
+
+
+def expand_record_paths(spec: str | Sequence[str], key: str = "data.train_files") -> list[str]:
+    """Every records file named by `spec` (comma-separated string or a list of entries: files, directories,
+    globs), in a stable order without repeats. Errors name `key` and the entry that found nothing."""
+    entries = [e.strip() for e in (spec.split(",") if isinstance(spec, str) else spec) if str(e).strip()]
+    out: list[str] = []
+    for entry in entries:
+        for path in _expand_one(str(entry), key):
+            if path not in out:
+                out.append(path)
+    return out
