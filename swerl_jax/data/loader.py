@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +30,8 @@ import numpy as np
 from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import RecordError, decode_record, validate_record
+
+log = logging.getLogger("swerl_jax.data")
 
 DROP = "_drop"  # key of the marker element a worker returns for a record it cannot use
 
@@ -187,6 +190,9 @@ class _CountingFilterIterator(grain.DatasetIterator):
         while True:
             element = next(self._parent)
             if DROP in element:
+                if element[DROP] not in self.dropped:  # the first of each kind is logged; all are counted
+                    log.warning("skipping a record: %s (%s); later ones are counted in the data/dropped "
+                                "metrics", element[DROP], element.get("error"))
                 self.dropped[element[DROP]] += 1
                 self._run += 1
                 if self._run >= self._pass_size:
@@ -240,6 +246,16 @@ def filter_stats(iterator: grain.DatasetIterator) -> dict:
             return {"kept": it.kept, "dropped": dict(it.dropped)}
         todo.extend(getattr(it, "_parents", ()))
     raise ValueError("iterator has no CountingFilter stage")
+
+
+def data_metrics(iterator: Any) -> dict[str, dict]:
+    """{"data": {"kept": n, "dropped": {reason: n}}}: this process's running counts for the step metrics
+    (empty for an iterator without a CountingFilter stage)."""
+    try:
+        stats = filter_stats(iterator)
+    except ValueError:
+        return {}
+    return {"data": {"kept": stats["kept"], "dropped": stats["dropped"]}}
 
 
 def shard_args(shard_index: int | None, shard_count: int | None) -> tuple[int, int]:

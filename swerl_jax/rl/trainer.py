@@ -32,7 +32,7 @@ import numpy as np
 
 from swerl_jax import sharding
 from swerl_jax.checkpoint import Checkpointer
-from swerl_jax.data.loader import rl_dataset_from_config
+from swerl_jax.data.loader import data_metrics, rl_dataset_from_config
 from swerl_jax.metrics import MetricsWriter
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, global_max, micro_batches
@@ -221,6 +221,7 @@ class GRPOTrainer:
         metrics.update(rollout_metrics(rollouts))
         metrics["policy_version"] = step - 1
         metrics["nonfinite_update"] = int(not finite)
+        metrics.update(data_metrics(self.data_iter))  # records skipped as invalid or too long, by reason
         metrics["reward_service"] = {k: v for k, v in self.reward_service.metrics().items()
                                      if k in ("items", "timeouts", "crashes", "exceptions", "format_error_total")}
         metrics["time"] = {"data_s": t_data, "generate_s": times.generate_s, "reward_wall_s": times.reward_wall_s,

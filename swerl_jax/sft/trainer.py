@@ -23,7 +23,7 @@ import numpy as np
 
 from swerl_jax import sharding
 from swerl_jax.checkpoint import Checkpointer
-from swerl_jax.data.loader import sft_dataset_from_config
+from swerl_jax.data.loader import data_metrics, sft_dataset_from_config
 from swerl_jax.metrics import MetricsWriter
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, global_max, micro_batches
@@ -114,6 +114,7 @@ class SFTTrainer:
                 metrics = {k: float(v) for k, v in jax.device_get(m).items()}
                 check_finite(metrics, step, "SFT", int(self.config.optim.skip_nonfinite))
                 metrics["time"] = {"data_s": t_data, "step_s": time.perf_counter() - t0}
+                metrics.update(data_metrics(self.data_iter))
                 if step % int(lg.every_steps) == 0 or step == self.num_steps:
                     writer.write(step, metrics)
                 self.checkpointer.save(step, self.policy.state, data_iterator=self.data_iter,

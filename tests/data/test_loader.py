@@ -17,6 +17,7 @@ import pytest
 
 from swerl_jax.data.loader import (
     FirstRecords,
+    data_metrics,
     filter_stats,
     record_source,
     restore_iterator,
@@ -73,7 +74,7 @@ def test_sft_batch_loss_on_target_only():
         assert mask[:n].all() and not mask[n:].any() and loss[p.num_tokens:n].all()  # right padded
 
 
-def test_filter_counts_reasons_and_streams_the_rest(tmp_path):
+def test_filter_counts_reasons_and_streams_the_rest(tmp_path, caplog):
     records = synthetic_records(8, seed=2)
     records[3] = dict(records[3], problem_statement="very long issue " * 400)
     path = tmp_path / "r.jsonl"
@@ -89,6 +90,10 @@ def test_filter_counts_reasons_and_streams_the_rest(tmp_path):
     assert stats["kept"] == 7
     assert stats["dropped"] == {"prompt longer than max_prompt_len": 1, "invalid record: <json>: malformed JSON": 1,
                                 "invalid record: oracle_new_content: oracle identical to code_context": 1}
+    # RL used to skip them without a word: the first of each reason is logged, every one is a step metric
+    warned = [r.getMessage() for r in caplog.records if r.name == "swerl_jax.data"]
+    assert len(warned) == 3 and any("oracle identical to code_context" in w and "'y'" in w for w in warned), warned
+    assert data_metrics(it) == {"data": {"kept": 7, "dropped": stats["dropped"]}}
 
 
 def test_nothing_fits_is_an_error_not_a_hang():
