@@ -70,3 +70,19 @@ def test_parameter_injection_and_cli_errors(tmp_path):
     assert parse_parameter("workdir=/tmp/run") == ("workdir", "/tmp/run")
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path), "-p", "nope=1"])
+
+
+def test_advantage_notebook_overlays_other_runs_and_names_a_missing_step(tmp_path, monkeypatch):
+    from nbclient.exceptions import CellExecutionError
+
+    from swerl_jax.analysis.simulate import simulate_run
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    other = simulate_run(tmp_path / "seed1", num_steps=2, seed=1)
+    nb = execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None,
+                          {"run_mode": "simulate", "num_steps": 2, "compare_with": str(other)}, timeout_s=300)
+    text = _text(nb)
+    assert "| seed1 |" in text and text.count("| 2 |") >= 2  # one table row per run, 2 steps each
+    with pytest.raises(CellExecutionError, match=r"step=9 has no rollouts in .*; steps with rollouts: \[1, 2\]"):
+        execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None,
+                         {"workdir": str(other), "step": 9}, timeout_s=300)

@@ -56,6 +56,24 @@ class Run:
                 ys.append(float(value))
         return xs, ys
 
+    @property
+    def config(self) -> dict | None:
+        """The run's resolved config (workdir/config.json as the trainer wrote it); None when absent (e.g. a
+        simulated run)."""
+        path = self.workdir / "config.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def resolve_step(self, step: int) -> int:
+        """`step` when it has rollouts; -1 means the last such step. ValueError lists the steps there are."""
+        steps = self.steps
+        if not steps:
+            raise ValueError(f"run {self.workdir} has no rollouts")
+        if step == -1:
+            return steps[-1]
+        if step not in steps:
+            raise ValueError(f"step={step} has no rollouts in {self.workdir}; steps with rollouts: {steps}")
+        return step
+
     def rollouts_at(self, step: int) -> list[dict]:
         """The rollouts of one step."""
         return [r for r in self.rollouts if r["step"] == step]
