@@ -13,7 +13,10 @@ def get_config(arg: str | None = None):
     # CPU-sized: prompts cut to 1024 tokens (the records' full prompts are 2.4k-9.7k), one prompt x 4 samples per
     # step in micro-batches of 2 (one GRPO step is ~4 TFLOP of forward/backward for 135M parameters).
     c.data.max_prompt_len = 1024
-    c.sampler.max_new_tokens = 48
+    # Oracle answers of these records are 134-1,030 SmolLM2 tokens: 384 new tokens hold the shorter half, so a
+    # correct answer can be sampled (48, the old value, cut every answer: reward -1 and loss 0 by construction;
+    # the trainer now warns when no oracle answer fits, `data.loader.answer_budget_warning`).
+    c.sampler.max_new_tokens = 384
     c.sampler.max_batch = 4
     c.rl.num_steps = 3
     c.rl.prompts_per_step = 1

@@ -369,6 +369,33 @@ def rl_dataset_from_config(config, batch_size: int | None = None) -> grain.IterD
                       prompt_style=str(d.prompt_style))
 
 
+def answer_budget_warning(config, num_records: int = 8) -> str | None:
+    """A warning when `sampler.max_new_tokens` is shorter than the oracle answer of every one of the first
+    `num_records` RL records: then every completion is cut before `</solution>`, scores -1, every group has zero
+    variance and GRPO learns nothing, by construction. None when some oracle answer fits (or none can be made)."""
+    from swerl_jax.data.synthetic import oracle_solution
+    from swerl_jax.model.tokenizer import load_tokenizer
+
+    source = source_from_config(config)
+    n = min(int(num_records), len(source))
+    if int(config.data.rl_num_records) > 0:
+        n = min(n, int(config.data.rl_num_records))
+    tok = load_tokenizer(tokenizer_from_config(config))
+    lengths = []
+    for i in range(n):
+        try:
+            answer = oracle_solution(_record(source[i]))
+        except (RecordError, ValueError):
+            continue
+        lengths.append(len(tok(answer, add_special_tokens=False)["input_ids"]) + 1)  # + the end of turn
+    budget = int(config.sampler.max_new_tokens)
+    if not lengths or budget >= min(lengths):
+        return None
+    return (f"sampler.max_new_tokens={budget} is shorter than the oracle answer of each of the first {len(lengths)} "
+            f"RL records (shortest {min(lengths)} tokens, longest {max(lengths)}): a completion that answers correctly "
+            "cannot fit, so every completion is cut before </solution> and scored -1; raise sampler.max_new_tokens")
+
+
 def sft_dataset_from_config(config, batch_size: int | None = None) -> grain.IterDataset:
     """The SFT pipeline of an experiment config (data.*, sft.batch_size per process, sft.max_len)."""
     import jax

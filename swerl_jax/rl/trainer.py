@@ -32,7 +32,7 @@ import numpy as np
 
 from swerl_jax import sharding
 from swerl_jax.checkpoint import Checkpointer
-from swerl_jax.data.loader import data_metrics, rl_dataset_from_config
+from swerl_jax.data.loader import answer_budget_warning, data_metrics, rl_dataset_from_config
 from swerl_jax.metrics import MetricsWriter
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, global_max, micro_batches
@@ -103,6 +103,8 @@ class GRPOTrainer:
         self.reference = (jax.tree.map(lambda x: x.copy(), self.policy.state.params)
                           if self.loss_cfg.needs_reference else None)
         self.data_iter = iter(rl_dataset_from_config(config))
+        if sharding.is_main_process() and (warning := answer_budget_warning(config)):
+            log.warning("this config cannot learn: %s", warning)
         self.checkpointer = Checkpointer.from_config(config, self.workdir)
         r = config.reward
         self.reward_service = RewardService(num_workers=int(r.num_workers), timeout_s=float(r.timeout_s),

@@ -282,3 +282,14 @@ def test_two_jax_processes_read_disjoint_shards(tmp_path):
 
 if __name__ == "__main__":
     worker(sys.argv[1])
+
+
+def test_a_config_whose_answers_cannot_fit_says_so():
+    from experiments import tiny_cpu
+    from swerl_jax.data.loader import answer_budget_warning
+
+    config = tiny_cpu.get_config()
+    assert answer_budget_warning(config) is None  # 192 new tokens hold the 104-168-token oracle answers
+    config.sampler.max_new_tokens = 48
+    warning = answer_budget_warning(config)
+    assert warning.startswith("sampler.max_new_tokens=48 is shorter than the oracle answer of each of the first 2 RL")
