@@ -157,8 +157,8 @@ def main(argv: list[str]) -> None:
     from swerl_jax import sharding
 
     if sharding.is_main_process():
-        print(json.dumps(summary, indent=1), flush=True)
-        print(summarize_run(summary["workdir"]), flush=True)
+        print(json.dumps(summary, indent=1), flush=True)  # stdout stays one JSON document for scripts
+        print(summarize_run(summary["workdir"]), file=sys.stderr, flush=True)
 
 
 def _define_flags() -> None:

@@ -1,6 +1,7 @@
 """`python -m swerl_jax.train` as a researcher meets it: one-line config errors, a changed config refused on
 resume, a finished run that says so, quiet library logs and a closing summary."""
 
+import json
 import os
 import subprocess
 import sys
@@ -46,7 +47,8 @@ def test_resume_refuses_a_changed_config_and_a_finished_run_says_so(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     assert "orbax" not in first.stderr.lower(), first.stderr[-3000:]  # library INFO logs are off by default
     assert "sft: 100%" in first.stderr  # the progress bar names its stage
-    assert "SFT   2 steps (to step 2)  loss " in first.stdout  # the closing summary
+    assert "SFT   2 steps (to step 2)  loss " in first.stderr  # the closing summary (stdout: the JSON summary)
+    assert json.loads(first.stdout)["sft"]["steps"] == 2
     again = _train(*SFT_ONLY, workdir)
     assert again.returncode == 0 and "already finished" in again.stderr
     changed = _train(*SFT_ONLY, "--config.sft.learning_rate=0.1", workdir)
