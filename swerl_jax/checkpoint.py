@@ -230,11 +230,19 @@ class Checkpointer:
                                      "; ".join(str(e) for e in failures))
 
     def _quarantine(self, step: int) -> None:
-        """Move a corrupt step out of Orbax's view (kept for inspection) so the step can be saved again."""
+        """Move a corrupt step out of Orbax's view (kept for inspection) so the step can be saved again.
+
+        Multi-host: every process sees the same bytes, so all find the step corrupt; the barriers keep process 0
+        from moving it while another is still verifying it.
+        """
+        if jax.process_count() > 1:
+            ocp.multihost.sync_global_processes(f"swerl_corrupt_step_{step}_found")
         if jax.process_index() == 0:
             dest = os.path.join(self.directory, f"corrupt-{step}-{int(time.time())}")
             os.replace(self.step_dir(step), dest)
             log.warning("moved corrupt checkpoint %s to %s", self.step_dir(step), dest)
+        if jax.process_count() > 1:
+            ocp.multihost.sync_global_processes(f"swerl_corrupt_step_{step}_moved")
         self._manager.reload()
 
     def wait_until_finished(self) -> None:
