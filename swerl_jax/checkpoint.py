@@ -144,9 +144,11 @@ class Checkpointer:
         path = self.step_dir(step)
         try:
             write_manifest(path)
-        except FileNotFoundError:  # retention deleted the step before its manifest was written
+        except OSError as e:
+            # Retention (max_to_keep) may delete the step while it is hashed; a full disk must not kill the run.
+            # Either way the step has no manifest, so it can only restore as unverified, never as verified.
             if os.path.exists(path):
-                raise
+                log.warning("could not write the integrity manifest of %s (it will restore unverified): %s", path, e)
 
     def _join_sealing(self) -> None:
         sealing, self._sealing = self._sealing, []

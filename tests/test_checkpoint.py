@@ -246,3 +246,18 @@ def test_step_without_manifest_restores_unverified_with_a_note(tmp_path, caplog)
     assert r.step == 3
     np.testing.assert_array_equal(r.state["w"], np.arange(4096.0) + 3)
     assert any("no integrity manifest" in m and str(step3) in m for m in caplog.messages)
+
+
+def test_failed_manifest_write_leaves_an_unverified_step_not_a_dead_run(tmp_path, caplog, monkeypatch):
+    import swerl_jax.checkpoint as checkpoint
+
+    def disk_full(path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "write_manifest", disk_full)
+    with caplog.at_level("WARNING", logger="swerl_jax.checkpoint"), Checkpointer(tmp_path, every_steps=1) as ck:
+        ck.save(1, {"w": jnp.ones(8)})
+        ck.wait_until_finished()
+        assert not (tmp_path / "checkpoints" / "1" / "INTEGRITY.json").exists()
+        np.testing.assert_array_equal(ck.restore_latest(abstract_like({"w": jnp.zeros(8)})).state["w"], np.ones(8))
+    assert any("could not write the integrity manifest" in m and "No space left" in m for m in caplog.messages)
