@@ -11,17 +11,30 @@ state comes back sharded, each process reading only its shards. `data` is writte
 (one JSON file per process). Saves are atomic: Orbax writes into a temporary directory and renames it when
 every item is finalized, so a crash mid-save leaves no step behind (and `cleanup_tmp_directories` removes the
 debris on the next start). Policy snapshots for the sampler are `swerl_jax.sampler.weights`, not this module.
+
+Integrity (`swerl_jax.integrity`): once a step is finalized, process 0 checksums every file of it on a background
+thread and writes `<step>/INTEGRITY.json` atomically. Every restore verifies the step first; `restore_latest`
+falls back from a corrupt step to the previous one with a warning naming the bad file (the corrupt step is
+moved aside to `corrupt-<step>-<time>` so the run can save that step again) and raises `CorruptCheckpointError`
+naming the files when no step is left. A step without a manifest (saved before checksums existed, or the
+process died before the manifest was written) restores unverified, with a logged note.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import logging
 import os
+import time
 from typing import Any, NamedTuple
 
 import grain
 import jax
 import orbax.checkpoint as ocp
 
+from swerl_jax.integrity import CorruptCheckpointError, has_manifest, verify_manifest, write_manifest
+
+log = logging.getLogger(__name__)
 STATE, RNG, HOST, DATA = "state", "rng", "host", "data"
 
 
@@ -70,6 +83,11 @@ class Checkpointer:
             self.directory, options=options,
             item_handlers={STATE: ocp.StandardCheckpointHandler(), RNG: ocp.StandardCheckpointHandler(),
                            HOST: ocp.JsonCheckpointHandler(), DATA: grain.checkpoint.CheckpointHandler()})
+        self._async = bool(async_save)
+        self._unsealed: list[int] = []  # saved steps whose manifest is not written yet
+        # One thread checksums finalized steps so the training loop does not wait for the extra read.
+        self._sealer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ckpt-manifest")
+        self._sealing: list[concurrent.futures.Future] = []
 
     @classmethod
     def from_config(cls, config: Any, workdir: str | os.PathLike) -> Checkpointer:
@@ -104,25 +122,69 @@ class Checkpointer:
         items[HOST] = ocp.args.JsonSave(host)
         if data_iterator is not None:
             items[DATA] = grain.checkpoint.CheckpointSave(data_iterator)
-        return self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        self._manager.wait_until_finished()  # Orbax waits for the previous save here anyway
+        self._seal_finalized()
+        started = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        if started:
+            self._unsealed.append(step)
+            if not self._async:
+                self._seal_finalized()
+        return started
+
+    def _seal_finalized(self) -> None:
+        """Queue the manifest of every step saved and finalized since the last call (the manager is idle)."""
+        steps, self._unsealed = self._unsealed, []
+        if jax.process_index() != 0:  # every process wrote its shards before finalization; one checksums them
+            return
+        self._sealing = [f for f in self._sealing if not f.done() or f.exception() is not None]
+        for step in steps:
+            self._sealing.append(self._sealer.submit(self._seal, step))
+
+    def _seal(self, step: int) -> None:
+        path = self.step_dir(step)
+        try:
+            write_manifest(path)
+        except OSError as e:
+            # Retention (max_to_keep) may delete the step while it is hashed; a full disk must not kill the run.
+            # Either way the step has no manifest, so it can only restore as unverified, never as verified.
+            if os.path.exists(path):
+                log.warning("could not write the integrity manifest of %s (it will restore unverified): %s", path, e)
+
+    def _join_sealing(self) -> None:
+        sealing, self._sealing = self._sealing, []
+        for f in sealing:
+            f.result()
+
+    def step_dir(self, step: int) -> str:
+        """The directory of finalized step `step`."""
+        return os.path.join(self.directory, str(step))
 
     def latest_step(self) -> int | None:
         """The newest finalized step, or None (waits for a save in flight: it is counted once on disk)."""
-        self._manager.wait_until_finished()
+        self.wait_until_finished()
         return self._manager.latest_step()
 
     def all_steps(self) -> list[int]:
         """Every finalized step on disk, ascending (waits for a save in flight)."""
-        self._manager.wait_until_finished()
+        self.wait_until_finished()
         return sorted(self._manager.all_steps())
 
     def restore(self, step: int, abstract_state: Any, *, data_iterator: Any = None) -> Restored:
         """Restore `step` onto `abstract_state` (see `abstract_like`); `data_iterator`, a fresh iterator of
-        the same pipeline, gets the saved position and is returned in `Restored.data_iterator`."""
-        self._manager.wait_until_finished()  # a step saved asynchronously a moment ago is restorable
+        the same pipeline, gets the saved position and is returned in `Restored.data_iterator`.
+
+        Raises:
+          CorruptCheckpointError: a file of the step does not match its manifest (nothing is restored).
+        """
+        self.wait_until_finished()  # a step saved asynchronously a moment ago is restorable and sealed
         if step not in self._manager.all_steps():
             raise FileNotFoundError(f"no finalized checkpoint for step {step} in {self.directory} "
                                     f"(have {self.all_steps()})")
+        if has_manifest(self.step_dir(step)):
+            verify_manifest(self.step_dir(step))
+        else:
+            log.info("checkpoint %s has no integrity manifest (saved before checksums, or the run stopped before "
+                     "writing it): restoring it unverified", self.step_dir(step))
         present = set(self._manager.item_metadata(step).keys())
         if data_iterator is not None and DATA not in present:
             raise ValueError(f"checkpoint {self.directory}/{step} has no data-iterator state; "
@@ -132,7 +194,11 @@ class Checkpointer:
             items[RNG] = ocp.args.StandardRestore()
         if data_iterator is not None:
             items[DATA] = grain.checkpoint.CheckpointRestore(data_iterator)
-        out = self._manager.restore(step, args=ocp.args.Composite(**items))
+        try:
+            out = self._manager.restore(step, args=ocp.args.Composite(**items))
+        except Exception as e:
+            e.add_note(f"while restoring checkpoint {self.step_dir(step)}")
+            raise
         host = dict(out[HOST] or {})
         impl = host.pop("_rng_impl", None)
         rng = None
@@ -144,20 +210,56 @@ class Checkpointer:
                         data_iterator=out[DATA] if data_iterator is not None else None)
 
     def restore_latest(self, abstract_state: Any, *, data_iterator: Any = None) -> Restored | None:
-        """`restore` of the newest finalized step, or None when there is no checkpoint yet."""
-        step = self.latest_step()
-        if step is None:
+        """`restore` of the newest finalized step that verifies, or None when there is no checkpoint yet.
+
+        A corrupt step is logged (naming the file), moved aside and skipped for the previous one.
+
+        Raises:
+          CorruptCheckpointError: every step is corrupt; the message names each step's bad file.
+        """
+        steps = self.all_steps()
+        if not steps:
             return None
-        return self.restore(step, abstract_state, data_iterator=data_iterator)
+        failures = []
+        for step in reversed(steps):
+            try:
+                return self.restore(step, abstract_state, data_iterator=data_iterator)
+            except CorruptCheckpointError as e:
+                failures.append(e)
+                log.warning("checkpoint step %d is corrupt, falling back to the previous step: %s", step, e)
+                self._quarantine(step)
+        raise CorruptCheckpointError(failures[0].path, "no intact checkpoint is left in " + self.directory + "; " +
+                                     "; ".join(str(e) for e in failures))
+
+    def _quarantine(self, step: int) -> None:
+        """Move a corrupt step out of Orbax's view (kept for inspection) so the step can be saved again.
+
+        Multi-host: every process sees the same bytes, so all find the step corrupt; the barriers keep process 0
+        from moving it while another is still verifying it.
+        """
+        if jax.process_count() > 1:
+            ocp.multihost.sync_global_processes(f"swerl_corrupt_step_{step}_found")
+        if jax.process_index() == 0:
+            dest = os.path.join(self.directory, f"corrupt-{step}-{int(time.time())}")
+            os.replace(self.step_dir(step), dest)
+            log.warning("moved corrupt checkpoint %s to %s", self.step_dir(step), dest)
+        if jax.process_count() > 1:
+            ocp.multihost.sync_global_processes(f"swerl_corrupt_step_{step}_moved")
+        self._manager.reload()
 
     def wait_until_finished(self) -> None:
-        """Block until a pending async save is finalized on disk."""
+        """Block until a pending async save is finalized on disk and its manifest written."""
         self._manager.wait_until_finished()
+        self._seal_finalized()
+        self._join_sealing()
 
     def close(self) -> None:
-        """Finish pending saves and release the manager's threads."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Finish pending saves (and their manifests) and release the manager's threads."""
+        try:
+            self.wait_until_finished()
+        finally:
+            self._sealer.shutdown()
+            self._manager.close()
 
     def __enter__(self) -> Checkpointer:
         return self

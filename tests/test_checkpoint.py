@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from experiments.base import get_config
 from swerl_jax.checkpoint import Checkpointer, abstract_like
+from swerl_jax.integrity import CorruptCheckpointError
 from swerl_jax.train_step import TrainState
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -162,3 +163,101 @@ def test_rl_loader_position_round_trip(tmp_path):
     got = next(r.data_iterator)
     assert list(got["instance_id"]) == list(want["instance_id"])
     np.testing.assert_array_equal(got["prompt_ids"], want["prompt_ids"])
+
+
+def _three_steps(root) -> None:
+    with Checkpointer(root, max_to_keep=3, every_steps=1, async_save=True) as ck:
+        for s in (1, 2, 3):
+            ck.save(s, {"w": jnp.arange(4096.0) + s}, host_state={"n": s})
+
+
+def _biggest_file(step_dir: pathlib.Path) -> pathlib.Path:
+    """The step's largest array data file (Orbax's OCDBT data under state/)."""
+    return max((p for p in (step_dir / "state").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+def _flip_byte(path: pathlib.Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: pathlib.Path) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+
+
+@pytest.mark.parametrize("damage", [_flip_byte, _truncate])
+def test_corrupt_newest_step_falls_back_with_a_warning_naming_the_file(tmp_path, caplog, damage):
+    _three_steps(tmp_path)
+    ckdir = tmp_path / "checkpoints"
+    assert all((ckdir / str(s) / "INTEGRITY.json").is_file() for s in (1, 2, 3))
+    bad = _biggest_file(ckdir / "3")
+    damage(bad)
+    with caplog.at_level("WARNING", logger="swerl_jax.checkpoint"), Checkpointer(tmp_path, every_steps=1) as ck:
+        r = ck.restore_latest(abstract_like({"w": jnp.zeros(4096)}))
+        assert r.step == 2 and r.host_state == {"n": 2}
+        np.testing.assert_array_equal(r.state["w"], np.arange(4096.0) + 2)
+        assert ck.all_steps() == [1, 2]  # the corrupt step is moved aside, not deleted
+        assert ck.save(3, {"w": jnp.full(4096, 9.0)}, force=True)  # and can be saved again
+        ck.wait_until_finished()
+        np.testing.assert_array_equal(ck.restore_latest(abstract_like({"w": jnp.zeros(4096)})).state["w"],
+                                      np.full(4096, 9.0))
+    warnings = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert "step 3 is corrupt" in warnings and str(bad) in warnings
+    assert [p.name.split("-")[:2] for p in ckdir.iterdir() if p.name.startswith("corrupt-")] == [["corrupt", "3"]]
+
+
+def test_every_step_corrupt_is_a_clear_error_naming_the_files(tmp_path):
+    _three_steps(tmp_path)
+    bad = [_biggest_file(tmp_path / "checkpoints" / str(s)) for s in (1, 2, 3)]
+    for path in bad:
+        _flip_byte(path)
+    with Checkpointer(tmp_path, every_steps=1) as ck:
+        with pytest.raises(CorruptCheckpointError, match="no intact checkpoint is left") as e:
+            ck.restore_latest(abstract_like({"w": jnp.zeros(4096)}))
+        with pytest.raises(FileNotFoundError, match="step 2"):  # explicit restore of a quarantined step
+            ck.restore(2, abstract_like({"w": jnp.zeros(4096)}))
+    for path in bad:
+        assert str(path) in str(e.value)
+
+
+def test_explicit_restore_of_a_corrupt_step_raises_naming_the_file(tmp_path):
+    _three_steps(tmp_path)
+    bad = tmp_path / "checkpoints" / "2" / "host" / "metadata"
+    assert bad.is_file()
+    bad.write_text('{"n": 7}')  # same kind of content, different bytes
+    with Checkpointer(tmp_path, every_steps=1) as ck:
+        with pytest.raises(CorruptCheckpointError, match=f"corrupt checkpoint file {bad}"):
+            ck.restore(2, abstract_like({"w": jnp.zeros(4096)}))
+        assert ck.all_steps() == [1, 2, 3]  # an explicit restore moves nothing
+
+
+def test_step_without_manifest_restores_unverified_with_a_note(tmp_path, caplog):
+    """Checkpoints from before the manifest, and a crash before (or while) writing it, restore with a note;
+    a half-written temp manifest never counts as a manifest."""
+    _three_steps(tmp_path)
+    step3 = tmp_path / "checkpoints" / "3"
+    manifest = step3 / "INTEGRITY.json"
+    (step3 / ".INTEGRITY.json.tmp123").write_text(manifest.read_text()[:40])  # killed mid-write
+    manifest.unlink()
+    with caplog.at_level("INFO", logger="swerl_jax.checkpoint"), Checkpointer(tmp_path, every_steps=1) as ck:
+        r = ck.restore_latest(abstract_like({"w": jnp.zeros(4096)}))
+    assert r.step == 3
+    np.testing.assert_array_equal(r.state["w"], np.arange(4096.0) + 3)
+    assert any("no integrity manifest" in m and str(step3) in m for m in caplog.messages)
+
+
+def test_failed_manifest_write_leaves_an_unverified_step_not_a_dead_run(tmp_path, caplog, monkeypatch):
+    import swerl_jax.checkpoint as checkpoint
+
+    def disk_full(path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint, "write_manifest", disk_full)
+    with caplog.at_level("WARNING", logger="swerl_jax.checkpoint"), Checkpointer(tmp_path, every_steps=1) as ck:
+        ck.save(1, {"w": jnp.ones(8)})
+        ck.wait_until_finished()
+        assert not (tmp_path / "checkpoints" / "1" / "INTEGRITY.json").exists()
+        np.testing.assert_array_equal(ck.restore_latest(abstract_like({"w": jnp.zeros(8)})).state["w"], np.ones(8))
+    assert any("could not write the integrity manifest" in m and "No space left" in m for m in caplog.messages)

@@ -178,10 +178,18 @@ def decode_record(raw: bytes | str, where: str) -> dict:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as e:
         raise RecordError(where, "<json>", f"not valid UTF-8 (byte {e.start})") from None
+    # A UTF-8 byte-order mark (editors on Windows put one before the first line) is not part of the JSON.
+    text = text.removeprefix("\ufeff")
     try:
         record = json.loads(text)
     except json.JSONDecodeError as e:
-        raise RecordError(where, "<json>", f"malformed JSON: {e.msg} at column {e.colno}") from None
+        # Some json messages end in "at" ("Invalid control character at"): say the position once.
+        raise RecordError(where, "<json>", f"malformed JSON: {e.msg.removesuffix(' at')} at column {e.colno}") from None
+    except RecursionError:
+        raise RecordError(where, "<json>", "malformed JSON: nested too deeply") from None
+    except ValueError as e:
+        # json turns an integer literal over sys.get_int_max_str_digits() digits into a plain ValueError.
+        raise RecordError(where, "<json>", f"malformed JSON: {str(e).split(';')[0]}") from None
     return validate_record(record, where=where)
 
 
@@ -208,12 +216,18 @@ def read_records(path: str | os.PathLike, on_error: Callable[[RecordError], None
     """Stream the valid records of a JSONL or ArrayRecord file (by extension).
 
     Malformed JSON and invalid records never stop the stream: each is passed to `on_error` (default: an
-    `ErrorCounter`, i.e. counted and dropped; pass a list's ``append`` to collect them).
+    `ErrorCounter`, i.e. counted and dropped; pass a list's ``append`` to collect them). A record whose
+    instance_id an earlier valid record of the file already has is invalid too (field 'instance_id': duplicate).
     """
     on_error = on_error or ErrorCounter()
+    first_seen: dict[str, str] = {}  # instance_id -> location of its first valid record
     for where, raw in iter_raw(path):
         try:
             record = decode_record(raw, where)
+            rid = record["instance_id"]
+            if rid in first_seen:
+                raise RecordError(f"{rid} ({where})", "instance_id", f"duplicate: first seen at {first_seen[rid]}")
+            first_seen[rid] = where
         except RecordError as e:
             on_error(e)
             continue

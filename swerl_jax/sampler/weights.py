@@ -6,12 +6,15 @@ Layout of a weights directory (local disk, NFS or a gs:// path; Orbax/tensorstor
     <dir>/LATEST     {"version": n, "path": "v_<n>", "published_at": unix time}, written last
 
 A reader trusts only LATEST, so it never sees a half-written version; the marker itself is written to a
-temporary name and renamed.
+temporary name and renamed. Each version carries a per-file CRC-32 manifest (`swerl_jax.integrity`, written
+before LATEST moves); `load` verifies it and refuses a corrupt version with an error naming the file, and
+`WeightWatcher` then keeps serving the version it has.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import jax
@@ -19,6 +22,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
+from swerl_jax.integrity import CorruptCheckpointError, has_manifest, verify_manifest, write_manifest
+
+log = logging.getLogger(__name__)
 LATEST = "LATEST"
 
 
@@ -47,6 +53,7 @@ def publish(directory: str | epath.PathLike, params: dict, version: int, keep_la
     ckptr.close()
     if not main:
         return path
+    write_manifest(path)  # before LATEST: a reader never sees a version without its checksums
     tmp = root / f"{LATEST}.tmp"
     tmp.write_text(json.dumps({"version": version, "path": path.name, "published_at": time.time()}))
     tmp.replace(root / LATEST)  # atomic on POSIX; readers see the old or the new marker
@@ -95,10 +102,19 @@ def latest_version(directory: str | epath.PathLike) -> int | None:
 
 
 def load(directory: str | epath.PathLike, version: int, like: dict | None = None) -> dict:
-    """Restore version `version`; `like` (a params tree) fixes dtypes/shapes/shardings and is checked against."""
+    """Restore version `version`; `like` (a params tree) fixes dtypes/shapes/shardings and is checked against.
+
+    Raises:
+      CorruptCheckpointError: a file of the version does not match its manifest (named in the message).
+    """
     path = version_path(directory, version)
     if not path.exists():
         raise FileNotFoundError(f"policy version {version} is not in {directory} (no {path})")
+    if has_manifest(path):
+        verify_manifest(path)
+    else:
+        log.info("policy version %s has no integrity manifest (published before checksums): loading it unverified",
+                 path)
     target = None if like is None else jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
     ckptr = ocp.StandardCheckpointer()
     try:
@@ -115,14 +131,28 @@ class WeightWatcher:
         self.like = like
         self.poll_s = poll_s
         self.version: int | None = None
+        self.corrupt: dict[int, str] = {}  # refused versions -> why (not re-read until a newer one is published)
         self.last_ready_latency_s: float | None = None  # publish (marker time) -> params in memory
 
     def poll(self) -> tuple[int, dict] | None:
-        """(version, params) when a version newer than the loaded one is published, else None."""
+        """(version, params) when a version newer than the loaded one is published, else None.
+
+        A corrupt new version is refused with a warning naming the file and the loaded version stays in use;
+        with nothing loaded yet there is nothing to keep, so the `CorruptCheckpointError` propagates.
+        """
         marker = read_marker(self.directory)
         if marker is None or (self.version is not None and marker["version"] <= self.version):
             return None
-        params = load(self.directory, marker["version"], self.like)
+        if marker["version"] in self.corrupt:
+            return None
+        try:
+            params = load(self.directory, marker["version"], self.like)
+        except CorruptCheckpointError as e:
+            if self.version is None:
+                raise
+            self.corrupt[marker["version"]] = str(e)
+            log.warning("refusing policy version %d, keeping version %d: %s", marker["version"], self.version, e)
+            return None
         params = jax.block_until_ready(params)
         self.version = marker["version"]
         self.last_ready_latency_s = max(0.0, time.time() - marker["published_at"])
@@ -141,8 +171,9 @@ class WeightWatcher:
             if self.version is not None and self.version >= min_version:
                 return found
             if time.monotonic() >= deadline:
+                refused = "".join(f"; refused version {v}: {why}" for v, why in self.corrupt.items())
                 raise TimeoutError(f"policy version {min_version} was not published in {self.directory} within "
-                                   f"{timeout_s:.1f}s (newest: {self.version})")
+                                   f"{timeout_s:.1f}s (newest: {self.version}{refused})")
             time.sleep(self.poll_s)
 
 

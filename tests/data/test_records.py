@@ -120,3 +120,38 @@ def test_relevant_files_must_be_in_context():
         validate_record({**r, "relevant_files": ["other.py"]})
     with pytest.raises(RecordError, match="relevant_files.*modified by the oracle"):
         validate_record({**r, "relevant_files": list(r["code_context"])})
+
+
+def test_validate_survives_hostile_lines_and_flags_duplicates(tmp_path, capsys):
+    """Lines that used to abort `validate` (a 5000-digit integer, 100k-deep nesting) are one invalid record
+    each, with their line number; a BOM before the first line is accepted; a repeated instance_id is invalid."""
+    from swerl_jax.data.__main__ import main
+
+    good = synthetic_records(4, seed=5)
+    lines = [
+        "\ufeff" + json.dumps(good[0]),                                          # 1: BOM, valid
+        '{"instance_id": "big", "n": ' + "7" * 5000 + "}",                       # 2: huge integer
+        json.dumps(good[1]),                                                     # 3
+        "[" * 100_000 + "]" * 100_000,                                           # 4: deep nesting
+        json.dumps(good[2]),                                                     # 5
+        json.dumps(dict(good[3], instance_id=good[1]["instance_id"])),           # 6: duplicate of line 3
+        '{"instance_id": "ctl", "repo": "a\x01b"}',                              # 7: control character
+    ]
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    errors: list[RecordError] = []
+    out = list(read_records(path, on_error=errors.append))
+    assert [r["instance_id"] for r in out] == [g["instance_id"] for g in good[:3]]
+    messages = [str(e) for e in errors]
+    assert len(messages) == 4, messages
+    assert f"{path}:2" in messages[0] and "4300 digits" in messages[0]
+    assert f"{path}:4" in messages[1] and "nested too deeply" in messages[1]
+    assert f"{path}:6" in messages[2] and f"duplicate: first seen at {path}:3" in messages[2]
+    assert good[1]["instance_id"] in messages[2]
+    assert f"{path}:7" in messages[3] and " at at " not in messages[3] and "control character at column" in messages[3]
+
+    assert main(["validate", str(path)]) == 1
+    printed = capsys.readouterr().out
+    assert f"{path}: 3 valid, 4 invalid" in printed
+    for lineno in (2, 4, 6, 7):
+        assert f"{path}:{lineno}" in printed

@@ -69,3 +69,45 @@ def test_watcher_waits_for_a_version_published_later(tmp_path, params):
     assert 0 <= watcher.last_ready_latency_s < 30
     with pytest.raises(TimeoutError, match="policy version 4 was not published"):
         watcher.wait_for(4, timeout_s=0.1)
+
+
+def _data_file(version_dir):
+    return max((p for p in version_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+def test_corrupt_version_is_refused_and_the_watcher_keeps_its_version(tmp_path, params, caplog):
+    from swerl_jax.integrity import CorruptCheckpointError
+
+    weights.publish(tmp_path, params, 1)
+    assert (tmp_path / "v_1" / "INTEGRITY.json").is_file()
+    watcher = weights.WeightWatcher(tmp_path, like=params)
+    assert watcher.poll()[0] == 1
+    newer = jax.tree.map(lambda x: x + 1, params)
+    weights.publish(tmp_path, newer, 2)
+    bad = _data_file(tmp_path / "v_2")
+    data = bytearray(bad.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    bad.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match=f"corrupt checkpoint file {bad}"):
+        weights.load(tmp_path, 2, like=params)
+    with caplog.at_level("WARNING", logger="swerl_jax.sampler.weights"):
+        assert watcher.poll() is None and watcher.version == 1  # keeps serving version 1
+    assert any("refusing policy version 2" in m and str(bad) in m for m in caplog.messages)
+    with pytest.raises(TimeoutError, match="refused version 2"):
+        watcher.wait_for(2, timeout_s=0.05)
+    weights.publish(tmp_path, newer, 3)  # a good newer version is picked up
+    version, got = watcher.poll()
+    assert version == 3 and _equal(got, newer)
+    fresh = weights.WeightWatcher(tmp_path, like=params)  # nothing loaded yet: nothing to keep, so it raises
+    with open(_data_file(tmp_path / "v_3"), "r+b") as f:
+        f.truncate(3)
+    with pytest.raises(CorruptCheckpointError, match="v_3"):
+        fresh.poll()
+
+
+def test_version_without_manifest_loads_with_a_note(tmp_path, params, caplog):
+    weights.publish(tmp_path, params, 1)
+    (tmp_path / "v_1" / "INTEGRITY.json").unlink()  # published before checksums existed
+    with caplog.at_level("INFO", logger="swerl_jax.sampler.weights"):
+        assert _equal(weights.load(tmp_path, 1, like=params), params)
+    assert any("no integrity manifest" in m for m in caplog.messages)
