@@ -1,9 +1,13 @@
 """Command line for PR record files.
 
-    python -m swerl_jax.data validate FILE                 counts valid/invalid records with reasons (exit 1 if any)
-    python -m swerl_jax.data convert IN OUT                JSONL <-> ArrayRecord (by extension), valid records only
+    python -m swerl_jax.data validate RECORDS              counts valid/invalid records with reasons (exit 1 if any)
+    python -m swerl_jax.data convert RECORDS OUT           JSONL <-> ArrayRecord (by extension), valid records only
     python -m swerl_jax.data import-swebench --instances F --clones DIR --out OUT [--source NAME]
-    python -m swerl_jax.data stats FILE [--tokenizer PATH] [--max-prompt-len N]
+    python -m swerl_jax.data stats RECORDS [--tokenizer PATH] [--max-prompt-len N]
+
+RECORDS is what `data.train_files` takes (`swerl_jax.data.paths`): a file, a directory of shards (curation's
+OUT/rl_seeds), a glob ('OUT/records/*.array_record'), or a comma-separated list of them. Duplicate instance_ids
+are found across all the files.
 """
 
 from __future__ import annotations
@@ -12,10 +16,19 @@ import argparse
 import collections
 import json
 import sys
+from collections.abc import Iterator
 
 import numpy as np
 
+from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.data.records import ErrorCounter, read_records, write_records
+
+
+def read_all(spec: str, on_error) -> Iterator[dict]:
+    """The valid records of every file `spec` names, duplicates checked across the files."""
+    first_seen: dict[str, str] = {}
+    for path in expand_record_paths(spec, key="RECORDS"):
+        yield from read_records(path, on_error=on_error, first_seen=first_seen)
 
 
 def _print_errors(counter: ErrorCounter, out) -> None:
@@ -28,7 +41,7 @@ def _print_errors(counter: ErrorCounter, out) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     """Count valid and invalid records; exit status 1 when any is invalid."""
     errors = ErrorCounter()
-    valid = sum(1 for _ in read_records(args.file, on_error=errors))
+    valid = sum(1 for _ in read_all(args.file, errors))
     print(f"{args.file}: {valid} valid, {errors.total} invalid")
     _print_errors(errors, sys.stdout)
     return 1 if errors.total else 0
@@ -37,7 +50,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     """Copy the valid records of IN into OUT (format by extension); invalid ones are reported."""
     errors = ErrorCounter()
-    n = write_records(args.out, read_records(args.inp, on_error=errors))
+    n = write_records(args.out, read_all(args.inp, errors))
     print(f"wrote {n} records to {args.out}; skipped {errors.total} invalid")
     _print_errors(errors, sys.stdout)
     return 0
@@ -68,7 +81,7 @@ def _percentiles(values: list[int]) -> str:
 def cmd_stats(args: argparse.Namespace) -> int:
     """Counts per repo and source, files and characters per record, prompt tokens with --tokenizer."""
     errors = ErrorCounter()
-    records = list(read_records(args.file, on_error=errors))
+    records = list(read_all(args.file, errors))
     print(f"{args.file}: {len(records)} valid records, {errors.total} invalid")
     stats = {
         "repos": collections.Counter(r["repo"] for r in records),
@@ -98,20 +111,20 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="count valid/invalid records with reasons")
-    p.add_argument("file")
+    p.add_argument("file", metavar="RECORDS", help="a records file, directory, glob or comma-separated list")
     p.set_defaults(fn=cmd_validate)
     p = sub.add_parser("convert", help="JSONL <-> ArrayRecord")
-    p.add_argument("inp", metavar="IN")
+    p.add_argument("inp", metavar="RECORDS", help="a records file, directory, glob or comma-separated list")
     p.add_argument("out", metavar="OUT")
     p.set_defaults(fn=cmd_convert)
     p = sub.add_parser("import-swebench", help="SWE-bench instances + git clones -> records")
     p.add_argument("--instances", required=True, help=".json/.jsonl/.parquet file or a Hugging Face dataset name")
     p.add_argument("--clones", required=True, help="directory of clones named owner__name")
-    p.add_argument("--out", required=True, help="output .jsonl or .arrayrecord")
+    p.add_argument("--out", required=True, help="output .jsonl or .array_record")
     p.add_argument("--source", default="swe-bench", help="value of the records' source field")
     p.set_defaults(fn=cmd_import_swebench)
     p = sub.add_parser("stats", help="summary of a record file")
-    p.add_argument("file")
+    p.add_argument("file", metavar="RECORDS", help="a records file, directory, glob or comma-separated list")
     p.add_argument("--tokenizer", nargs="?", const="", default=None,
                    help="also count prompt tokens (no value: the SmolLM2 tokenizer)")
     p.add_argument("--max-prompt-len", type=int, default=16384)

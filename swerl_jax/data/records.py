@@ -212,15 +212,17 @@ class ErrorCounter:
         return sum(self.counts.values())
 
 
-def read_records(path: str | os.PathLike, on_error: Callable[[RecordError], None] | None = None) -> Iterator[dict]:
+def read_records(path: str | os.PathLike, on_error: Callable[[RecordError], None] | None = None,
+                 first_seen: dict[str, str] | None = None) -> Iterator[dict]:
     """Stream the valid records of a JSONL or ArrayRecord file (by extension).
 
     Malformed JSON and invalid records never stop the stream: each is passed to `on_error` (default: an
     `ErrorCounter`, i.e. counted and dropped; pass a list's ``append`` to collect them). A record whose
-    instance_id an earlier valid record of the file already has is invalid too (field 'instance_id': duplicate).
+    instance_id an earlier valid record already has is invalid too (field 'instance_id': duplicate); pass one
+    `first_seen` dict (instance_id -> location) to several calls to find duplicates across shards.
     """
     on_error = on_error or ErrorCounter()
-    first_seen: dict[str, str] = {}  # instance_id -> location of its first valid record
+    first_seen = {} if first_seen is None else first_seen  # instance_id -> location of its first valid record
     for where, raw in iter_raw(path):
         try:
             record = decode_record(raw, where)

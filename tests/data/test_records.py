@@ -155,3 +155,23 @@ def test_validate_survives_hostile_lines_and_flags_duplicates(tmp_path, capsys):
     assert f"{path}: 3 valid, 4 invalid" in printed
     for lineno in (2, 4, 6, 7):
         assert f"{path}:{lineno}" in printed
+
+
+def test_cli_takes_directories_globs_and_finds_duplicates_across_shards(tmp_path, capsys):
+    from swerl_jax.data.__main__ import main as data_main
+    from swerl_jax.data.synthetic import synthetic_records
+
+    recs = synthetic_records(3, seed=5)
+    shards = tmp_path / "rl_seeds"
+    write_records(shards / "rl_seeds-00000-of-00002.jsonl", recs[:2])
+    write_records(shards / "rl_seeds-00001-of-00002.jsonl", [recs[2], recs[0]])  # recs[0] again, in another shard
+    assert data_main(["validate", str(shards)]) == 1
+    out = capsys.readouterr().out
+    assert f"{shards}: 3 valid, 1 invalid" in out and "duplicate: first seen at" in out
+    assert data_main(["stats", f"{shards}/*.jsonl"]) == 0
+    assert "3 valid records, 1 invalid" in capsys.readouterr().out
+    assert data_main(["convert", str(shards), str(tmp_path / "all.array_record")]) == 0
+    assert [r["instance_id"] for r in read_records(tmp_path / "all.array_record")] == [
+        r["instance_id"] for r in (recs[0], recs[1], recs[2])]
+    assert data_main(["validate", str(tmp_path / "nothing-*.jsonl")]) == 2
+    assert "RECORDS: " in capsys.readouterr().err
