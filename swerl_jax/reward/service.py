@@ -10,9 +10,9 @@ Every future is resolved: an item the service cannot score gets ``fallback_rewar
 (``FAILURE_REASONS``: timeout, crash, exception, nonfinite -- NaN/inf from the reward function -- closed);
 if the dispatcher fails or workers cannot start, every pending future gets that error and ``submit``
 raises it. An item's time limit starts once its worker is ready (`swerl_jax.reward.worker`). The reward
-has no time bound of its own (the diffs are super-linear on repetitive text: tens of seconds on 2,000
-repetitive lines or a megabyte of padding); ``timeout_s`` is the bound, and the trainer reports its
-timeouts as ``reward_timeout_rate``, apart from format errors.
+has no time bound of its own (difflib's matchers are super-linear on some inputs; BENCHMARKS.md, "The
+reward's time bound"); ``timeout_s`` is the bound, and the trainer reports its timeouts as
+``reward_timeout_rate``, apart from format errors.
 
 What travels. The rollouts of a GRPO group share their ``code_context`` and ``oracle_new_content``
 (tens of KB); only the output differs. ``submit`` keys each distinct pair by a SHA-256 of its pickle,
