@@ -14,11 +14,8 @@ has no time bound of its own (difflib's matchers are super-linear on some inputs
 reward's time bound"); ``timeout_s`` is the bound, and the trainer reports its timeouts as
 ``reward_timeout_rate``, apart from format errors.
 
-What travels. The rollouts of a GRPO group share their ``code_context`` and ``oracle_new_content``
-(tens of KB); only the output differs. ``submit`` keys each distinct pair by a SHA-256 of its pickle,
-a worker receives a pair once and keeps the last ``WORKER_GROUPS`` of them (the dispatcher mirrors
-each worker's set and says what to drop, so both sides agree without asking), and an item is sent as
-(id, key, output). Items of a group go preferably to a worker that holds it, where the reward's
+What travels: a group's shared inputs once per worker, then (id, key, output) per item (see
+`swerl_jax.reward.worker`). Items of a group go preferably to a worker that holds it, where the reward's
 per-group cache (the oracle's diffs, the split context files) is warm too.
 
 No idle gaps. A worker gets its next chunk while it scores the current one (up to a chunk ahead), when
@@ -302,19 +299,6 @@ class RewardService:
         except (BrokenPipeError, OSError):
             pass  # the sentinel reports the dead worker; its items are requeued then
 
-    def _handshake(self, index: int) -> None:
-        """Read a starting worker's first message: ready, or the error that its reward function raised."""
-        worker = self._workers[index]
-        try:
-            message = worker.conn.recv()
-        except (EOFError, OSError):
-            self._replace(index, "crash")
-            return
-        if message[0] == "failed":
-            raise RewardServiceError(f"reward.kind={self.kind!r} cannot be loaded in a worker: {message[1]}")
-        worker.ready = True
-        self._start_failures = 0
-
     def _feed(self) -> None:
         """Give chunks to idle workers, and a next chunk to busy ones where that cannot block."""
         for worker in self._workers:
@@ -359,21 +343,17 @@ class RewardService:
             ready = {key.fileobj for key, _ in self._selector.select(timeout)}
             for index, worker in enumerate(list(self._workers)):
                 if not worker.ready:
-                    if worker.conn in ready:
-                        self._handshake(index)
-                    elif worker.process.sentinel in ready or not worker.process.is_alive():
-                        self._replace(index, "crash")
-                    elif time.monotonic() - worker.started > self.start_timeout_s:
-                        self._replace(index, "start_timeout")
+                    state = worker.check_start(ready, self.start_timeout_s)
+                    if isinstance(state, Exception):
+                        raise RewardServiceError(f"reward.kind={self.kind!r} cannot be loaded in a worker: {state}")
+                    if state == "ready":
+                        self._start_failures = 0
+                    elif state is not None:
+                        self._replace(index, state)
                 elif worker.busy and worker.conn in ready:
                     try:
-                        while worker.busy:
-                            item_id, reward, info, seconds = worker.conn.recv()
-                            worker.answered()
-                            worker.deadline = time.monotonic() + self.timeout_s  # the next item's clock
-                            self._resolve(item_id, reward, info, seconds)
-                            if not worker.conn.poll():
-                                break
+                        for answer in worker.answers(self.timeout_s):
+                            self._resolve(*answer)
                     except (EOFError, OSError):
                         self._replace(index, "crash")
                 elif worker.conn in ready or worker.process.sentinel in ready:

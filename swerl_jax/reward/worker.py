@@ -5,8 +5,11 @@ function cannot be loaded; the dispatcher sends it nothing before that, so a wor
 against an item's time limit. Then it reads (groups, [(id, key, output)], drop) messages and answers
 (id, reward, compact info, seconds) per item; ``None`` stops it.
 
-A worker keeps the last ``WORKER_GROUPS`` (code_context, oracle_new_content) pairs it was sent, keyed by
-`group_key`, so each rollout crosses the pipe as (id, key, output). See `swerl_jax.reward.service`.
+What travels. The rollouts of a GRPO group share their ``code_context`` and ``oracle_new_content`` (tens
+of KB); only the output differs. ``submit`` keys each distinct pair by `group_key` (a SHA-256 of its
+pickle); a worker receives a pair once and keeps the last ``WORKER_GROUPS`` of them (the dispatcher mirrors
+each worker's set and says what to drop, so both sides agree without asking), so each rollout crosses the
+pipe as (id, key, output). See `swerl_jax.reward.service`.
 """
 
 from __future__ import annotations
@@ -114,6 +117,36 @@ class Worker:
         self.deadline = 0.0
         self.held: collections.OrderedDict = collections.OrderedDict()  # keys of the groups it holds (LRU)
         self.wait_idle = False  # a next chunk was too large to send while busy: send it once idle
+
+    def check_start(self, readable: set, start_timeout_s: float):
+        """A starting worker's state, given the dispatcher's readable handles: "ready" (its ready message is
+        read), a RuntimeError carrying why its reward function cannot load, "crash" (it died), or
+        "start_timeout" (not ready within start_timeout_s); None while it is still starting."""
+        if self.conn in readable:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                return "crash"
+            if message[0] == "failed":
+                return RuntimeError(message[1])
+            self.ready = True
+            return "ready"
+        if self.process.sentinel in readable or not self.process.is_alive():
+            return "crash"
+        if time.monotonic() - self.started > start_timeout_s:
+            return "start_timeout"
+        return None
+
+    def answers(self, timeout_s: float):
+        """Yield (id, reward, info, seconds) for the answers waiting in the pipe, in order; each answer
+        starts the next item's clock (``deadline``). Raises EOFError / OSError when the worker died."""
+        while self.busy:
+            answer = self.conn.recv()
+            self.answered()
+            self.deadline = time.monotonic() + timeout_s
+            yield answer
+            if not self.conn.poll():
+                return
 
     def kill(self, join_s: float = 5.0) -> None:
         """SIGKILL the process (a stuck or unwanted item) and reap it."""
