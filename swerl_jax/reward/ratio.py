@@ -25,6 +25,10 @@ longest-match finder; here, per piece:
   ``L``, it is still a real run, so the longest is ``>= L``: a second pass with ``q + s - 1 = L`` finds
   every run that long and decides the same way. A piece with no run of ``_KNOWN`` found (or where repeated
   grams give too many candidates) goes to the compiled matcher.
+* a piece of at least ``_COARSE`` cells first samples ``b`` sparsely (every ``s`` characters, ``s`` from a
+  quarter of the piece down by 4x): a run ``>= s + _Q - 1`` found is the longest, a run ``>= _T`` is settled
+  by a pass sized to it, by the same argument. Near-identical repetitive pieces (whole files rewritten in
+  both diffs), where the dense pass gives up, are decided from a few grams instead of in quadratic time.
 
 Equal strings score 1.0 at once (one block of ``n``: ``2.0 * n / (2 * n)``). tests/reward/test_ratio.py
 checks the bits against ``difflib`` on random, near-identical, repetitive and tie-heavy pairs.
@@ -44,6 +48,7 @@ _S = 32  # sampling step in b
 _T = _S + _Q - 1  # runs at least this long are always found
 _SMALL = 20_000  # pieces with fewer cells (len(a) * len(b)) go to the compiled matcher directly
 _KNOWN = 12  # a found run this long is worth a second, denser pass
+_COARSE = 1 << 26  # pieces with this many cells (8K x 8K characters) try sparse samplings first
 
 
 def _matcher_total(a: str, b: str) -> int:
@@ -86,14 +91,15 @@ def _run_left(a: str, b: str, i: int, j: int, limit: int) -> int:
 
 
 def _sampled_runs(
-    a: str, b: str, alo: int, ahi: int, blo: int, bhi: int, q: int, s: int
+    a: str, b: str, alo: int, ahi: int, blo: int, bhi: int, q: int, s: int, budget: int | None = None
 ) -> tuple[int, int, int] | None:
     """The longest run found from grams of q characters sampled every s in b, as (size, i, j), earliest in a
     then in b among the longest found; every run of size >= s + q - 1 is found. None: no gram occurs in
-    a, or so many occurrences (repetitive text) that the compiled matcher is cheaper."""
+    a, or more than ``budget`` occurrences (repetitive text) so that the compiled matcher is cheaper."""
     run_end: dict[int, int] = {}  # diagonal (j - i) -> end in a of the last run found on it
     best_key: tuple[int, int, int] | None = None  # (-size, i, j): the smallest is difflib's choice
-    budget = 8 * (ahi - alo + bhi - blo) // s + 64  # gram occurrences examined before giving up
+    if budget is None:
+        budget = 8 * (ahi - alo + bhi - blo) // s + 64  # gram occurrences examined before giving up
     find = a.find
     for jj in range(blo, bhi - q + 1, s):
         gram = b[jj:jj + q]
@@ -119,13 +125,41 @@ def _sampled_runs(
     return -best_key[0], best_key[1], best_key[2]
 
 
+def _coarse_match(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int] | None:
+    """The longest match of a large piece from sparse samplings of b, when it is long; None: undecided.
+
+    Large near-identical pieces of repetitive text (a whole file rewritten in both diffs) have a very long
+    match, but their grams occur so often that the dense pass gives up and the compiled matcher takes
+    quadratic time. A pass every s finds every run of >= s + _Q - 1: if its longest found run is that long it
+    is difflib's choice (the argument of _longest_match); if it is >= _T, a pass every size - _Q + 1 finds
+    every run at least that long, which decides. Else the next pass is 4x denser, down to _S.
+    """
+    budget = 8 * (ahi - alo + bhi - blo) // _S + 64  # what one dense pass may examine
+    s = (bhi - blo) // 4
+    while s > _S:
+        found = _sampled_runs(a, b, alo, ahi, blo, bhi, _Q, s, budget)
+        if found is not None and found[0] >= _T:
+            if found[0] < s + _Q - 1:
+                found = _sampled_runs(a, b, alo, ahi, blo, bhi, _Q, found[0] - _Q + 1, budget)
+                if found is None:
+                    return None
+            return found[1], found[2], found[0]
+        s //= 4
+    return None
+
+
 def _longest_match(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int] | None:
     """difflib's ``find_longest_match(alo, ahi, blo, bhi)`` as (i, j, size) when its size is >= _KNOWN;
     None when shorter or unsure.
 
-    A first pass samples for runs >= _T. If the longest run it found (a real one) is shorter, a second
-    pass samples densely enough to find every run at least that long, which makes it exact.
+    Pieces of at least _COARSE cells try sparse samplings first (_coarse_match). A first dense pass samples
+    for runs >= _T. If the longest run it found (a real one) is shorter, a second pass samples densely
+    enough to find every run at least that long, which makes it exact.
     """
+    if (ahi - alo) * (bhi - blo) >= _COARSE:
+        found = _coarse_match(a, b, alo, ahi, blo, bhi)
+        if found is not None:
+            return found
     found = _sampled_runs(a, b, alo, ahi, blo, bhi, _Q, _S)
     if found is None or found[0] < _KNOWN:
         return None

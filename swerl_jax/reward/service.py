@@ -6,11 +6,16 @@ threads) with its own pipe; one dispatcher thread hands items to workers, enforc
 limit (a stuck worker is SIGKILLed and replaced; the item gets ``fallback_reward``), replaces workers
 that die, and resolves the futures. ``max_pending`` bounds queued items: ``submit`` blocks.
 
-What travels. The rollouts of a GRPO group share their ``code_context`` and ``oracle_new_content``
-(tens of KB); only the output differs. ``submit`` keys each distinct pair by a SHA-256 of its pickle,
-a worker receives a pair once and keeps the last ``WORKER_GROUPS`` of them (the dispatcher mirrors
-each worker's set and says what to drop, so both sides agree without asking), and an item is sent as
-(id, key, output). Items of a group go preferably to a worker that holds it, where the reward's
+Every future is resolved: an item the service cannot score gets ``fallback_reward`` and its reason
+(``FAILURE_REASONS``: timeout, crash, exception, nonfinite -- NaN/inf from the reward function -- closed);
+if the dispatcher fails or workers cannot start, every pending future gets that error and ``submit``
+raises it. An item's time limit starts once its worker is ready (`swerl_jax.reward.worker`). The reward
+has no time bound of its own (difflib's matchers are super-linear on some inputs; BENCHMARKS.md, "The
+reward's time bound"); ``timeout_s`` is the bound, and the trainer reports its timeouts as
+``reward_timeout_rate``, apart from format errors.
+
+What travels: a group's shared inputs once per worker, then (id, key, output) per item (see
+`swerl_jax.reward.worker`). Items of a group go preferably to a worker that holds it, where the reward's
 per-group cache (the oracle's diffs, the split context files) is warm too.
 
 No idle gaps. A worker gets its next chunk while it scores the current one (up to a chunk ahead), when
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import multiprocessing as mp
 import pickle
 import selectors
@@ -30,19 +36,30 @@ import threading
 import time
 from concurrent.futures import Future
 
+from swerl_jax.reward.counters import HISTOGRAM_EDGES, ServiceCounters, histogram_bin
 from swerl_jax.reward.functions import get_reward_fn
-from swerl_jax.reward.worker import WORKER_GROUPS, Worker, group_key
+from swerl_jax.reward.worker import FAILURE_REASONS, WORKER_GROUPS, Worker, group_key
+
+__all__ = ["FAILURE_REASONS", "RewardService", "RewardServiceError", "ServiceClosed", "group_key",
+           "histogram_bin", "HISTOGRAM_EDGES"]
 
 log = logging.getLogger(__name__)
 
-HISTOGRAM_EDGES = (-1.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-_TIMES_KEPT = 10_000
 _ITEM_KEYS = ("code_context", "oracle_new_content", "output")
-def histogram_bin(reward: float) -> int:
-    """Index of the reward histogram bin: 0 holds negatives (format errors: -1), then [0,.1), ..., [.9,1]."""
-    if reward < 0:
-        return 0
-    return min(1 + int(reward * 10), len(HISTOGRAM_EDGES) - 2)
+_START_ATTEMPTS = 3  # workers in a row that die before they are ready: then the service fails
+
+
+class RewardServiceError(RuntimeError):
+    """The service cannot score anything: its dispatcher failed or its workers cannot start."""
+
+
+class ServiceClosed(RuntimeError):
+    """``submit`` on a closed (or failed) service. ``futures``: those of the items of the refused call that
+    were queued before it was closed (each resolved: the fallback with reason 'closed', or the failure)."""
+
+    def __init__(self, message: str, futures: list[Future] | None = None):
+        super().__init__(message)
+        self.futures = futures or []
 
 
 class RewardService:
@@ -50,8 +67,9 @@ class RewardService:
 
     items are dicts with code_context, oracle_new_content, output. Use as a context manager or call
     ``close()``. Items go to workers in chunks of up to ``chunk_size`` (the time limit still applies per
-    item). ``metrics()`` reports format errors by reason, a reward histogram, time per item,
-    timeouts and crashes; ``state_dict()`` / ``load_state_dict()`` carry the counters through checkpoints.
+    item, from when a worker is ready). ``metrics()`` reports format errors by reason, a reward histogram,
+    time per item, timeouts, crashes, exceptions and non-finite rewards; ``state_dict()`` /
+    ``load_state_dict()`` carry the counters through checkpoints.
     """
 
     def __init__(
@@ -63,16 +81,22 @@ class RewardService:
         max_pending: int = 4096,
         chunk_size: int = 8,
         start_method: str = "spawn",
+        start_timeout_s: float = 120.0,
     ):
         if num_workers < 1:
             raise ValueError(f"reward.num_workers must be >= 1, got {num_workers}")
         if timeout_s <= 0:
             raise ValueError(f"reward.timeout_s must be > 0, got {timeout_s}")
+        if not math.isfinite(fallback_reward):
+            raise ValueError(f"reward.fallback_reward must be a finite number, got {fallback_reward}")
+        if start_timeout_s <= 0:
+            raise ValueError(f"start_timeout_s must be > 0, got {start_timeout_s}")
         if max_pending < 1:
             raise ValueError(f"reward.max_pending must be >= 1, got {max_pending}")
         get_reward_fn(kind)  # fail here, in the caller, on an unknown kind
         self.kind, self.timeout_s, self.fallback_reward = kind, timeout_s, float(fallback_reward)
         self.max_pending, self.chunk_size = max_pending, max(1, chunk_size)
+        self.start_timeout_s = float(start_timeout_s)
         self._ctx = mp.get_context(start_method)
         self._cond = threading.Condition()
         # Queued items per group key, groups in arrival order; a requeued group goes back to the front.
@@ -82,13 +106,15 @@ class RewardService:
         self._groups: dict[bytes, list] = {}
         self._futures: dict[int, tuple[Future, bytes]] = {}
         self._next_id = 0
-        self._closed = False
-        self._counters = self._empty_counters()
-        self._times: collections.deque = collections.deque(maxlen=_TIMES_KEPT)
+        self._closed = False  # no more items (closed or failed)
+        self._shut = False  # close() was called
+        self._failure: BaseException | None = None  # why the dispatcher stopped, if it failed
+        self._start_failures = 0  # workers in a row that died or hung before they were ready
+        self._counters = ServiceCounters()
         # One selector for the dispatcher's whole life: each worker's pipe and process sentinel.
         self._selector = selectors.DefaultSelector()
         self._workers = [self._start_worker() for _ in range(num_workers)]
-        self._thread = threading.Thread(target=self._loop, name="reward-service", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="reward-service", daemon=True)
         self._thread.start()
 
     def _start_worker(self) -> Worker:
@@ -97,13 +123,18 @@ class RewardService:
         self._selector.register(worker.process.sentinel, selectors.EVENT_READ)
         return worker
 
-    @staticmethod
-    def _empty_counters() -> dict:
-        return {"items": 0, "timeouts": 0, "crashes": 0, "exceptions": 0, "format_errors": {},
-                "histogram": [0] * (len(HISTOGRAM_EDGES) - 1)}
+    @property
+    def hang_guard_s(self) -> float:
+        """Seconds without any item resolved after which a waiting caller may call the service hung: an
+        item's limit, a stuck worker's kill and a replacement's start, with a generous margin."""
+        return self.timeout_s + self.start_timeout_s + 60.0
 
     def submit(self, items: list[dict]) -> list[Future]:
-        """Queue items; returns one Future per item. Blocks while ``max_pending`` items are outstanding."""
+        """Queue items; returns one Future per item. Blocks while ``max_pending`` items are outstanding.
+
+        Raises ValueError naming an item that lacks a field (nothing is queued then), and ServiceClosed if
+        the service is closed or failed, also while blocked (its ``futures``: this call's queued items).
+        """
         keys: dict[tuple[int, int], bytes] = {}  # the dicts of one group are usually the same objects
         for index, item in enumerate(items):
             missing = [k for k in _ITEM_KEYS if k not in item]
@@ -117,11 +148,12 @@ class RewardService:
             if key is None:
                 key = keys[ident] = group_key(*pair)
             future: Future = Future()
+            future.set_running_or_notify_cancel()  # cancel() now refuses: only the service resolves it
             with self._cond:
                 while len(self._futures) >= self.max_pending and not self._closed:
                     self._cond.wait()
                 if self._closed:
-                    raise RuntimeError("RewardService is closed")
+                    raise ServiceClosed(self._closed_message(), futures)
                 item_id, self._next_id = self._next_id, self._next_id + 1
                 self._futures[item_id] = (future, key)
                 group = self._groups.get(key)
@@ -135,29 +167,53 @@ class RewardService:
             futures.append(future)
         return futures
 
+    def _closed_message(self) -> str:
+        if self._failure is not None:
+            return f"RewardService failed: {self._failure}"
+        return "RewardService is closed"
+
     # -- dispatcher thread -------------------------------------------------------------------------
 
-    def _resolve(self, item_id: int, reward: float, info: dict, seconds: float | None) -> None:
+    def _run(self) -> None:
+        """The dispatcher thread: any exception fails the service instead of leaving futures unresolved."""
+        try:
+            self._loop()
+        except BaseException as e:  # noqa: BLE001 - whatever it is, the waiting futures must hear of it
+            log.exception("reward service dispatcher failed")
+            self._fail(e)
+
+    def _fail(self, error: BaseException) -> None:
+        """Stop taking items and give every pending future ``error`` (a RuntimeError naming it)."""
+        failure = error if isinstance(error, RewardServiceError) else RewardServiceError(
+            f"reward service dispatcher failed: {type(error).__name__}: {error}")
         with self._cond:
-            entry = self._futures.pop(item_id, None)
-            if entry is not None:
-                group = self._groups[entry[1]]
-                group[1] -= 1
-                if group[1] == 0:
-                    del self._groups[entry[1]]
-            c = self._counters
-            c["items"] += 1
-            reason = info.get("reason")
-            if reason in ("timeout", "crash", "exception"):
-                c[{"timeout": "timeouts", "crash": "crashes", "exception": "exceptions"}[reason]] += 1
-            elif reward == -1.0 and reason:
-                c["format_errors"][reason] = c["format_errors"].get(reason, 0) + 1
-            c["histogram"][histogram_bin(reward)] += 1
-            if seconds is not None:
-                self._times.append(seconds)
+            self._failure, self._closed = failure, True
+            pending = [future for future, _ in self._futures.values()]
+            self._futures.clear()
+            self._queue.clear()
+            self._queued = 0
+            self._groups.clear()
             self._cond.notify_all()
-        if entry is not None:
-            entry[0].set_result((reward, info))
+        for worker in self._workers:
+            worker.kill(join_s=0)
+        for future in pending:
+            future.set_exception(failure)
+
+    def _resolve(self, item_id: int, reward: float, info: dict, seconds: float | None) -> None:
+        entry = None
+        try:
+            with self._cond:
+                entry = self._futures.pop(item_id, None)
+                if entry is not None:
+                    group = self._groups[entry[1]]
+                    group[1] -= 1
+                    if group[1] == 0:
+                        del self._groups[entry[1]]
+                self._counters.record(reward, info, seconds)  # before the result: metrics() covers it then
+                self._cond.notify_all()
+        finally:  # popped is answered, even if counting fails (which then fails the service)
+            if entry is not None:
+                entry[0].set_result((reward, info))
 
     def _requeue(self, items) -> None:
         """Put items back at the front of the queue, in their order (caller holds the lock)."""
@@ -171,11 +227,12 @@ class RewardService:
             self._queued += 1
 
     def _replace(self, index: int, reason: str) -> None:
-        """Kill worker ``index`` (stuck or dead), give its item the fallback reward, start a fresh one."""
+        """Kill worker ``index`` (stuck or dead), give its item the fallback reward, start a fresh one.
+
+        Raises RewardServiceError when ``_START_ATTEMPTS`` workers in a row die or hang before they are ready.
+        """
         worker = self._workers[index]
-        if worker.process.is_alive():
-            worker.process.kill()
-        worker.process.join(5)
+        worker.kill()
         self._selector.unregister(worker.conn)
         self._selector.unregister(worker.process.sentinel)
         worker.conn.close()
@@ -186,6 +243,13 @@ class RewardService:
             with self._cond:
                 self._requeue(worker.busy)
             self._resolve(item_id, self.fallback_reward, {"reason": reason}, None)
+        if not worker.ready:
+            self._start_failures += 1
+            log.warning("reward worker %d: %s before it was ready", worker.process.pid, reason)
+            if self._start_failures >= _START_ATTEMPTS:
+                raise RewardServiceError(
+                    f"{self._start_failures} reward workers in a row died or were not ready within "
+                    f"{self.start_timeout_s} s of starting (reward.kind={self.kind!r}); last: {reason}")
         if not self._closed:
             self._workers[index] = self._start_worker()
 
@@ -238,6 +302,8 @@ class RewardService:
     def _feed(self) -> None:
         """Give chunks to idle workers, and a next chunk to busy ones where that cannot block."""
         for worker in self._workers:
+            if not worker.ready:
+                continue  # items only go to a worker that has said it is ready: start-up is not item time
             idle = not worker.busy
             if not idle and (len(worker.busy) > self.chunk_size or worker.wait_idle):
                 continue  # a chunk ahead of the current item is enough, or the next one is large
@@ -263,27 +329,31 @@ class RewardService:
                 if self._closed:
                     return
                 wait_for_work = not self._queue and all(not w.busy for w in self._workers)
-                if wait_for_work:
+                starting = not all(w.ready for w in self._workers)
+                if wait_for_work and not starting:
                     self._cond.wait(0.5)
             for index, worker in enumerate(self._workers):
-                if not worker.busy and not worker.process.is_alive():
+                if worker.ready and not worker.busy and not worker.process.is_alive():
                     self._replace(index, "crash")  # died between chunks: replace it before it gets work
-            if wait_for_work:
+            if wait_for_work and not starting:
                 continue
             self._feed()
             deadline = min((w.deadline for w in self._workers if w.busy), default=time.monotonic() + 0.05)
             timeout = min(max(deadline - time.monotonic(), 0.0), 0.05)
             ready = {key.fileobj for key, _ in self._selector.select(timeout)}
             for index, worker in enumerate(list(self._workers)):
-                if worker.busy and worker.conn in ready:
+                if not worker.ready:
+                    state = worker.check_start(ready, self.start_timeout_s)
+                    if isinstance(state, Exception):
+                        raise RewardServiceError(f"reward.kind={self.kind!r} cannot be loaded in a worker: {state}")
+                    if state == "ready":
+                        self._start_failures = 0
+                    elif state is not None:
+                        self._replace(index, state)
+                elif worker.busy and worker.conn in ready:
                     try:
-                        while worker.busy:
-                            item_id, reward, info, seconds = worker.conn.recv()
-                            worker.answered()
-                            worker.deadline = time.monotonic() + self.timeout_s  # the next item's clock
-                            self._resolve(item_id, reward, info, seconds)
-                            if not worker.conn.poll():
-                                break
+                        for answer in worker.answers(self.timeout_s):
+                            self._resolve(*answer)
                     except (EOFError, OSError):
                         self._replace(index, "crash")
                 elif worker.conn in ready or worker.process.sentinel in ready:
@@ -296,25 +366,15 @@ class RewardService:
     def close(self) -> None:
         """Stop the workers; outstanding futures get the fallback reward with reason 'closed'."""
         with self._cond:
-            if self._closed:
+            if self._shut:
                 return
-            self._closed = True
+            self._shut = self._closed = True  # _closed alone: the dispatcher failed; the workers need stopping
             self._cond.notify_all()
         self._thread.join(10)
         for worker in self._workers:
-            if worker.busy:
-                worker.process.kill()  # mid-item: its result is no longer wanted
-                continue
-            try:
-                worker.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
+            worker.ask_to_stop()
         for worker in self._workers:
-            worker.process.join(2)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join(2)
-            worker.conn.close()
+            worker.stop()
         self._selector.close()
         with self._cond:
             leftovers = [future for future, _ in self._futures.values()]
@@ -331,42 +391,28 @@ class RewardService:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def in_flight(self) -> list[int]:
+        """Per worker, the items sent to it and not yet answered (for monitoring, and for the tests)."""
+        return [len(w.busy) for w in list(self._workers)]
+
     def worker_pids(self) -> list[int]:
         """Process ids of the current workers (for monitoring, and for the crash test)."""
         return [w.process.pid for w in self._workers]
 
     def metrics(self) -> dict:
-        """Counters plus time per item (mean/p50/p99 seconds over the last 10k scored items)."""
+        """Counters (items, timeouts, crashes, exceptions, nonfinite, format errors by reason, histogram),
+        pending items, and time per item (mean/p50/p99 seconds over the last 10k scored items)."""
         with self._cond:
-            c = self._counters
-            times = sorted(self._times)
-            out = {
-                "items": c["items"], "timeouts": c["timeouts"], "crashes": c["crashes"],
-                "exceptions": c["exceptions"], "format_errors": dict(c["format_errors"]),
-                "format_error_total": sum(c["format_errors"].values()),
-                "histogram": list(c["histogram"]), "histogram_edges": list(HISTOGRAM_EDGES),
-                "pending": len(self._futures),
-            }
-        if times:
-            out["time_mean_s"] = sum(times) / len(times)
-            out["time_p50_s"] = times[len(times) // 2]
-            out["time_p99_s"] = times[min(len(times) - 1, int(0.99 * len(times)))]
-        return out
+            return {**self._counters.metrics(), "pending": len(self._futures)}
 
     def state_dict(self) -> dict:
         """Counters and recent item times, for a checkpoint."""
         with self._cond:
-            c = self._counters
-            return {**{k: c[k] for k in ("items", "timeouts", "crashes", "exceptions")},
-                    "format_errors": dict(c["format_errors"]), "histogram": list(c["histogram"]),
-                    "times": list(self._times)}
+            return self._counters.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         """Restore counters saved by ``state_dict``."""
-        if len(state.get("histogram", [])) != len(HISTOGRAM_EDGES) - 1:
-            raise ValueError(f"reward service state: histogram needs {len(HISTOGRAM_EDGES) - 1} bins")
+        counters = ServiceCounters()
+        counters.load_state_dict(state)
         with self._cond:
-            self._counters = {**{k: int(state[k]) for k in ("items", "timeouts", "crashes", "exceptions")},
-                              "format_errors": dict(state["format_errors"]),
-                              "histogram": [int(x) for x in state["histogram"]]}
-            self._times = collections.deque(state.get("times", []), maxlen=_TIMES_KEPT)
+            self._counters = counters

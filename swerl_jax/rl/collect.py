@@ -5,6 +5,10 @@ completions come back they are submitted to the reward service (worker processes
 sent at once, so scoring group k runs while the sampler generates group k + 1; the trainer only waits for the
 rewards of the last request. `CollectTimes` says how much reward time was hidden.
 
+The wait for rewards is bounded: the service resolves every item (its own time limit, fallbacks, failures),
+so when none of the pending rewards resolves for the service's `hang_guard_s` the service is hung, and
+`collect_rollouts` raises `RewardHangError` instead of blocking the trainer forever.
+
 Seeds: request r of step s samples with `rollout_seed(seed, s, r)`; the sampler draws row (prompt i, sample j)
 from that seed folded with i and j, so a step's rollouts depend only on (seed, step, policy) — a resumed run
 regenerates exactly the rollouts of an uninterrupted one.
@@ -12,6 +16,7 @@ regenerates exactly the rollouts of an uninterrupted one.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import time
 from collections.abc import Sequence
@@ -57,6 +62,28 @@ class InlineSampler:
         """Nothing to stop (the engine lives in this process)."""
 
 
+DEFAULT_HANG_GUARD_S = 600.0  # for a reward service that does not say its own
+
+
+class RewardHangError(TimeoutError):
+    """No pending reward resolved within the hang guard: the reward service is stuck."""
+
+
+def wait_rewards(futures: Sequence[Future], hang_guard_s: float, what: str = "rewards") -> list:
+    """The futures' results in order, waiting as long as some future resolves in every `hang_guard_s`
+    seconds; raises RewardHangError (naming how many are pending) when none does in a whole window, and a
+    future's exception (a failed reward service) as soon as it is seen."""
+    pending = set(futures)
+    while pending:
+        done, pending = concurrent.futures.wait(pending, timeout=hang_guard_s)  # one pass over n futures
+        for future in done:
+            future.result()  # raises a failed service's error now, not after the others time out
+        if pending and not done:
+            raise RewardHangError(f"{len(pending)} of {len(futures)} {what} were still pending after "
+                                  f"{hang_guard_s:g} s without any resolving: the reward service is stuck")
+    return [future.result() for future in futures]
+
+
 @dataclasses.dataclass
 class CollectTimes:
     """Wall-clock seconds of one step's collection."""
@@ -84,8 +111,8 @@ def prompt_token_lists(prompt_ids: np.ndarray, prompt_mask: np.ndarray) -> list[
 
 
 def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: SamplingParams, num_samples: int,
-                     step: int, seed: int, policy_version: int, prompts_per_request: int = 0
-                     ) -> tuple[list[Rollout], CollectTimes]:
+                     step: int, seed: int, policy_version: int, prompts_per_request: int = 0,
+                     hang_guard_s: float | None = None) -> tuple[list[Rollout], CollectTimes]:
     """Sample `num_samples` completions for each prompt of `batch` (a loader RL batch) and score them.
 
     Args:
@@ -93,6 +120,8 @@ def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: Sa
       reward_service: `swerl_jax.reward.service.RewardService` (anything with `submit(items) -> futures`).
       prompts_per_request: prompts per sampler request (0: all in one); smaller requests overlap more reward
         work with generation at the cost of smaller decode batches.
+      hang_guard_s: raise RewardHangError when no reward resolves for this long (None: the service's
+        `hang_guard_s`, else DEFAULT_HANG_GUARD_S).
 
     Returns the rollouts in (group, sample) order with rewards filled in, and the timings.
     """
@@ -124,10 +153,17 @@ def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: Sa
         for future in reward_service.submit(items):
             future.add_done_callback(lambda _: finished.append(time.perf_counter()))
             futures.append(future)
+    if hang_guard_s is None:
+        hang_guard_s = float(getattr(reward_service, "hang_guard_s", DEFAULT_HANG_GUARD_S))
     t_wait = time.perf_counter()
-    for rollout, future in zip(rollouts, futures):
-        rollout.reward, rollout.reward_info = future.result()
-    times.reward_wait_s = time.perf_counter() - t_wait
-    if first_submit is not None and finished:
-        times.reward_wall_s = max(finished) - first_submit
+    results = wait_rewards(futures, hang_guard_s, what=f"rewards of step {step}")
+    for rollout, (reward, info) in zip(rollouts, results, strict=True):
+        rollout.reward, rollout.reward_info = reward, info
+    t_done = time.perf_counter()
+    times.reward_wait_s = t_done - t_wait
+    if first_submit is not None and futures:
+        # A future wakes its waiters before it runs its callbacks, so the last finish times may not be in
+        # yet: then the end of the wait bounds them.
+        last = max(finished) if len(finished) == len(futures) else t_done
+        times.reward_wall_s = last - first_submit
     return rollouts, times

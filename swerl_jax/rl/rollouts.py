@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from swerl_jax.reward.worker import FAILURE_REASONS
+
 
 @dataclasses.dataclass
 class Rollout:
@@ -37,9 +39,16 @@ class Rollout:
         return self.finish_reason == "length"
 
     @property
+    def reward_failure(self) -> str | None:
+        """Why the reward service could not score this rollout (timeout, crash, exception, nonfinite,
+        closed: its reward is the service's fallback), None when it was scored."""
+        reason = self.reward_info.get("reason")
+        return str(reason) if reason in FAILURE_REASONS else None
+
+    @property
     def format_error(self) -> str | None:
-        """The reward's format-error reason, None for a well-formed answer."""
-        if self.reward >= 0:
+        """The reward's format-error reason, None for a well-formed answer or one the service failed to score."""
+        if self.reward >= 0 or self.reward_failure is not None:
             return None
         return str(self.reward_info.get("reason") or self.reward_info.get("type") or "format_error")
 
@@ -48,7 +57,8 @@ class Rollout:
         return {
             "step": step, "prompt_id": self.prompt_id, "group": self.group, "sample": self.sample,
             "completion": self.completion, "reward": self.reward, "advantage": self.advantage,
-            "format_error": self.format_error, "completion_len": int(len(self.completion_tokens)),
+            "format_error": self.format_error, "reward_failure": self.reward_failure,
+            "completion_len": int(len(self.completion_tokens)),
             "truncated": self.truncated, "finish_reason": self.finish_reason,
             "policy_version": self.policy_version, "reward_info": self.reward_info,
         }
@@ -112,23 +122,33 @@ def reward_matrix(rollouts: list[Rollout], num_prompts: int, num_samples: int) -
 
 
 def rollout_metrics(rollouts: list[Rollout]) -> dict[str, float]:
-    """Host-side metrics of a step's scored rollouts: format errors by reason, completion lengths, truncation.
+    """Host-side metrics of a step's scored rollouts: format errors by reason, reward failures, completion
+    lengths, truncation.
 
-    `format_error_rate` is the fraction of rollouts with reward -1; `format_error/<reason>` splits it by the
-    reward's reason (no_think, no_blocks, search_not_found, ...), each a fraction of all rollouts.
+    `format_error_rate` is the fraction of rollouts with a malformed answer (reward -1); `format_error/<reason>`
+    splits it by the reward's reason (tag_count, no_blocks, search_not_found, ...). Rollouts the reward service
+    could not score (their reward is its fallback) are not format errors: `reward_timeout_rate` counts those
+    past the time limit, `reward_failure_rate` all of them, `reward_failure/<reason>` by reason (timeout,
+    crash, exception, nonfinite, closed). Each is a fraction of all rollouts.
     """
     n = max(1, len(rollouts))
     reasons: dict[str, int] = {}
+    failures: dict[str, int] = {}
     for r in rollouts:
         if (reason := r.format_error) is not None:
             reasons[reason] = reasons.get(reason, 0) + 1
+        elif (failure := r.reward_failure) is not None:
+            failures[failure] = failures.get(failure, 0) + 1
     lengths = np.asarray([len(r.completion_tokens) for r in rollouts] or [0], np.float32)
     out = {
         "format_error_rate": sum(reasons.values()) / n,
+        "reward_timeout_rate": failures.get("timeout", 0) / n,
+        "reward_failure_rate": sum(failures.values()) / n,
         "completion_len_mean": float(lengths.mean()),
         "completion_len_max": float(lengths.max()),
         "truncated_frac": sum(r.truncated for r in rollouts) / n,
         "reward_solved_frac": sum(r.reward >= 1.0 for r in rollouts) / n,
     }
     out.update({f"format_error/{k}": v / n for k, v in sorted(reasons.items())})
+    out.update({f"reward_failure/{k}": v / n for k, v in sorted(failures.items())})
     return out

@@ -12,6 +12,7 @@ from swerl_jax.reward.parse import (
     find_blocks,
     parse_search_replace,
 )
+from tests.reward.helpers import run_guarded
 
 PIECES = ["```", "```python", "\n", "### ", "a.py", "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE", "x", " ",
           "\n\n", "\r", "é", "\ud800", "\x00"]
@@ -66,14 +67,28 @@ def test_equals_re_findall_on_random_texts():
         assert find_blocks(text) == re.findall(SEARCH_REPLACE_REGEX, text), repr(text)
 
 
+UNTERMINATED = "```\n### a.py\n<<<<<<< SEARCH\nx\n=======\ny\n"
+
+
+def unterminated_blocks(headers: int, tail: str) -> list:
+    """find_blocks of ``headers`` unterminated headers, then ``tail`` (built here, in the guarded process)."""
+    return find_blocks(UNTERMINATED * headers + tail)
+
+
 def test_linear_where_the_regex_is_quadratic():
-    # 20k unterminated headers: the regex rescans the tail from each one; the parser stops at the first.
-    header = "```\n### a.py\n<<<<<<< SEARCH\nx\n=======\ny\n"
-    text = header * 20_000
-    small = header * 60
+    # Unterminated headers: the regex rescans the tail from each one; the parser stops at the first.
+    small = UNTERMINATED * 60
     assert find_blocks(small) == re.findall(SEARCH_REPLACE_REGEX, small) == []
-    # The regex needs minutes here (it rescans the tail from every header); the linear scan stops at once.
-    assert find_blocks(text) == []
+    block = "```\n### b.py\n<<<<<<< SEARCH\nu\n=======\nv\n>>>>>>> REPLACE\n```"
+    small = UNTERMINATED * 60 + block  # a complete block after them: the first header's replace swallows it
+    want = re.findall(SEARCH_REPLACE_REGEX, small)
+    assert find_blocks(small) == want and len(want) == 1 and want[0][0] == "a.py"
+    # 100k headers (4 MB): the regex would rescan ~2 MB from each one, hours of work; the parser is linear,
+    # so it finishes far inside the hang guard (a spawned process: a regex in C could not be interrupted).
+    assert run_guarded(unterminated_blocks, 100_000, "", timeout_s=120) == []
+    got = run_guarded(unterminated_blocks, 100_000, block, timeout_s=120)
+    text, n = UNTERMINATED * 100_000 + block, len(UNTERMINATED)
+    assert got == [("a.py", "x", text[n - 2:n * 100_000 + block.index("\n>>>>>>> REPLACE")])]
 
 
 def _release_extract(output: str) -> tuple[str, str]:

@@ -153,9 +153,9 @@ def test_runs_shorter_than_the_first_sampling_take_the_second_pass(monkeypatch):
     passes = []
     inner = ratio_module._sampled_runs
 
-    def counting(a, b, alo, ahi, blo, bhi, q, s):
+    def counting(a, b, alo, ahi, blo, bhi, q, s, *budget):
         passes.append(q)
-        return inner(a, b, alo, ahi, blo, bhi, q, s)
+        return inner(a, b, alo, ahi, blo, bhi, q, s, *budget)
 
     monkeypatch.setattr(ratio_module, "_sampled_runs", counting)
     rng = random.Random(6)
@@ -165,3 +165,65 @@ def test_runs_shorter_than_the_first_sampling_take_the_second_pass(monkeypatch):
         b = "".join(_text(rng, rng.randint(20, 200), "uvw") + r for r in rng.sample(runs, len(runs)))
         assert bits(ratio_module.ratio(a, b)) == bits(reference(a, b))
     assert any(q < ratio_module._Q for q in passes)
+
+
+@pytest.fixture
+def coarse_spy(monkeypatch):
+    """Counts the matches the sparse samplings (_coarse_match) decided."""
+    counts = {"decided": 0}
+    inner = ratio_module._coarse_match
+
+    def counting(*args):
+        out = inner(*args)
+        counts["decided"] += out is not None
+        return out
+
+    monkeypatch.setattr(ratio_module, "_coarse_match", counting)
+    return counts
+
+
+def test_sparse_samplings_give_difflibs_bits_on_every_kind_of_pair(monkeypatch, coarse_spy):
+    # Every piece the sampler sees tries the sparse samplings first (normally only pieces of >= _COARSE
+    # cells do): near-identical, repetitive, tied and run-threshold pairs must keep difflib's bits.
+    monkeypatch.setattr(ratio_module, "_COARSE", 0)
+    rng = random.Random(7)
+    for k in range(120):
+        kind = k % 4
+        if kind == 0:
+            a = _text(rng, rng.randint(300, 3000))
+            b = _mutate(rng, a, rng.randint(0, 8))
+        elif kind == 1:  # a repeated unit: grams occur everywhere
+            unit = _text(rng, rng.randint(1, 40), ALPHA[: rng.randint(1, len(ALPHA))])
+            base = unit * (rng.randint(300, 3000) // len(unit) + 1)
+            a, b = _mutate(rng, base, rng.randint(0, 4)), _mutate(rng, base, rng.randint(0, 4))
+        elif kind == 2:  # equally long candidates: the earliest in a, then in b, must win
+            x = _text(rng, rng.randint(70, 400))
+            parts = [x, x[:-1], x[1:], _text(rng, 40), _text(rng, 40)]
+            a = "".join(rng.choice(parts) for _ in range(rng.randint(1, 9)))
+            b = "".join(rng.choice(parts) for _ in range(rng.randint(1, 9)))
+        else:  # swapped runs just around a sparse sampling's threshold
+            size = rng.choice([ratio_module._T - 1, ratio_module._T, ratio_module._T + 1, 200, 201, 500])
+            x, y = _text(rng, size), _text(rng, size)
+            a = _text(rng, rng.randint(0, 900), "xyz") + x + _text(rng, rng.randint(0, 900), "xyz") + y
+            b = _text(rng, rng.randint(0, 900), "xyz") + y + _text(rng, rng.randint(0, 900), "xyz") + x
+        assert bits(ratio_module.ratio(a, b)) == bits(reference(a, b)), (a, b)
+    assert coarse_spy["decided"] > 80
+
+
+def test_whole_file_diffs_of_repetitive_lines(coarse_spy):
+    # Every line of a repetitive file is popular for the line diff (autojunk), so a one-line change rewrites
+    # the whole file in both diffs; their similarity is decided by sparse samplings instead of the compiled
+    # matcher's quadratic time (4,000 lines: 34.6 s before, see BENCHMARKS.md). cydifflib gives difflib's bits.
+    import cydifflib
+
+    lines = [f"    v{i % 7} = f(v{i % 5})" for i in range(600)]
+    old = "\n".join(lines) + "\n"
+    oracle, pred = lines.copy(), lines.copy()
+    oracle[200] = "    changed = 1"
+    pred[400], pred[150] = "    other = 2", "    third = 3"
+    oracle_diff = generate_unified_diff(old, "\n".join(oracle) + "\n")
+    pred_diff = generate_unified_diff(old, "\n".join(pred) + "\n")
+    assert oracle_diff.count("\n-") >= 300 and pred_diff.count("\n-") >= 300  # most of the file, twice
+    want = cydifflib.SequenceMatcher(None, pred_diff, oracle_diff, autojunk=False).ratio()
+    assert bits(ratio_module.ratio(pred_diff, oracle_diff)) == bits(want)
+    assert coarse_spy["decided"] > 0

@@ -1,26 +1,31 @@
-"""Rollout collection: groups in order, rewards from the real reward service, per-request seeds, overlap."""
+"""Rollout collection: groups in order, rewards from the real reward service, per-request seeds, overlap,
+the bounded wait. Overlap is checked as an order of events (never as durations)."""
 
-import time
+import concurrent.futures
+from concurrent.futures import Future
 
 import numpy as np
+import pytest
 
 from swerl_jax.data.synthetic import oracle_solution, synthetic_records
 from swerl_jax.reward import calculate_search_replace_reward
 from swerl_jax.reward.service import RewardService
-from swerl_jax.rl.collect import CollectTimes, collect_rollouts, rollout_seed
+from swerl_jax.rl.collect import CollectTimes, RewardHangError, collect_rollouts, rollout_seed, wait_rewards
 from swerl_jax.sampler.engine import Completion, SamplingParams
 
 
 class ScriptedSampler:
-    """Answers each prompt with its record's oracle answer for even samples and a malformed one for odd ones;
-    sleeps per request like a sampler that is busy generating."""
+    """Answers each prompt with its record's oracle answer for even samples and a malformed one for odd ones.
 
-    def __init__(self, answers, delay_s=0.0):
-        self.answers, self.delay_s, self.calls = answers, delay_s, []
+    ``before_return(request)`` runs before each request returns (a sampler busy generating)."""
+
+    def __init__(self, answers, before_return=None):
+        self.answers, self.before_return, self.calls = answers, before_return, []
 
     def generate(self, prompts, sampling=SamplingParams(), num_samples=1, seed=0, min_policy_version=0):
         self.calls.append((len(prompts), seed, min_policy_version))
-        time.sleep(self.delay_s)
+        if self.before_return is not None:
+            self.before_return(len(self.calls) - 1)
         out = []
         for i, p in enumerate(prompts):
             key = int(p[0])
@@ -65,17 +70,81 @@ def test_collect_scores_every_rollout_in_order():
     assert times.generate_s > 0
 
 
+class RecordingService:
+    """A reward service that logs each submit in a shared event log and keeps each call's futures."""
+
+    def __init__(self, service, events):
+        self.service, self.events, self.submitted = service, events, []
+        self.hang_guard_s = service.hang_guard_s
+
+    def submit(self, items):
+        self.events.append(("submit", len(self.submitted)))
+        futures = self.service.submit(items)
+        self.submitted.append(futures)
+        return futures
+
+
 def test_reward_time_hides_behind_generation():
     records = synthetic_records(4, seed=5)
-    # a slow sampler (0.3 s per request, one prompt per request) and 16 rollouts of real reward work
-    sampler = ScriptedSampler({i: oracle_solution(r) for i, r in enumerate(records)}, delay_s=0.3)
-    with RewardService(num_workers=2) as service:
-        service.submit([{"code_context": {}, "oracle_new_content": {}, "output": ""}])[0].result()  # warm
-        _, times = collect_rollouts(sampler, service, _batch(records), SamplingParams(), num_samples=4, step=1,
-                                    seed=0, policy_version=0, prompts_per_request=1)
-    # rewards of requests 1-3 were scored while later requests were generated: only the last one's are waited on
-    assert times.reward_wall_s > 0.6 and times.reward_wait_s < times.reward_wall_s / 2
-    assert times.reward_hidden_frac > 0.5
+    events = []
+
+    def generating(request):
+        events.append(("generate", request))
+        if request > 0:  # the previous request's rewards are scored while this one is being generated
+            done, pending = concurrent.futures.wait(service.submitted[request - 1], timeout=120)
+            assert not pending, "the rewards of the previous request were not scored during generation"
+            events.append(("scored", request - 1))
+
+    sampler = ScriptedSampler({i: oracle_solution(r) for i, r in enumerate(records)}, before_return=generating)
+    with RewardService(num_workers=2) as real:
+        service = RecordingService(real, events)
+        rollouts, times = collect_rollouts(sampler, service, _batch(records), SamplingParams(), num_samples=4,
+                                           step=1, seed=0, policy_version=0, prompts_per_request=1)
+    # each request's rewards are submitted as soon as it returns, before the next request is sent, and are
+    # scored before that next request returns: only the last request's rewards are waited for
+    assert events == [("generate", 0), ("submit", 0), ("generate", 1), ("scored", 0), ("submit", 1),
+                      ("generate", 2), ("scored", 1), ("submit", 2), ("generate", 3), ("scored", 2), ("submit", 3)]
+    assert [r.reward for r in rollouts] == [1.0, -1.0] * 8
+    assert times.reward_wall_s > 0.0 and times.reward_wait_s >= 0.0 and 0.0 <= times.reward_hidden_frac <= 1.0
+
+
+class StuckService:
+    """A reward service whose futures never resolve (a dead dispatcher), or resolve with ``error``."""
+
+    hang_guard_s = 0.5
+
+    def __init__(self, error=None):
+        self.error = error
+
+    def submit(self, items):
+        futures = [Future() for _ in items]
+        if self.error is not None:
+            futures[-1].set_exception(self.error)
+        return futures
+
+
+def test_a_stuck_reward_service_raises_instead_of_hanging():
+    records = synthetic_records(2, seed=3)
+    sampler = ScriptedSampler({i: oracle_solution(r) for i, r in enumerate(records)})
+    args = (sampler, StuckService(), _batch(records), SamplingParams())
+    with pytest.raises(RewardHangError, match=r"8 of 8 rewards of step 3 were still pending after 0.1 s"):
+        collect_rollouts(*args, num_samples=4, step=3, seed=0, policy_version=0, hang_guard_s=0.1)
+    with pytest.raises(RewardHangError, match=r"after 0.5 s"):  # the service's own guard, 0.5 s
+        collect_rollouts(*args, num_samples=4, step=3, seed=0, policy_version=0)
+    failed = (sampler, StuckService(RuntimeError("reward service dispatcher failed: boom")), _batch(records))
+    with pytest.raises(RuntimeError, match="boom"):
+        collect_rollouts(*failed, SamplingParams(), num_samples=4, step=3, seed=0, policy_version=0)
+
+
+def test_wait_rewards_keeps_waiting_while_rewards_resolve():
+    futures = [Future() for _ in range(3)]
+    futures[0].set_result((1.0, {}))
+    # one resolved per window: no hang; the guard only fires on a window where nothing resolves
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiter = pool.submit(wait_rewards, futures, 60.0)
+        futures[1].set_result((0.5, {}))
+        futures[2].set_result((-1.0, {"reason": "tag_count"}))
+        assert waiter.result(timeout=120) == [(1.0, {}), (0.5, {}), (-1.0, {"reason": "tag_count"})]
 
 
 def test_seeds_are_distinct_and_non_negative():

@@ -47,6 +47,28 @@ def test_rollout_metrics_counts_reasons():
     assert m["completion_len_mean"] == 1.75 and m["completion_len_max"] == 3 and m["reward_solved_frac"] == 0.25
 
 
+def test_service_failures_are_not_format_errors():
+    # A timeout (the reward ran past the service's limit) gets the fallback -1, the score of a format error,
+    # but it says nothing about the answer's format: it has its own metric.
+    rs = [_rollout(0, 0, [1], [2], -1.0, info={"reason": "timeout"}),
+          _rollout(0, 1, [1], [2], -1.0, info={"reason": "crash"}),
+          _rollout(0, 2, [1], [2], -1.0, info={"reason": "tag_count", "tag": "<think>"}),
+          _rollout(0, 3, [1], [2], 0.0, info={"reason": "nonfinite"}),  # a fallback of 0.0
+          _rollout(1, 0, [1], [2], 0.5), _rollout(1, 1, [1], [2], -1.0, info={"reason": "timeout"}),
+          _rollout(1, 2, [1], [2], 1.0), _rollout(1, 3, [1], [2], -1.0, info={"reason": "no_blocks"})]
+    m = rollout_metrics(rs)
+    assert m["format_error_rate"] == 2 / 8 and m["format_error/tag_count"] == m["format_error/no_blocks"] == 1 / 8
+    assert "format_error/timeout" not in m and "format_error/crash" not in m
+    assert m["reward_timeout_rate"] == 2 / 8 and m["reward_failure_rate"] == 4 / 8
+    assert m["reward_failure/timeout"] == 2 / 8 and m["reward_failure/crash"] == m["reward_failure/nonfinite"] == 1 / 8
+    assert [r.format_error for r in rs[:4]] == [None, None, "tag_count", None]
+    assert [r.reward_failure for r in rs[:4]] == ["timeout", "crash", None, "nonfinite"]
+    row = rs[0].to_json(step=3)
+    assert row["format_error"] is None and row["reward_failure"] == "timeout" and row["reward"] == -1.0
+    clean = rollout_metrics(rs[4:5])
+    assert clean["reward_timeout_rate"] == clean["reward_failure_rate"] == 0.0
+
+
 def test_bucket_length():
     assert bucket_length(1, 64, 256) == 64 and bucket_length(65, 64, 256) == 128 and bucket_length(250, 64, 256) == 256
     assert bucket_length(129, 64, 4096) == 256 and bucket_length(1000, 64, 1500) == 1024
