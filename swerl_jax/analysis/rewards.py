@@ -121,18 +121,23 @@ def group_mean(rows: Sequence[dict], by: str, value: str) -> list[dict]:
             for key, vals in sorted(groups.items())]
 
 
-def format_error_table(rollouts: Sequence[dict]) -> list[dict]:
-    """Counts and fractions of each format-error reason over rollouts ("ok" for well-formed answers), most first.
+def failure_reason(row: dict) -> str | None:
+    """Why a rollout scored below 0: its logged "format_error", else "reward failure: <reason>" when the reward
+    service could not score it (timeout, crash, NaN/inf: logged as "reward_failure"), else "unknown" for a
+    negative reward with neither (runs from before these fields); None for a scored answer."""
+    if row.get("format_error") is not None:
+        return str(row["format_error"])
+    if row.get("reward_failure") is not None:
+        return f"reward failure: {row['reward_failure']}"
+    return "unknown" if row["reward"] < 0 else None
 
-    Uses the logged "format_error" (reason string or null); rows without it but with reward -1 count as
-    "unknown" (the reward's only negative value is the format error).
-    """
+
+def format_error_table(rollouts: Sequence[dict]) -> list[dict]:
+    """Counts and fractions of each failure reason over rollouts ("ok" for well-formed answers), most first:
+    format errors by reason, and reward-service failures as "reward failure: <reason>" (`failure_reason`)."""
     counts: collections.Counter = collections.Counter()
     for row in rollouts:
-        reason = row.get("format_error")
-        if reason is None:
-            reason = "unknown" if row["reward"] < 0 else "ok"
-        counts[str(reason)] += 1
+        counts[failure_reason(row) or "ok"] += 1
     total = sum(counts.values())
     ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))  # ties by name: stable tables
     return [{"reason": reason, "count": n, "fraction": n / total} for reason, n in ordered]
@@ -142,10 +147,7 @@ def format_errors_by_step(rollouts: Sequence[dict]) -> dict[str, tuple[list[int]
     """Per reason, (steps, fraction of that step's rollouts with that reason); "ok" excluded."""
     by_step: dict = collections.defaultdict(collections.Counter)
     for row in rollouts:
-        reason = row.get("format_error")
-        if reason is None and row["reward"] < 0:
-            reason = "unknown"
-        by_step[row["step"]][reason] += 1
+        by_step[row["step"]][failure_reason(row)] += 1
     steps = sorted(by_step)
     reasons = sorted({r for c in by_step.values() for r in c if r is not None})
     return {reason: (steps, [by_step[s][reason] / sum(by_step[s].values()) for s in steps]) for reason in reasons}

@@ -225,7 +225,8 @@ class GRPOTrainer:
         metrics["nonfinite_update"] = int(not finite)
         metrics.update(data_metrics(self.data_iter))  # records skipped as invalid or too long, by reason
         metrics["reward_service"] = {k: v for k, v in self.reward_service.metrics().items()
-                                     if k in ("items", "timeouts", "crashes", "exceptions", "format_error_total")}
+                                     if k in ("items", "timeouts", "crashes", "exceptions", "nonfinite",
+                                              "format_error_total")}
         metrics["time"] = {"data_s": t_data, "generate_s": times.generate_s, "reward_wall_s": times.reward_wall_s,
                            "reward_wait_s": times.reward_wait_s, "reward_hidden_frac": times.reward_hidden_frac,
                            "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,

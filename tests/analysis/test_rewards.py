@@ -116,3 +116,14 @@ def test_resolve_data_dir(tmp_path, monkeypatch):
     assert resolve_data_dir("here") == (tmp_path / "here").resolve()
     with pytest.raises(FileNotFoundError, match="data_dir='missing' not found; tried"):
         resolve_data_dir("missing")
+
+
+def test_reward_service_failures_are_their_own_rows():
+    # a timeout scores -1 like a format error but is not one: it used to be counted as "unknown"
+    rollouts = [{"step": 1, "reward": -1.0, "format_error": None, "reward_failure": "timeout"},
+                {"step": 1, "reward": -1.0, "format_error": "no_edits", "reward_failure": None},
+                {"step": 1, "reward": 0.25, "format_error": None, "reward_failure": None}]
+    assert format_error_table(rollouts) == [{"reason": "no_edits", "count": 1, "fraction": 1 / 3},
+                                            {"reason": "ok", "count": 1, "fraction": 1 / 3},
+                                            {"reason": "reward failure: timeout", "count": 1, "fraction": 1 / 3}]
+    assert format_errors_by_step(rollouts) == {"no_edits": ([1], [1 / 3]), "reward failure: timeout": ([1], [1 / 3])}
