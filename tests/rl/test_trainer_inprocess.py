@@ -14,7 +14,8 @@ from swerl_jax.rl.trainer import GRPOTrainer
 
 
 def tiny_config(**rl):
-    """2 prompts x 8 samples (one row per fake device and micro-batch) of the compact synthetic prompt (~200 tokens), 8 new tokens, a varying reward."""
+    """2 prompts x 8 samples (one row per fake device and micro-batch) of the compact synthetic prompt (~200
+    tokens), 8 new tokens, a reward that varies with the text."""
     c = base.get_config()
     c.model.name = "demo-7m"  # the smallest registry model with the tokenizer's 49152-token vocabulary
     c.data.synthetic_num_records = 4
