@@ -25,7 +25,10 @@ python3 -m venv .venv && .venv/bin/pip install -q -e . 'jax[tpu]==0.10.2'"
 fi
 
 # Print the fit once (host 0's output is enough; every host computes the same plan).
-"${PY:-.venv/bin/python}" launch/plan.py --config="$CONFIG" "$@" 2>/dev/null | tail -n 3 || true
+# The planner gets only the --config.FIELD=VALUE flags (it has no --workdir); the trainer gets them all.
+PLAN_ARGS=(); for a in "$@"; do if [[ "$a" == --config.* ]]; then PLAN_ARGS+=("$a"); fi; done
+"${PY:-.venv/bin/python}" launch/plan.py --config="$CONFIG" ${PLAN_ARGS[@]+"${PLAN_ARGS[@]}"} 2>/dev/null | tail -n 3 \
+  || true
 ARGS=$(printf ' %q' "$@")
 gssh "cd $REMOTE_DIR && SWERL_DISTRIBUTED=auto .venv/bin/python -m swerl_jax.train --config=$CONFIG$ARGS \
 2>&1 | tee -a /tmp/swerl_jax_train.log"

@@ -65,8 +65,11 @@ def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, c
 def sampling_params(config: Any) -> SamplingParams:
     """The `sampler` section as SamplingParams (stop at the tokenizer's end of turn)."""
     s = config.sampler
-    return SamplingParams(temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k),
-                          max_new_tokens=int(s.max_new_tokens)).validate()
+    try:
+        return SamplingParams(temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k),
+                              max_new_tokens=int(s.max_new_tokens)).validate()
+    except ValueError as err:  # name the config key (the fields are the sampler section's), not the dataclass
+        raise ValueError(str(err).replace("sampling.", "sampler.", 1)) from err
 
 
 class GRPOTrainer:
@@ -79,6 +82,9 @@ class GRPOTrainer:
         rl = config.rl
         self.num_steps = int(rl.num_steps)
         self.num_samples = int(rl.num_samples)
+        if self.num_samples < 2:  # a group of one has no baseline: every advantage is 0 and nothing trains
+            raise ValueError(f"rl.num_samples must be >= 2 (GRPO compares the samples of a group), "
+                             f"got {rl.num_samples}")
         processes = jax.process_count()
         if int(rl.prompts_per_step) % processes:
             raise ValueError(f"rl.prompts_per_step={rl.prompts_per_step} is not divisible by the {processes} "

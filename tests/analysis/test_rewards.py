@@ -72,9 +72,11 @@ def test_real_gpt4_predictions(shared_data):
     rewards = [r["reward"] for r in rows]
     stats = summarize(rewards)
     assert stats["mean"] == pytest.approx(statistics.fmean(rewards), abs=1e-12)
-    # The README's mean 0.24 / median 0.11 is raw-patch difflib; the per-file unidiff reward lands near it.
-    assert 0.15 < stats["mean"] < 0.3 and 0.05 < stats["median"] < 0.2
-    assert 1 <= sum(r["exact"] for r in rows) <= 10
+    # The README's mean 0.24 / median 0.11 is raw-patch difflib; the per-file unidiff reward is deterministic and
+    # lands near it: pinned (a change to the reward or the diff parsing shows here).
+    assert stats["mean"] == pytest.approx(0.21482581435647216, abs=1e-12)
+    assert stats["median"] == pytest.approx(0.10606471373119844, abs=1e-12)
+    assert sum(r["exact"] for r in rows) == 2
 
 
 def test_summarize_against_statistics():

@@ -1,9 +1,13 @@
-"""The launchers: failure propagation of multiprocess_cpu.sh, and the commands tpu_pod.sh / slurm_h100.sbatch
-issue (gcloud / srun replaced by recorders on PATH)."""
+"""The launchers, run for real: failure propagation of multiprocess_cpu.sh; local.sh, tpu_pod.sh and
+slurm_h100.sbatch start the real planner and trainer (only gcloud / srun are recorders on PATH that run the
+command they are given)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,45 +44,91 @@ def test_multiprocess_env_and_failure_propagation(tmp_path):
     assert "[2] 2 3 127.0.0.1" in out.stdout
 
 
-def _recorder(bin_dir: Path, name: str, log: Path) -> None:
+# Every launcher run below starts the real planner and the real trainer with both stages at 0 steps: the trainer
+# parses every flag, writes the resolved config and prints its summary, so a flag either side rejects fails here.
+ZERO = ["--config.rl.num_steps=0", "--config.sft.num_steps=0"]
+
+
+def _env(bin_dir: Path, **extra: str) -> dict:
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PY": sys.executable, "PYTHONPATH": str(REPO),
+            "JAX_PLATFORMS": "cpu", **extra}
+
+
+def _summary(stdout: str) -> dict:
+    return json.loads(stdout[stdout.index("\n{") + 1:stdout.rindex("}") + 1])
+
+
+def _recorder(bin_dir: Path, name: str, log: Path, then: str = "") -> None:
+    """`name` on PATH: appends its argv (one line, each argument quoted) to `log`, then runs `then`."""
     path = bin_dir / name
-    path.write_text(f'#!/usr/bin/env bash\necho "{name} $*" >> {log}\n')
+    path.write_text(f'#!/usr/bin/env bash\n{{ printf %s "{name}"; printf " %q" "$@"; echo; }} >> {log}\n{then}\n')
     path.chmod(0o755)
 
 
-def _fake_python(bin_dir: Path, log: Path) -> str:
-    """A stand-in for .venv/bin/python that records its arguments (the launchers only exec it)."""
-    path = bin_dir / "python"
-    path.write_text(f'#!/usr/bin/env bash\necho "python $*" >> {log}\n')
-    path.chmod(0o755)
-    return str(path)
+def test_launchers_name_only_modules_and_experiments_that_exist():
+    for script in SCRIPTS:
+        text = (REPO / "launch" / script).read_text()
+        for module in re.findall(r"-m (swerl_jax[\w.]*)|MODULE=(swerl_jax[\w.]*)", text):
+            name = module[0] or module[1]
+            assert importlib.util.find_spec(name) is not None, f"launch/{script} names {name}, which does not exist"
+        for exp in re.findall(r"experiments/\w+\.py", text):
+            assert exp == "experiments/NAME.py" or (REPO / exp).is_file(), f"launch/{script} names {exp}"
 
 
-def test_tpu_pod_runs_the_trainer_on_every_worker(tmp_path):
+def test_local_sh_its_own_example_with_workdir_plans_then_trains(tmp_path):
+    # launch/local.sh X.py --workdir=...: the planner used to get --workdir too, reject it and print no plan
+    run = tmp_path / "run"
+    out = subprocess.run(["bash", "launch/local.sh", "experiments/tiny_cpu.py", f"--workdir={run}",
+                          "--config.data.max_prompt_len=512", *ZERO], cwd=REPO, env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "model demo-7m on cpu" in out.stdout and "verdict: fits" in out.stdout, out.stderr[-3000:]
+    assert "FATAL" not in out.stderr
+    assert _summary(out.stdout) == {"workdir": str(run)}
+    config = json.loads((run / "config.json").read_text())
+    assert config["data"]["max_prompt_len"] == 512 and config["rl"]["num_steps"] == 0
+
+
+def test_tpu_pod_plans_then_runs_the_trainer_on_every_worker(tmp_path):
+    # the fake gcloud runs the --command it is given in a stand-in for the worker's home: REMOTE_DIR holds the
+    # checkout and its .venv, as SETUP=1 leaves it
+    log, home, remote = tmp_path / "calls.log", tmp_path / "home", tmp_path / "home" / "swerl_jax"
+    remote.mkdir(parents=True)
+    for name in ("swerl_jax", "experiments", "launch"):
+        (remote / name).symlink_to(REPO / name)
+    (remote / ".venv").symlink_to(Path(sys.executable).parents[1])
+    _recorder(tmp_path, "gcloud", log, then=f'cd {home}; for a in "$@"; do [[ "$a" == --command=* ]] && '
+                                           'exec bash -c "${a#--command=}"; done; exit 0')
+    run = tmp_path / "run"
+    # one host: the explicit one-process settings win over SWERL_DISTRIBUTED=auto (no TPU metadata here)
+    args = [f"--workdir={run}", "--config.mesh.coordinator_address=127.0.0.1:1", "--config.mesh.num_processes=1",
+            *ZERO]
+    out = subprocess.run(["bash", "launch/tpu_pod.sh", "experiments/tiny_cpu.py", *args], cwd=REPO,
+                         env=_env(tmp_path, TPU_NAME="pod", ZONE="z1", REMOTE_DIR="swerl_jax"),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "verdict: fits" in out.stdout  # the plan's last lines
+    assert _summary(out.stdout) == {"workdir": str(run)}
+    assert log.read_text().splitlines() == [
+        "gcloud compute tpus tpu-vm ssh pod --zone=z1 --worker=all --command=cd\\ swerl_jax\\ \\&\\&\\ "
+        "SWERL_DISTRIBUTED=auto\\ .venv/bin/python\\ -m\\ swerl_jax.train\\ --config=experiments/tiny_cpu.py"
+        + "".join(f"\\ {a}" for a in args) + "\\ 2\\>\\&1\\ \\|\\ tee\\ -a\\ /tmp/swerl_jax_train.log"]
+
+
+def test_slurm_plans_then_sruns_the_trainer(tmp_path):
+    # the fake srun records its argv, drops its own options and runs the command, as srun does on each node
     log = tmp_path / "calls.log"
-    _recorder(tmp_path, "gcloud", log)
-    py = _fake_python(tmp_path, log)
-    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "TPU_NAME": "pod", "ZONE": "z1", "PY": py}
-    subprocess.run(["bash", "launch/tpu_pod.sh", "experiments/swerl_llama3_70b.py", "--config.mesh.name=tpu-v5p-512"],
-                   cwd=REPO, env=env, check=True, timeout=60, capture_output=True)
-    calls = log.read_text()
-    assert calls.startswith("python launch/plan.py --config=experiments/swerl_llama3_70b.py "
-                            "--config.mesh.name=tpu-v5p-512\n")
-    assert "gcloud compute tpus tpu-vm ssh pod --zone=z1 --worker=all --command=" in calls
-    assert ("SWERL_DISTRIBUTED=auto .venv/bin/python -m swerl_jax.train --config=experiments/swerl_llama3_70b.py "
-            "--config.mesh.name=tpu-v5p-512") in calls
-
-
-def test_slurm_plans_then_sruns_one_process_per_node(tmp_path):
-    log = tmp_path / "calls.log"
-    _recorder(tmp_path, "srun", log)
-    py = _fake_python(tmp_path, log)
-    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "PY": py, "SLURM_SUBMIT_DIR": str(REPO)}
-    subprocess.run(["bash", "launch/slurm_h100.sbatch"], cwd=REPO, env=env, check=True, timeout=60,
-                   capture_output=True)
-    calls = log.read_text().splitlines()
-    assert calls[0] == "python launch/plan.py --config=experiments/swerl_llama3_70b.py"
-    assert calls[1] == f"srun --kill-on-bad-exit=1 {py} -m swerl_jax.train --config=experiments/swerl_llama3_70b.py"
+    _recorder(tmp_path, "srun", log, then='while [[ "$1" == --* ]]; do shift; done; exec "$@"')
+    run = tmp_path / "run"
+    out = subprocess.run(["bash", "launch/slurm_h100.sbatch", "experiments/tiny_cpu.py", f"--workdir={run}", *ZERO],
+                         cwd=REPO, env=_env(tmp_path, SLURM_SUBMIT_DIR=str(REPO)), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "verdict: fits" in out.stdout
+    assert _summary(out.stdout) == {"workdir": str(run)}
+    assert log.read_text().splitlines() == [
+        f"srun --kill-on-bad-exit=1 {sys.executable} -m swerl_jax.train --config=experiments/tiny_cpu.py "
+        f"--workdir={run} {' '.join(ZERO)}"]
     text = (REPO / "launch" / "slurm_h100.sbatch").read_text()
     assert "#SBATCH --nodes=64" in text and "#SBATCH --ntasks-per-node=1" in text
     assert "JAX_LOCAL_DEVICE_IDS=0,1,2,3,4,5,6,7" in text

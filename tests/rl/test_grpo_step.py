@@ -1,5 +1,6 @@
-"""The building blocks composed as the trainer will: grpo_loss on a tiny Llama in the sharded, micro-batched
-train step with make_optimizer, then Checkpointer save -> restore -> the next step is bit-identical."""
+"""The trainer's loss (`rl.trainer.make_rl_loss`: grpo_loss + the sampler/trainer log-prob mismatch) on a tiny Llama
+in the sharded, micro-batched train step with make_optimizer, then Checkpointer save -> restore -> the next step
+is bit-identical."""
 
 import jax
 import jax.numpy as jnp
@@ -9,9 +10,10 @@ from experiments.base import get_config
 from swerl_jax import sharding
 from swerl_jax.checkpoint import Checkpointer, abstract_like
 from swerl_jax.model.config import get_model_config
-from swerl_jax.model.llama import init_params, token_logprobs
+from swerl_jax.model.llama import init_params
 from swerl_jax.optim import make_optimizer
-from swerl_jax.rl.objectives import GRPOLossConfig, grpo_loss
+from swerl_jax.rl.objectives import GRPOLossConfig
+from swerl_jax.rl.trainer import make_rl_loss
 from swerl_jax.train_step import create_train_state, make_train_step
 
 MODEL = get_model_config("tiny", num_heads=4, num_kv_heads=2, hidden_size=32, intermediate_size=64,
@@ -19,13 +21,8 @@ MODEL = get_model_config("tiny", num_heads=4, num_kv_heads=2, hidden_size=32, in
 B, PROMPT, COMP = 8, 6, 6
 CFG = GRPOLossConfig(clip_eps_low=0.2, clip_eps_high=0.28, kl_coef=0.05, kl_estimator="k3",
                      loss_agg="seq-mean-token-mean", entropy_coef=0.01, compact_filtering=True)
-
-
-def loss_fn(params, batch):
-    logp, ent = token_logprobs(MODEL, params, batch["tokens"], batch["attention_mask"], with_entropy=True,
-                               start=PROMPT - 1, length=COMP)
-    return grpo_loss(logp, batch["old_logp"], batch["ref_logp"], batch["advantages"], batch["loss_mask"], CFG,
-                     entropy=ent, truncated=batch["truncated"])
+TEMPERATURE = 0.7  # the trainer scores log-probs at the sampler's temperature
+loss_fn = make_rl_loss(MODEL, CFG, PROMPT, COMP, TEMPERATURE)
 
 
 def make_batch():
@@ -39,9 +36,10 @@ def make_batch():
     # a freshly initialised policy is near uniform (logp ~ -log V): behaviour log-probs around that value put
     # the ratios within ~e^(+-0.3) of 1, so some tokens clip and some do not
     around = lambda sd: (-np.log(MODEL.vocab_size) + rng.normal(0, sd, (B, COMP))).astype(np.float32)
-    return {"tokens": tokens, "attention_mask": attn, "loss_mask": loss_mask, "old_logp": around(0.3),
-            "ref_logp": around(0.1), "advantages": rng.normal(size=B).astype(np.float32),
-            "truncated": clen == COMP}
+    old = around(0.3)
+    return {"tokens": tokens, "attention_mask": attn, "loss_mask": loss_mask, "old_logp": old,
+            "sampler_logp": old + rng.normal(0, 0.01, (B, COMP)).astype(np.float32), "ref_logp": around(0.1),
+            "advantages": rng.normal(size=B).astype(np.float32), "truncated": clen == COMP}
 
 
 def test_sharded_micro_batched_grpo_step_and_checkpoint_resume(tmp_path):
@@ -57,6 +55,7 @@ def test_sharded_micro_batched_grpo_step_and_checkpoint_resume(tmp_path):
     # reference: the whole batch at once, no sharding, no micro-batches
     ref_loss, ref_aux = jax.jit(loss_fn)(params, batch)
     assert 0 < float(ref_aux["clip_frac"]) < 1 and float(ref_aux["filtered_frac"]) > 0
+    assert float(ref_aux["kl"]) > 0 and float(ref_aux["logprob_max_abs_diff"]) > 0  # reference and mismatch used
 
     optimizer = make_optimizer(config.optim, num_steps=4)
     state, shardings = create_train_state(MODEL, mesh, optimizer, jax.random.key(1), rules, params=params)

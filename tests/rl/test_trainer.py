@@ -19,12 +19,13 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 SMALL = ["--config=experiments/tiny_cpu.py", "--config.sft.num_steps=0", "--config.rl.num_steps=6",
          "--config.rl.prompts_per_step=2", "--config.rl.num_samples=4", "--config.sampler.max_new_tokens=24",
          "--config.sampler.prompts_per_request=1", "--config.checkpoint.every_steps=2",
-         "--config.reward.kind=python:tests.rl.reward_hooks.vowel_reward", "--config.optim.learning_rate=3e-3",
+         "--config.reward.kind=python:tests.rl.reward_hooks.gated_vowel_reward",
+         "--config.reward.timeout_s=600", "--config.optim.learning_rate=3e-3",
          "--config.rl.update_epochs=2", "--config.logging.progress_bar=False"]
 
 
-def _env() -> dict:
-    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+def _env(**extra: str) -> dict:
+    return {**os.environ, **extra, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
             "PYTHONPATH": str(REPO), "JAX_COMPILATION_CACHE_DIR": os.environ.get(
                 "SWERL_JAX_CACHE", str(pathlib.Path.home() / ".cache" / "swerl_jax" / "jax"))}
 
@@ -57,21 +58,27 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
     assert all(r["ratio_max"] < 1 + 1e-3 for r in expected)
     assert any(abs(r["last_epoch/ratio_mean"] - 1) > 1e-4 for r in expected)
 
-    killed = tmp_path / "killed"
+    killed, gate = tmp_path / "killed", tmp_path / "gate"
+    gate.mkdir()
+    # The reward hook blocks the first reward of step 5 (after 4 steps x 2 prompts x 4 samples): the run cannot
+    # get past it, so the kill lands inside step 5 whatever the machine's load; wait on that event, not a clock.
+    env = _env(SWERL_TEST_GATE=str(gate), SWERL_TEST_GATE_AFTER=str(4 * 2 * 4))
     cmd = [sys.executable, "-m", "swerl_jax.train", f"--workdir={killed}", *SMALL]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 600
-    try:  # kill it as soon as checkpoint 4 is final: mid-way through step 5
-        while not (killed / "checkpoints" / "4").is_dir():
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600  # hang guard only
+    try:
+        while not ((gate / "blocked").exists() and (killed / "checkpoints" / "4").is_dir()):
             assert proc.poll() is None, "training ended before it could be killed"
-            assert time.monotonic() < deadline
+            assert time.monotonic() < deadline, "the run never reached step 5's rewards"
             time.sleep(0.05)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    before = read_metrics(killed / "metrics.jsonl")
-    assert 4 <= len(before) < 6  # step 5 may or may not have been logged before the kill
+    # the kill came inside step 5: steps 1-4 logged and checkpointed, nothing of step 5 written
+    assert [r["step"] for r in read_metrics(killed / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert sorted(p.name for p in (killed / "checkpoints").iterdir() if p.name.isdigit()) == ["2", "4"]
+    assert sorted(p.name for p in (killed / "rollouts").glob("*.jsonl")) == sorted(_rollouts(full))[:4]
 
     out = _train(killed, SMALL)
     summary = json.loads(out.stdout[out.stdout.index("{"):])

@@ -1,0 +1,98 @@
+"""GRPOTrainer in this process (sampler.mode=inline, the 7M demo model, 8 new tokens): the switches the slow
+end-to-end tests leave at their defaults -- kl_coef > 0 (reference log-probs), old_logprobs=recompute, a
+micro-batched update -- and every constructor config error, named by its key."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from experiments import base
+from swerl_jax.metrics import read_metrics
+from swerl_jax.rl.trainer import GRPOTrainer
+
+
+def tiny_config(**rl):
+    """2 prompts x 8 samples (one row per fake device and micro-batch) of the compact synthetic prompt (~200
+    tokens), 8 new tokens, a reward that varies with the text."""
+    c = base.get_config()
+    c.model.name = "demo-7m"  # the smallest registry model with the tokenizer's 49152-token vocabulary
+    c.data.synthetic_num_records = 4
+    c.data.rl_num_records = 2
+    c.data.prompt_style = "compact"
+    c.data.max_prompt_len = 256
+    c.sampler.update(mode="inline", max_new_tokens=8, max_batch=16)
+    c.rl.update(num_steps=2, prompts_per_step=2, num_samples=8, kl_coef=0.0, old_logprobs="sampler",
+                micro_batch_size=0)
+    c.rl.update(rl)
+    c.reward.update(kind="python:tests.rl.reward_hooks.vowel_reward", num_workers=1)
+    c.optim.learning_rate = 1e-2  # one update moves the policy measurably away from the reference
+    c.checkpoint.every_steps = 1
+    c.logging.update(tensorboard=False, progress_bar=False)
+    return c
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The plain step (1 step) and the one with every switch on (2 steps), from the same seed."""
+    out = {}
+    for name, steps, rl in (("plain", 1, {}),
+                            ("switches", 2, {"kl_coef": 0.05, "old_logprobs": "recompute", "micro_batch_size": 8})):
+        trainer = GRPOTrainer(tiny_config(num_steps=steps, **rl), tmp_path_factory.mktemp(name))
+        has_reference, num_micro = trainer.reference is not None, trainer.num_micro
+        summary = trainer.run()
+        out[name] = (read_metrics(summary["metrics"]), has_reference, num_micro)
+    return out
+
+
+def test_switches_kl_recompute_and_micro_batches(runs):
+    plain, plain_ref, plain_micro = runs["plain"]
+    rows, has_ref, num_micro = runs["switches"]
+    assert (plain_ref, plain_micro) == (False, 1)  # kl_coef 0: no reference is kept
+    assert (has_ref, num_micro) == (True, 2)
+    assert [r["step"] for r in rows] == [1, 2] and [r["policy_version"] for r in rows] == [0, 1]
+    for r in rows:
+        assert math.isfinite(r["loss"]) and r["grad_norm"] > 0 and r["nonfinite_update"] == 0
+        # recompute: old log-probs are the trainer's own, so the first update's ratio is 1 on every token
+        assert abs(r["ratio_max"] - 1) < 1e-5 and abs(r["ratio_mean"] - 1) < 1e-6
+        # and the sampler's log-probs of the same tokens are measured against them
+        assert 0 <= r["logprob_max_abs_diff"] < 1e-3
+    # step 1: the policy is the reference (KL 0); after one update at lr 1e-2 it is not
+    assert rows[0]["kl"] == pytest.approx(0.0, abs=1e-6) and rows[1]["kl"] > 1e-4
+    # step 1 with KL (at 0), recomputed old log-probs and 2 micro-batches is the plain whole-batch step: same
+    # rollouts (same seed and policy), same loss and gradient up to float32 summation order
+    for key in ("reward_mean", "advantage_std"):
+        assert rows[0][key] == plain[0][key], key
+    for key in ("loss", "pg_loss", "grad_norm", "entropy"):
+        assert rows[0][key] == pytest.approx(plain[0][key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("rl.advantage", "nope", r"rl.advantage='nope' is not one of"),
+    ("rl.std_ddof", 8, r"rl.std_ddof=8 needs more than 8 samples per prompt"),
+    ("rl.old_logprobs", "x", r"rl.old_logprobs must be 'sampler' or 'recompute', got 'x'"),
+    ("rl.micro_batch_size", 3, r"rl.micro_batch_size=3 does not divide the step's 16 rows"),
+    ("rl.update_epochs", 0, r"rl.update_epochs must be >= 1"),
+    ("rl.kl_estimator", "k9", r"rl.kl_estimator='k9' is not one of"),
+    ("rl.loss_agg", "x", r"rl.loss_agg='x' is not one of"),
+    ("rl.clip_eps_low", -0.1, r"rl.clip_eps_low must be in \[0, 1\)"),
+    ("rl.dual_clip", 0.5, r"rl.dual_clip must be 0 \(off\) or > 1"),
+    ("rl.num_samples", 1, r"rl.num_samples must be >= 2"),
+    ("sampler.temperature", -1.0, r"sampler.temperature must be >= 0"),
+    ("sampler.top_p", 0.0, r"sampler.top_p must be in \(0, 1\]"),
+])
+def test_constructor_names_the_bad_config_key(tmp_path, key, value, message):
+    c = tiny_config()
+    section, field = key.split(".")
+    c[section][field] = value
+    with pytest.raises(ValueError, match=message):
+        GRPOTrainer(c, tmp_path)
+
+
+def test_unknown_sampler_mode_is_named_and_nothing_is_left_running(tmp_path):
+    trainer = GRPOTrainer(tiny_config(num_steps=1), tmp_path)
+    trainer.config.sampler.mode = "threads"
+    with pytest.raises(ValueError, match="sampler.mode must be 'process' or 'inline', got 'threads'"):
+        trainer.run()
+    assert trainer.sampler is None and not (tmp_path / "metrics.jsonl").read_text().strip()

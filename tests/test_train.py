@@ -1,0 +1,92 @@
+"""`swerl_jax.train`: bad flags are named; SFT -> GRPO hand-off (GRPO starts from the SFT stage's final params);
+a re-run does not repeat a finished SFT stage. SFTTrainer.run and GRPOTrainer.run in this process (inline sampler,
+the 7M demo model, 2 SFT steps, 1-2 GRPO steps)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from swerl_jax import train
+from swerl_jax.metrics import read_metrics
+from swerl_jax.rl import trainer as rl_trainer
+from tests.rl.test_trainer_inprocess import tiny_config
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--config.rl.nope=1", "nope"),
+    ("--workdirr=/tmp/x", "Unknown command line flag 'workdirr'"),
+    ("--config.rl.num_steps=many", "many"),
+])
+def test_bad_flag_is_named_and_nothing_runs(tmp_path, flag, message):
+    out = subprocess.run([sys.executable, "-m", "swerl_jax.train", "--config=experiments/tiny_cpu.py",
+                          f"--workdir={tmp_path / 'run'}", flag], cwd=REPO, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)})
+    assert out.returncode != 0
+    assert message in out.stderr, out.stderr[-2000:]
+    assert not (tmp_path / "run").exists()  # rejected before any work
+
+
+def _config(rl_steps: int):
+    c = tiny_config(num_steps=rl_steps)
+    c.sft.update(num_steps=2, batch_size=8, max_len=448, learning_rate=1e-3)
+    c.data.synthetic_num_records = 8
+    return c
+
+
+@pytest.fixture(scope="module")
+def handoff(tmp_path_factory, request):
+    """run_experiment twice into one workdir (GRPO 1 step, then 2), recording what each GRPOTrainer starts from."""
+    workdir = tmp_path_factory.mktemp("run")
+    seen = []
+    original = rl_trainer.GRPOTrainer.__init__
+
+    def spy(self, config, wd, initial_params=None):
+        original(self, config, wd, initial_params=initial_params)
+        seen.append((None if initial_params is None else jax.device_get(initial_params),
+                     jax.device_get(self.policy.state.params)))
+
+    mp = pytest.MonkeyPatch()
+    request.addfinalizer(mp.undo)
+    mp.setattr(rl_trainer.GRPOTrainer, "__init__", spy)
+    first = train.run_experiment(_config(1), workdir)
+    sft_rows = (workdir / "sft" / "metrics.jsonl").read_text()
+    second = train.run_experiment(_config(2), workdir)
+    return workdir, first, second, sft_rows, seen
+
+
+@pytest.mark.slow  # two SFT + GRPO runs: ~2 min on the shared 2-core machine
+def test_grpo_starts_from_the_sft_stage_final_params(handoff):
+    workdir, first, _, _, seen = handoff
+    assert [r["step"] for r in read_metrics(workdir / "sft" / "metrics.jsonl")] == [1, 2]
+    assert first["sft"]["steps"] == 2 and first["rl"]["resumed_from"] == 0
+    given, placed = seen[0]
+    assert "2" in os.listdir(first["sft"]["checkpoints"])  # its final step is checkpointed
+    # GRPO's starting policy is exactly the params the SFT stage handed over
+    for a, b in zip(jax.tree.leaves(given), jax.tree.leaves(placed)):
+        np.testing.assert_array_equal(a, b)
+    # and it is not a fresh init: SFT moved the params away from the seeded random ones
+    from swerl_jax.policy import Policy
+
+    fresh = jax.device_get(Policy.create(_config(1), 1).state.params)
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(fresh), jax.tree.leaves(placed)))
+
+
+@pytest.mark.slow
+def test_rerun_does_not_repeat_a_finished_sft_stage(handoff):
+    workdir, _, second, sft_rows, seen = handoff
+    assert (workdir / "sft" / "metrics.jsonl").read_text() == sft_rows  # no SFT step ran again
+    assert second["rl"]["resumed_from"] == 1  # GRPO continued from its own checkpoint
+    assert [r["step"] for r in read_metrics(workdir / "metrics.jsonl")] == [1, 2]
+    # the second GRPO trainer was handed the SFT params restored from its final checkpoint (not retrained): the
+    # same as the live ones the first time
+    for a, b in zip(jax.tree.leaves(seen[0][0]), jax.tree.leaves(seen[1][0])):
+        np.testing.assert_array_equal(a, b)
