@@ -47,6 +47,32 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
             raise ValueError("rl.baseline_excludes_filtered=True needs rl.compact_filtering=True (it excludes the "
                              "compact-filtered samples)")
     micro_batches(int(config.sft.batch_size), int(config.sft.micro_batch_size), "sft.micro_batch_size")
+    _check_batch_shards(config)
+
+
+def _check_batch_shards(config: ml_collections.ConfigDict) -> None:
+    """A micro-batch is sharded over the batch mesh axes: on a named mesh its size must split over them."""
+    import math
+
+    from swerl_jax import sharding
+    from swerl_jax.meshes import MESHES
+
+    if config.mesh.name not in MESHES:
+        return  # an unnamed mesh: its device count is only known at run time (sharding.validate_mesh then)
+    sizes = sharding.mesh_axis_sizes(config, MESHES[config.mesh.name].num_devices)
+    axes = dict(sharding.logical_axis_rules(config)).get("activation_batch") or ()
+    shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
+    rl, sft = config.rl, config.sft
+    batches = []  # only the stages that run shard a batch
+    if int(sft.num_steps) > 0:
+        batches.append(("sft.micro_batch_size", int(sft.micro_batch_size) or int(sft.batch_size)))
+    if int(rl.num_steps) > 0:
+        batches.append(("rl.micro_batch_size",
+                        int(rl.micro_batch_size) or int(rl.prompts_per_step) * int(rl.num_samples)))
+    for key, size in batches:
+        if size % shards:
+            raise ValueError(f"{key}: a micro-batch of {size} sequences does not split over the {shards} batch shards "
+                             f"of mesh {config.mesh.name!r}; use a multiple of {shards} (0: the whole batch)")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

@@ -64,6 +64,18 @@ def test_sft_micro_batch_is_a_base_key_and_is_validated():
         base.validate_config(c)
 
 
+def test_micro_batch_that_does_not_split_over_the_mesh_fails_validation_naming_the_key():
+    c = _load("swerl_llama3_70b")
+    c.rl.micro_batch_size = 32  # the paper config before the fix: 32 sequences over 512 batch shards
+    with pytest.raises(ValueError, match="rl.micro_batch_size: a micro-batch of 32 sequences does not split over the "
+                                         "512 batch shards"):
+        base.validate_config(c)
+    c = _load("sft_llama3_70b")
+    c.sft.batch_size = 128
+    with pytest.raises(ValueError, match="sft.micro_batch_size: a micro-batch of 128"):
+        base.validate_config(c)
+
+
 def test_paper_configs_use_grpo_aggregation():
     # SWE-RL's loss is GRPO's: 1/|o_i| per sequence, then the mean over the G samples
     for name in ("swerl_llama3_70b", "ablation_discrete_reward"):
