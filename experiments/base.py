@@ -14,9 +14,70 @@ from __future__ import annotations
 import ml_collections
 
 
+def check_variant(arg: str | None, variants: tuple[str, ...], experiment: str) -> None:
+    """Raise ValueError naming the valid variants when `arg` (the `:arg` of `--config=FILE:arg`) is unknown.
+
+    An unknown variant used to fall back silently to the default config (a typo ran the wrong experiment).
+    """
+    if arg and arg not in variants:
+        raise ValueError(f"{experiment}: unknown variant {arg!r}; valid: {list(variants) or 'none'}")
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Checks that need no devices, run at load time (trainers, launch/plan.py); ValueError names the key.
+
+    The loss config (`GRPOLossConfig.validate`), the advantage estimator on G samples (a group-relative
+    estimator needs rl.num_samples >= 2: with one sample every group has zero variance and nothing trains),
+    and the micro-batch sizes against their batches.
+    """
+    import numpy as np
+
+    from swerl_jax.policy import micro_batches
+    from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
+
+    rl = config.rl
+    if int(rl.num_steps) > 0:
+        if int(rl.num_samples) < 2:
+            raise ValueError(f"rl.num_samples={rl.num_samples}: a group-relative advantage needs >= 2 samples per "
+                             "prompt (with 1, every group has zero variance and the loss is 0)")
+        GRPOLossConfig.from_config(config)
+        group_advantages(np.zeros((1, int(rl.num_samples))), str(rl.advantage), float(rl.std_eps), int(rl.std_ddof))
+        micro_batches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.micro_batch_size), "rl.micro_batch_size")
+        if rl.baseline_excludes_filtered and not rl.compact_filtering:
+            raise ValueError("rl.baseline_excludes_filtered=True needs rl.compact_filtering=True (it excludes the "
+                             "compact-filtered samples)")
+    micro_batches(int(config.sft.batch_size), int(config.sft.micro_batch_size), "sft.micro_batch_size")
+    _check_batch_shards(config)
+
+
+def _check_batch_shards(config: ml_collections.ConfigDict) -> None:
+    """A micro-batch is sharded over the batch mesh axes: on a named mesh its size must split over them."""
+    import math
+
+    from swerl_jax import sharding
+    from swerl_jax.meshes import MESHES
+
+    if config.mesh.name not in MESHES:
+        return  # an unnamed mesh: its device count is only known at run time (sharding.validate_mesh then)
+    sizes = sharding.mesh_axis_sizes(config, MESHES[config.mesh.name].num_devices)
+    axes = dict(sharding.logical_axis_rules(config)).get("activation_batch") or ()
+    shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
+    rl, sft = config.rl, config.sft
+    batches = []  # only the stages that run shard a batch
+    if int(sft.num_steps) > 0:
+        batches.append(("sft.micro_batch_size", int(sft.micro_batch_size) or int(sft.batch_size)))
+    if int(rl.num_steps) > 0:
+        batches.append(("rl.micro_batch_size",
+                        int(rl.micro_batch_size) or int(rl.prompts_per_step) * int(rl.num_samples)))
+    for key, size in batches:
+        if size % shards:
+            raise ValueError(f"{key}: a micro-batch of {size} sequences does not split over the {shards} batch shards "
+                             f"of mesh {config.mesh.name!r}; use a multiple of {shards} (0: the whole batch)")
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    """The default config; `arg` is unused here (experiments use it for variants)."""
-    del arg
+    """The default config; takes no variant (`arg` must be None or empty)."""
+    check_variant(arg, (), "base.py")
     c = ml_collections.ConfigDict()
     c.seed = 0
 
@@ -85,8 +146,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.prompts_per_step = 32
     c.rl.num_samples = 16  # G rollouts per prompt
     c.rl.advantage = "grpo"  # grpo | drgrpo (no std) | loo (leave-one-out)
-    c.rl.std_eps = 1e-6
-    c.rl.std_ddof = 0
+    c.rl.std_eps = 1e-6  # not published
+    c.rl.std_ddof = 0  # not published (population std, as TRL/verl)
     c.rl.clip_eps_low = 0.2  # not published
     c.rl.clip_eps_high = 0.2  # 0.28 for DeepSWE clip-high
     c.rl.dual_clip = 0.0  # 0: off, else c (e.g. 3.0)
@@ -96,6 +157,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.loss_norm = 0  # normaliser for seq-mean-token-sum-norm; 0: sampler.max_new_tokens
     c.rl.entropy_coef = 0.0
     c.rl.compact_filtering = False  # mask completions that hit max_new_tokens
+    # What a sequence-mean loss_agg divides by: "active" rows with a counted token (ours; filtered rows do not
+    # dilute the mean) | "all" rows, filtered ones adding 0 (DeepSWE's verl fork; upstream verl sums rows / norm).
+    c.rl.seq_mean_rows = "active"
+    # True: compact-filtered (truncated) samples stay out of their group's advantage baseline (DeepSWE: masked
+    # trajectories get no final reward); False: their real rewards count in the group mean/std (ours).
+    c.rl.baseline_excludes_filtered = False
     c.rl.old_logprobs = "sampler"  # sampler | recompute
     c.rl.micro_batch_size = 0  # 0: the whole step's batch at once
     c.rl.update_epochs = 1  # optimizer updates on each step's batch (GRPO's mu; the paper: one per step)
@@ -103,12 +170,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Optimiser (shared by RL and SFT).
     c.optim = ml_collections.ConfigDict()
     c.optim.learning_rate = 1e-6  # not published
-    c.optim.warmup_steps = 0
-    c.optim.schedule = "constant"  # constant | cosine
-    c.optim.b1 = 0.9
-    c.optim.b2 = 0.999
-    c.optim.weight_decay = 0.0
-    c.optim.grad_clip = 1.0
+    c.optim.warmup_steps = 0  # not published
+    c.optim.schedule = "constant"  # constant | cosine; not published
+    c.optim.b1 = 0.9  # not published
+    c.optim.b2 = 0.999  # not published
+    c.optim.weight_decay = 0.0  # not published
+    c.optim.grad_clip = 1.0  # not published
     c.optim.grad_accum_steps = 1
     c.optim.eps = 1e-8  # Adam epsilon
     c.optim.final_lr_ratio = 0.0  # cosine decays to learning_rate * this
@@ -120,6 +187,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sft.batch_size = 32
     c.sft.max_len = 2048
     c.sft.learning_rate = 1e-5
+    c.sft.micro_batch_size = 0  # sequences per micro-batch (gradient accumulation); 0: the whole batch at once
 
     # Checkpoints.
     c.checkpoint = ml_collections.ConfigDict()

@@ -5,7 +5,7 @@ from experiments import base
 
 def get_config(arg: str | None = None):
     """smollm2_cpu; the records file defaults to ../shared/data/pr_records_requests_flask.jsonl."""
-    del arg
+    base.check_variant(arg, (), "smollm2_cpu.py")
     c = base.get_config()
     c.model.name = "smollm2-135m"
     c.model.hf_dir = "smollm2"  # converted once from the PyPI GGUF (swerl_jax.model.smollm2)

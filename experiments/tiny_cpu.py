@@ -17,6 +17,7 @@ from experiments import base
 
 def get_config(arg: str | None = None):
     """tiny_cpu; `arg="short"` halves the GRPO steps."""
+    base.check_variant(arg, ("short",), "tiny_cpu.py")
     c = base.get_config()
     c.model.name = "demo-7m"
     c.mesh.name = "cpu"

@@ -35,6 +35,7 @@ from ml_collections import config_flags
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
+from experiments import base  # noqa: E402
 from swerl_jax import sharding  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
 from swerl_jax.model.config import LlamaConfig, get_model_config  # noqa: E402
@@ -58,8 +59,8 @@ def workload_from_config(config: Any, mode: str = "rl") -> Workload:
     """The RL (prompt + completion, loss over the completion) or SFT workload the config describes."""
     sampler_len = config.data.max_prompt_len + config.sampler.max_new_tokens
     if mode == "sft":
-        return Workload(config.sft.batch_size, config.sft.max_len, config.sft.max_len, config.sampler.max_batch,
-                        sampler_len)
+        return Workload(config.sft.micro_batch_size or config.sft.batch_size, config.sft.max_len, config.sft.max_len,
+                        config.sampler.max_batch, sampler_len)
     step_batch = config.rl.prompts_per_step * config.rl.num_samples
     micro = config.rl.micro_batch_size or step_batch
     return Workload(micro, sampler_len, config.sampler.max_new_tokens, config.sampler.max_batch, sampler_len)
@@ -197,10 +198,11 @@ def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str =
     except ValueError as err:
         notes.append(f"invalid mesh: {err}")
     shards = sizes["data"] * sizes["fsdp"]
-    if work.micro_batch % shards:
-        notes.append(f"micro-batch of {work.micro_batch} sequences does not split over {shards} batch shards "
-                     f"(data x fsdp); planned as {-(-work.micro_batch // shards)} per device, i.e. a micro-batch "
-                     f"of {-(-work.micro_batch // shards) * shards}: set rl.micro_batch_size to a multiple of {shards}")
+    if work.micro_batch % shards:  # the trainer refuses this config at load time (sharding.validate_mesh)
+        key = "sft.micro_batch_size" if mode == "sft" else "rl.micro_batch_size"
+        notes.append(f"invalid {key}: a micro-batch of {work.micro_batch} sequences does not split over {shards} "
+                     f"batch shards (data x fsdp); planned as {-(-work.micro_batch // shards)} per device: set "
+                     f"{key} to a multiple of {shards}")
     rules = sharding.logical_axis_rules(config)
     rows = estimate(model, sizes, rules, work)
     # The largest per-device micro-batch (sequences) whose train step fits: what rl.micro_batch_size could be.
@@ -257,6 +259,7 @@ def main(argv: list[str]) -> None:
     del argv
     start = time.perf_counter()
     config = FLAGS.config
+    base.validate_config(config)  # what the trainer would refuse at load time fails here too, naming the key
     work = workload_from_config(config, FLAGS.mode)
     if FLAGS.all:
         print(f"{'mesh':<14}{'model':<15}{'train GiB':>10}{'sampler GiB':>12}{'HBM GiB':>9}  verdict")

@@ -3,10 +3,14 @@
 import re
 
 import nbformat
+import numpy as np
 import pytest
 
 from notebooks.run_notebooks import NOTEBOOK_DIR, execute_notebook, inject_parameters, main, parse_parameter
+from swerl_jax.analysis.advantages import step_groups
+from swerl_jax.analysis.runs import load_run
 from swerl_jax.analysis.simulate import trainer_available
+from tests.analysis.test_simulate import hand_grpo
 
 
 def _images(nb):
@@ -42,6 +46,7 @@ def test_advantage_notebook_defaults(tmp_path, monkeypatch):
     text = _text(nb)
     assert "| grpo |" in text and "| drgrpo |" in text and "| loo |" in text
     assert "max |logged advantage - recomputed GRPO advantage| = 0.00e+00" in text
+    _assert_logged_advantages_are_grpo(tmp_path)  # independent of the notebook's own recomputation
 
 
 @pytest.mark.slow
@@ -52,9 +57,19 @@ def test_advantage_notebook_on_a_real_tiny_cpu_run(tmp_path, monkeypatch):
                           timeout_s=900)
     text = _text(nb)
     assert "(trained)" in text and _images(nb) >= 6
-    # the trainer's logged advantages are the notebook's recomputed GRPO ones (fp32 jax vs numpy)
     diff = float(re.search(r"max \|logged advantage - recomputed GRPO advantage\| = (\S+)", text).group(1))
     assert diff < 1e-5
+    # the trainer's logged advantages against GRPO written out by hand (not the code the notebook calls)
+    _assert_logged_advantages_are_grpo(tmp_path)
+
+
+def _assert_logged_advantages_are_grpo(root):
+    """Every run the notebook made under `root`: logged advantages == hand-computed float64 GRPO (1e-5)."""
+    runs = [p for p in root.rglob("*") if p.is_dir() and (p / "rollouts").is_dir()]
+    assert runs, f"no run with rollouts/ under {root}"
+    for run in runs:
+        for groups in step_groups(load_run(run).rollouts):
+            np.testing.assert_allclose(groups.logged_advantages, hand_grpo(groups.rewards), atol=1e-5)
 
 
 def test_parameter_injection_and_cli_errors(tmp_path):

@@ -13,7 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-ESTIMATORS = ("grpo", "drgrpo", "loo")
+from swerl_jax.rl.advantages import ADVANTAGE_ESTIMATORS, group_advantages
+
+# The estimators registered when this module was imported (the notebook's default list); functions that take
+# `kinds` read the registry at call time, so an estimator registered later (`register_advantage`) shows too.
+ESTIMATORS = tuple(ADVANTAGE_ESTIMATORS)
 
 
 @dataclasses.dataclass
@@ -65,10 +69,8 @@ def step_groups(rollouts: Sequence[dict]) -> list[StepGroups]:
 def compute_advantages(
     rewards: np.ndarray, kind: str, std_eps: float = 1e-6, std_ddof: int = 0
 ) -> np.ndarray:
-    """Advantages of complete [P, G] reward groups under one estimator (grpo | drgrpo | loo), as numpy."""
-    from swerl_jax.rl.objectives import group_advantages
-
-    rewards = np.asarray(rewards, dtype=np.float32)
+    """Advantages of complete [P, G] reward groups under one registered estimator (`rl.advantage`), as numpy."""
+    rewards = np.asarray(rewards, dtype=np.float64)  # the trainer's precision: no fp32 rounding of rewards first
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [P, G], got shape {rewards.shape}")
     if np.isnan(rewards).any():
@@ -84,9 +86,10 @@ def complete_groups(groups: StepGroups) -> StepGroups:
 
 
 def estimator_table(
-    rewards: np.ndarray, kinds: Sequence[str] = ESTIMATORS, std_eps: float = 1e-6, std_ddof: int = 0
+    rewards: np.ndarray, kinds: Sequence[str] | None = None, std_eps: float = 1e-6, std_ddof: int = 0
 ) -> dict[str, np.ndarray]:
-    """{kind: advantages [P, G]} for the same reward groups under each estimator."""
+    """{kind: advantages [P, G]} for the same reward groups under each estimator (None: every registered one)."""
+    kinds = tuple(ADVANTAGE_ESTIMATORS) if kinds is None else kinds
     return {kind: compute_advantages(rewards, kind, std_eps, std_ddof) for kind in kinds}
 
 

@@ -1,6 +1,7 @@
 """GRPO objectives: group advantages, KL estimators, the clipped policy loss, loss aggregation, `grpo_loss`.
 
-Everything here is a pure `jax.numpy` function of arrays (jit-able, masks everywhere). Shapes:
+Everything here is a pure `jax.numpy` function of arrays (jit-able, masks everywhere), except the advantages
+(`swerl_jax.rl.advantages`, re-exported here): float64 numpy on the host, see there why. Shapes:
 rewards [P, G] (P prompts x G samples); per-token arrays [B, T] with B = P * G rows in (group, sample)
 order and `mask` 1.0 on real completion tokens. Variants live in three registries (`ADVANTAGE_ESTIMATORS`,
 `KL_ESTIMATORS`, `LOSS_AGGREGATORS`) so an ablation adds one decorated function and a config string.
@@ -22,25 +23,20 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from swerl_jax.rl.advantages import (  # noqa: F401  (re-exported: the advantage half of the objective)
+    ADVANTAGE_ESTIMATORS,
+    _lookup,
+    _register,
+    advantage_stats,
+    group_advantages,
+    register_advantage,
+    zero_variance_groups,
+)
+
 Array = jax.Array
 
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Array]] = {}
 KL_ESTIMATORS: dict[str, Callable[[Array, Array], Array]] = {}
 LOSS_AGGREGATORS: dict[str, Callable[..., Array]] = {}
-
-
-def _register(table: dict[str, Callable], name: str) -> Callable[[Callable], Callable]:
-    def deco(fn: Callable) -> Callable:
-        if name in table:
-            raise ValueError(f"{name!r} is already registered")
-        table[name] = fn
-        return fn
-    return deco
-
-
-def register_advantage(name: str) -> Callable[[Callable], Callable]:
-    """Decorator: `fn(rewards [P, G], std_eps, std_ddof) -> advantages [P, G]` becomes `rl.advantage=name`."""
-    return _register(ADVANTAGE_ESTIMATORS, name)
 
 
 def register_kl(name: str) -> Callable[[Callable], Callable]:
@@ -51,70 +47,6 @@ def register_kl(name: str) -> Callable[[Callable], Callable]:
 def register_loss_agg(name: str) -> Callable[[Callable], Callable]:
     """Decorator: `fn(per_token [B, T], mask [B, T], norm) -> scalar` becomes `rl.loss_agg=name`."""
     return _register(LOSS_AGGREGATORS, name)
-
-
-def _lookup(table: dict[str, Callable], name: str, key: str) -> Callable:
-    if name not in table:
-        raise ValueError(f"{key}={name!r} is not one of {sorted(table)}")
-    return table[name]
-
-
-# ---------------------------------------------------------------------------------------------- advantages
-
-@register_advantage("grpo")
-def _grpo_advantage(rewards: Array, std_eps: float, std_ddof: int) -> Array:
-    mean = rewards.mean(axis=-1, keepdims=True)
-    std = rewards.std(axis=-1, ddof=std_ddof, keepdims=True)
-    return (rewards - mean) / (std + std_eps)
-
-
-@register_advantage("drgrpo")
-def _drgrpo_advantage(rewards: Array, std_eps: float, std_ddof: int) -> Array:
-    del std_eps, std_ddof  # Dr.GRPO drops the std normalisation (its difficulty bias)
-    return rewards - rewards.mean(axis=-1, keepdims=True)
-
-
-@register_advantage("loo")
-def _loo_advantage(rewards: Array, std_eps: float, std_ddof: int) -> Array:
-    del std_eps, std_ddof
-    g = rewards.shape[-1]
-    others_mean = (rewards.sum(axis=-1, keepdims=True) - rewards) / (g - 1)
-    return rewards - others_mean
-
-
-def group_advantages(rewards: Array, kind: str = "grpo", std_eps: float = 1e-6, std_ddof: int = 0) -> Array:
-    """Advantages [P, G] of rewards [P, G], each row (one prompt's G samples) normalised on its own.
-
-    A zero-variance group (all samples equal) gets advantage 0 for every estimator: it carries no signal.
-    """
-    rewards = jnp.asarray(rewards, jnp.float32)
-    if rewards.ndim != 2:
-        raise ValueError(f"rewards must be [prompts, samples], got shape {rewards.shape}")
-    g = rewards.shape[-1]
-    if kind == "loo" and g < 2:
-        raise ValueError(f"rl.advantage='loo' needs at least 2 samples per prompt (rl.num_samples), got {g}")
-    if kind == "grpo" and g - std_ddof < 1:
-        raise ValueError(f"rl.std_ddof={std_ddof} needs more than {std_ddof} samples per prompt, got {g}")
-    return _lookup(ADVANTAGE_ESTIMATORS, kind, "rl.advantage")(rewards, std_eps, std_ddof)
-
-
-def zero_variance_groups(rewards: Array, tol: float = 0.0) -> Array:
-    """Bool [P]: groups whose rewards all lie within `tol` of each other (no learning signal)."""
-    rewards = jnp.asarray(rewards, jnp.float32)
-    return (rewards.max(axis=-1) - rewards.min(axis=-1)) <= tol
-
-
-def advantage_stats(rewards: Array, advantages: Array) -> dict[str, Array]:
-    """Scalars for the metrics: reward and advantage mean/std/min/max, fraction of zero-variance groups."""
-    rewards = jnp.asarray(rewards, jnp.float32)
-    advantages = jnp.asarray(advantages, jnp.float32)
-    out = {}
-    for name, x in (("reward", rewards), ("advantage", advantages)):
-        out.update({f"{name}_mean": x.mean(), f"{name}_std": x.std(), f"{name}_min": x.min(), f"{name}_max": x.max()})
-    zv = zero_variance_groups(rewards)
-    out["zero_variance_frac"] = zv.mean(dtype=jnp.float32)
-    out["zero_variance_groups"] = zv.sum(dtype=jnp.int32)
-    return out
 
 
 # -------------------------------------------------------------------------------------------------------- KL
@@ -239,17 +171,32 @@ def _seq_mean_token_sum_norm(x: Array, mask: Array, norm: float) -> Array:
     return _seq_mean(jnp.sum(x * mask, axis=-1) / norm, mask)
 
 
-def aggregate_loss(per_token: Array, mask: Array, mode: str = "token-mean", norm: float = 0.0) -> Array:
+SEQ_MEAN_ROWS = ("active", "all")
+
+
+def aggregate_loss(per_token: Array, mask: Array, mode: str = "token-mean", norm: float = 0.0,
+                   rows: str = "active") -> Array:
     """Reduce a per-token [B, T] quantity to a scalar with one of `LOSS_AGGREGATORS` (masked).
 
-    Sequence means run over rows with at least one masked-in token; `norm` is the Dr.GRPO constant used by
-    seq-mean-token-sum-norm (each sequence's token sum / norm).
+    `norm` is the Dr.GRPO constant used by seq-mean-token-sum-norm (each sequence's token sum / norm).
+    `rows` (`rl.seq_mean_rows`) is what a sequence mean divides by: "active" the rows with at least one
+    masked-in token (ours: compact-filtered rows do not dilute it); "all" every row, filtered ones adding 0
+    (DeepSWE's verl fork, `agg_loss` "seq-mean-token-sum-norm": row sums / padded width, mean over the batch).
+    "all" rescales the active-row mean by active / B, which is exact for every sequence-mean aggregator.
     """
     fn = _lookup(LOSS_AGGREGATORS, mode, "rl.loss_agg")
-    return fn(per_token, mask.astype(jnp.float32), norm)
+    mask = mask.astype(jnp.float32)
+    out = fn(per_token, mask, norm)
+    if rows == "active":
+        return out
+    if rows != "all" or mode == "token-mean":
+        raise ValueError(f"rl.seq_mean_rows={rows!r} must be one of {SEQ_MEAN_ROWS} ('all' only with a sequence-mean "
+                         f"rl.loss_agg, not {mode!r})")
+    active = (mask.sum(axis=-1) > 0).sum(dtype=jnp.float32)
+    return out * active / mask.shape[0]
 
 
-def aggregation_weight(mask: Array, mode: str) -> Array:
+def aggregation_weight(mask: Array, mode: str, rows: str = "active") -> Array:
     """What one batch's loss is a mean over: its token count (token-mean) or its active sequence count.
 
     Weighting micro-batches by this (`train_step.accumulate_gradients(weight_key=...)`) makes the
@@ -259,6 +206,8 @@ def aggregation_weight(mask: Array, mode: str) -> Array:
     mask = mask.astype(jnp.float32)
     if mode == "token-mean":
         return mask.sum()
+    if rows == "all":  # every row counts in the denominator (rl.seq_mean_rows="all")
+        return jnp.asarray(mask.shape[0], jnp.float32)
     return (mask.sum(axis=-1) > 0).sum(dtype=jnp.float32)
 
 
@@ -300,6 +249,7 @@ class GRPOLossConfig:
     loss_norm: float = 0.0
     entropy_coef: float = 0.0
     compact_filtering: bool = False
+    seq_mean_rows: str = "active"
 
     @classmethod
     def from_config(cls, config: Any) -> GRPOLossConfig:
@@ -314,7 +264,7 @@ class GRPOLossConfig:
         cfg = cls(clip_eps_low=float(rl.clip_eps_low), clip_eps_high=float(rl.clip_eps_high),
                   dual_clip=float(rl.dual_clip), kl_coef=float(rl.kl_coef), kl_estimator=str(rl.kl_estimator),
                   loss_agg=str(rl.loss_agg), loss_norm=norm, entropy_coef=float(rl.entropy_coef),
-                  compact_filtering=bool(rl.compact_filtering))
+                  compact_filtering=bool(rl.compact_filtering), seq_mean_rows=str(rl.seq_mean_rows))
         cfg.validate()
         return cfg
 
@@ -330,6 +280,10 @@ class GRPOLossConfig:
             raise ValueError(f"rl.dual_clip must be 0 (off) or > 1, got {self.dual_clip}")
         if self.kl_coef < 0:
             raise ValueError(f"rl.kl_coef must be >= 0, got {self.kl_coef}")
+        if self.seq_mean_rows not in SEQ_MEAN_ROWS:
+            raise ValueError(f"rl.seq_mean_rows must be one of {SEQ_MEAN_ROWS}, got {self.seq_mean_rows!r}")
+        if self.seq_mean_rows == "all" and self.loss_agg == "token-mean":
+            raise ValueError("rl.seq_mean_rows='all' needs a sequence-mean rl.loss_agg, not 'token-mean'")
         if self.loss_agg == "seq-mean-token-sum-norm" and self.loss_norm <= 0:
             raise ValueError("rl.loss_agg='seq-mean-token-sum-norm' needs rl.loss_norm > 0 "
                              f"(or 0 with sampler.max_new_tokens set), got {self.loss_norm}")
@@ -373,7 +327,7 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
                                  cfg.dual_clip)
     per_token = pg
     metrics.update(pg_metrics)
-    metrics["pg_loss"] = aggregate_loss(pg, mask, cfg.loss_agg, cfg.loss_norm)
+    metrics["pg_loss"] = aggregate_loss(pg, mask, cfg.loss_agg, cfg.loss_norm, cfg.seq_mean_rows)
     if cfg.kl_coef > 0:
         if ref_logp is None:
             raise ValueError(f"rl.kl_coef={cfg.kl_coef} > 0 needs the reference log-probs (ref_logp)")
@@ -389,10 +343,10 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
         metrics["entropy"] = masked_mean(entropy, mask)
         if cfg.entropy_coef > 0:
             per_token = per_token - cfg.entropy_coef * entropy
-    loss = aggregate_loss(per_token, mask, cfg.loss_agg, cfg.loss_norm)
+    loss = aggregate_loss(per_token, mask, cfg.loss_agg, cfg.loss_norm, cfg.seq_mean_rows)
     active = mask.sum(axis=-1) > 0
     metrics["num_tokens"] = mask.sum()
     metrics["num_seqs"] = active.sum(dtype=jnp.float32)
-    metrics["loss_weight"] = aggregation_weight(mask, cfg.loss_agg)
+    metrics["loss_weight"] = aggregation_weight(mask, cfg.loss_agg, cfg.seq_mean_rows)
     metrics["filtered_frac"] = 1.0 - active.mean(dtype=jnp.float32)
     return loss, metrics

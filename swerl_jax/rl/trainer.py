@@ -103,8 +103,9 @@ class GRPOTrainer:
         self.update_epochs = int(rl.get("update_epochs", 1))
         if self.update_epochs < 1:
             raise ValueError(f"rl.update_epochs must be >= 1, got {self.update_epochs}")
+        # each micro-batch is what gets sharded over the batch axes: rl.micro_batch_size must split over them
         self.policy = Policy.create(config, self.num_steps * self.update_epochs, params=initial_params,
-                                    global_batch=rows)
+                                    global_batch=rows // self.num_micro)
         # The reference is the policy RL starts from (pretrained or SFT'd); a copy, because the state is donated.
         self.reference = (jax.tree.map(lambda x: x.copy(), self.policy.state.params)
                           if self.loss_cfg.needs_reference else None)
@@ -180,7 +181,13 @@ class GRPOTrainer:
             self.sampler, self.reward_service, batch, self.sampling, self.num_samples, step, int(self.config.seed),
             policy_version=step - 1, prompts_per_request=int(self.config.sampler.prompts_per_request))
         rewards = reward_matrix(rollouts, self.local_prompts, self.num_samples)
-        advantages = np.asarray(group_advantages(rewards, str(rl.advantage), float(rl.std_eps), int(rl.std_ddof)))
+        valid = None  # rl.baseline_excludes_filtered: truncated samples stay out of the group baseline (DeepSWE)
+        if rl.compact_filtering and rl.baseline_excludes_filtered:
+            valid = np.ones(rewards.shape, bool)
+            for r in rollouts:
+                valid[r.group, r.sample] = not r.truncated
+        advantages = np.asarray(group_advantages(rewards, str(rl.advantage), float(rl.std_eps), int(rl.std_ddof),
+                                                 valid))
         for r in rollouts:
             r.advantage = float(advantages[r.group, r.sample])
 

@@ -96,3 +96,19 @@ def test_advantage_vs_length_and_summary():
     assert dr["max_abs"] == pytest.approx(1.0, abs=1e-6)
     assert dr["corr_with_reward"] == pytest.approx(
         np.corrcoef(np.ravel(REWARDS - REWARDS.mean(axis=1, keepdims=True)), np.ravel(REWARDS))[0, 1], abs=1e-5)
+
+
+def test_estimator_table_reads_the_registry():
+    """A variant registered with `register_advantage` appears in the default table (no hard-coded names)."""
+    from swerl_jax.rl.objectives import ADVANTAGE_ESTIMATORS, register_advantage
+
+    @register_advantage("test-centre")
+    def _centre(rewards, std_eps, std_ddof):
+        return rewards - np.median(rewards, axis=-1, keepdims=True)
+
+    try:
+        table = estimator_table(np.array([[1.0, 0.0, 0.5]]))
+        assert set(table) == set(ADVANTAGE_ESTIMATORS) >= {"grpo", "drgrpo", "loo", "test-centre"}
+        np.testing.assert_allclose(table["test-centre"], [[0.5, -0.5, 0.0]])
+    finally:
+        del ADVANTAGE_ESTIMATORS["test-centre"]

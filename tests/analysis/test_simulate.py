@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from swerl_jax.analysis import load_run
-from swerl_jax.analysis.advantages import compute_advantages, step_groups
+from swerl_jax.analysis.advantages import step_groups
 from swerl_jax.analysis.simulate import ensure_run, simulate_run
 from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.reward import calculate_search_replace_reward
@@ -41,10 +41,23 @@ def test_rewards_and_reasons_are_the_reward_functions(sim):
             assert "</solution>" not in row["completion"]
 
 
+def hand_grpo(rewards: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """GRPO advantages written out in float64 loops (independent of swerl_jax): (r - mean) / (std + eps), 0 for
+    a group whose rewards are all equal."""
+    out = np.zeros(rewards.shape)
+    for p, row in enumerate(np.asarray(rewards, np.float64)):
+        n = len(row)
+        mean = sum(row) / n
+        std = (sum((x - mean) ** 2 for x in row) / n) ** 0.5
+        if max(row) != min(row):
+            out[p] = [(x - mean) / (std + eps) for x in row]
+    return out
+
+
 def test_advantages_and_metrics_consistent(sim):
     run, _ = sim
     for groups, metrics in zip(step_groups(run.rollouts), run.metrics, strict=True):
-        np.testing.assert_allclose(groups.logged_advantages, compute_advantages(groups.rewards, "grpo"), atol=1e-6)
+        np.testing.assert_allclose(groups.logged_advantages, hand_grpo(groups.rewards), atol=1e-6)
         rewards = groups.rewards.ravel()
         assert metrics["reward/mean"] == pytest.approx(rewards.mean(), abs=1e-12)
         assert metrics["reward/std"] == pytest.approx(rewards.std(), abs=1e-12)

@@ -49,11 +49,31 @@ def test_every_mesh_and_model_is_planned_in_seconds():
 
 def test_single_plan_prints_table_and_verdict():
     out = subprocess.run([sys.executable, "launch/plan.py", "--config=experiments/swerl_llama3_70b.py",
-                          "--mesh=h100x8", "--model=llama3.1-8b"], cwd=REPO, capture_output=True, text=True,
+                          "--mesh=h100x8", "--model=llama3.1-8b", "--config.rl.micro_batch_size=32"], cwd=REPO,
+                         capture_output=True, text=True,
                          timeout=120, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert "model llama3.1-8b on h100x8 (data=1 x fsdp=8 x tensor=1)" in out.stdout
     assert "verdict: fits" in out.stdout and "optimizer" in out.stdout
+
+
+def test_paper_config_plans_without_a_caveat():
+    """The paper's run as written (experiments/swerl_llama3_70b.py) on its 512 H100s: fits, no invalid note."""
+    out = subprocess.run([sys.executable, "launch/plan.py", "--config=experiments/swerl_llama3_70b.py"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120,
+                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    notes = [line for line in out.stdout.splitlines() if line.startswith("note:")]
+    assert notes == ["note: largest micro-batch that fits: 2 per device = 1024 sequences"], out.stdout
+    assert "verdict: fits" in out.stdout
+
+
+def test_micro_batch_that_does_not_split_over_the_shards_is_invalid():
+    c = swerl_llama3_70b.get_config()
+    c.rl.micro_batch_size = 32  # 32 sequences over 512 batch shards (the paper config before the fix)
+    p = plan.make_plan(c, "h100x512")
+    assert any(n.startswith("invalid rl.micro_batch_size") for n in p.notes), p.notes
+    assert "verdict: does not fit" in plan.format_plan(p, plan.workload_from_config(c))
 
 
 # (data, fsdp, tensor) and remat: pure data, ZeRO-3, FSDP x tensor, all three; fp32 because XLA:CPU computes
