@@ -22,7 +22,10 @@ class CurateConfig:
     relevant_predictor: str = "heuristic"  # "heuristic", "llm" or "none"
     max_relevant_files: int = 3
     relevant_bytes_budget: int = 60_000
-    sampler_address: str = ""  # the sampler server, for relevant_predictor="llm"
+    sampler_address: str = ""  # the sampler server, host:port, for relevant_predictor="llm"
+    # The server model's tokenizer (Hugging Face directory); empty: SmolLM2's, the server's default. The shared
+    # secret, when the server has one, comes from $SWERL_SAMPLER_SECRET as for the server.
+    sampler_tokenizer: str = ""
     # Outputs.
     num_shards: int = 4
     formats: tuple[str, ...] = ("jsonl", "array_record")
@@ -37,6 +40,10 @@ class CurateConfig:
             )
         if self.relevant_predictor == "llm" and not self.sampler_address:
             raise ValueError("CurateConfig.sampler_address is required when relevant_predictor='llm'")
+        if self.sampler_address:
+            from swerl_jax.data.curate.relevant import parse_address
+
+            parse_address(self.sampler_address)  # a bad address fails here, not on every Beam worker
         bad = [f for f in self.formats if f not in ("jsonl", "array_record")]
         if bad or not self.formats:
             raise ValueError(f"CurateConfig.formats must be a non-empty subset of jsonl, array_record: {self.formats}")

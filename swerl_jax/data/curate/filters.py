@@ -45,9 +45,16 @@ _VERSION_LINE = re.compile(
 )
 
 
+# Git trailers that credit others: pre-commit-ci[bot] co-authors human PRs (its autofix commits get squashed in).
+_CREDIT_TRAILER = re.compile(r"^[ \t]*co-authored-by:.*$", re.IGNORECASE | re.MULTILINE)
+
+
 def is_bot(texts: Iterable[str]) -> bool:
-    """Whether any of title/description/user/branch contains a bot marker ("[bot]", "dependabot", ...)."""
-    lowered = [t.lower() for t in texts if t]
+    """Whether any of title/description/user/branch contains a bot marker ("[bot]", "dependabot", ...).
+
+    "Co-authored-by:" trailers are not read: a bot credited as co-author did not open the PR.
+    """
+    lowered = [_CREDIT_TRAILER.sub("", t.lower()) for t in texts if t]
     return any(marker in t for t in lowered for marker in BOT_MARKERS)
 
 

@@ -16,6 +16,9 @@ from pathlib import Path
 _MERGE_RE = re.compile(r"^Merge pull request #(\d+) from (\S+)")
 _SQUASH_RE = re.compile(r"^(?P<title>.*\S)\s+\(#(?P<num>\d+)\)\s*$")
 _NAME_RE = re.compile(r"^(?P<owner>[\w.-]+?)__(?P<name>[\w.-]+?)(?:\.git)?$")
+_CHERRY_RE = re.compile(r"^\(cherry picked from commit [0-9a-f]{7,40}\)", re.MULTILINE)
+# Where merged PRs live: HEAD and every branch and tag, through all parents; never refs/pull/* (unmerged heads).
+_HISTORY_REFS = ("HEAD", "--branches", "--remotes", "--tags")
 _GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
 
 
@@ -196,36 +199,86 @@ class GitRepo:
                 files.append((path.decode("utf-8", "replace"), sha))
         return files
 
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        """Whether ``ancestor`` is reachable from ``descendant`` (a commit is its own ancestor)."""
+        cmd = ["git", "-c", "safe.directory=*", f"--git-dir={self.git_dir}", "merge-base", "--is-ancestor",
+               ancestor, descendant]
+        proc = subprocess.run(cmd, capture_output=True, env={**os.environ, **_GIT_ENV})
+        if proc.returncode not in (0, 1):
+            raise GitError("git_error", f"git merge-base --is-ancestor: {proc.stderr.decode('utf-8', 'replace')[:300]}")
+        return proc.returncode == 0
+
     def pr_candidates(self) -> list[dict]:
-        """Merged PRs recovered from history: merge commits ("Merge pull request #N from ...") and squash
-        commits ("... (#N)"), newest first, one per PR number (the newest commit naming it wins).
+        """Merged PRs recovered from the whole merged history, one per PR number.
+
+        History is every commit reachable, through all parents, from HEAD, the branches, remote-tracking
+        branches and tags: PRs squashed into an integration branch (``features``, ``develop``) that a later
+        merge brought into the default branch, and PRs merged into maintenance branches, count too. GitHub's
+        pull refs (``refs/pull/*``) are not read: they hold unmerged heads. A commit is a PR when its subject is
+        GitHub's "Merge pull request #N from ..." or ends with "(#N)" (the squash/merge button's title); see
+        ``_pick`` for the PR numbers that several commits repeat (backports, cherry-picks).
         """
-        fmt = "%H%x00%P%x00%an <%ae>%x00%cI%x00%B%x1e"
-        raw = self.git("log", "HEAD", f"--format={fmt}").decode("utf-8", "replace")
-        found: dict[int, dict] = {}
-        for chunk in raw.split("\x1e"):
+        fmt = "%H%x00%P%x00%an <%ae>%x00%cI%x00%ct%x00%B%x1e"
+        raw = self.git("log", f"--format={fmt}", *_HISTORY_REFS).decode("utf-8", "replace")
+        found: dict[int, list[dict]] = {}
+        for order, chunk in enumerate(raw.split("\x1e")):
             chunk = chunk.strip("\n")
             if not chunk:
                 continue
-            sha, parents, author, date, message = chunk.split("\x00", 4)
-            parents_l = parents.split()
-            subject, _, rest = message.partition("\n")
-            m = _MERGE_RE.match(subject)
-            if m and len(parents_l) >= 2:
-                number, branch = int(m.group(1)), m.group(2)
-                title, _, body = rest.strip("\n").partition("\n\n")
-                kind = "git-merge"
-            else:
-                s = _SQUASH_RE.match(subject)
-                if not s or len(parents_l) != 1:
-                    continue
-                number, branch, title, body = int(s.group("num")), "", s.group("title"), rest.strip()
-                kind = "git-squash"
-            if number in found:
+            sha, parents, author, date, stamp, message = chunk.split("\x00", 5)
+            pr = _parse_pr_commit(message, parents.split())
+            if pr is None:
                 continue
-            found[number] = {
-                "number": number, "title": title.strip(), "body": body.strip(), "user": author, "branch": branch,
-                "created_at": date, "merge_commit": sha, "parents": parents_l, "base_sha": "", "head_sha": "",
-                "kind": kind, "conversation": [],
+            pr.update(user=author, created_at=date, merge_commit=sha, parents=parents.split(), base_sha="",
+                      head_sha="", conversation=[])
+            found.setdefault(pr["number"], []).append(
+                {"pr": pr, "stamp": int(stamp), "order": order, "cherry": bool(_CHERRY_RE.search(message))})
+        return [self._pick(cands) for cands in found.values()]
+
+    def _pick(self, cands: list[dict]) -> dict:
+        """The commit that IS the PR among those that name its number.
+
+        A PR is merged exactly once; other commits naming it are its own branch commits (authors amend "(#N)"
+        into them) or copies made later (backports, cherry-picks, forward-ports). So: (1) a candidate inside a
+        merge candidate's merged-in range (reachable from its second parent, not its first) is one of that PR's
+        commits, and the merge is the PR; (2) of the rest, a commit marked "(cherry picked from commit ...)"
+        loses, then the earliest committer date wins (a copy is committed after the original); log order breaks
+        ties.
+        """
+        if len(cands) > 1:
+            # Only single-parent "(#N)" commits older than the merge can be its branch commits; checking just
+            # those keeps the ancestry walks few (sympy repeats "Merge pull request #1" ~50 times: forks' PRs).
+            merges = [c for c in cands if len(c["pr"]["parents"]) >= 2]
+            inner = {
+                c["pr"]["merge_commit"] for c in cands for m in merges
+                if len(c["pr"]["parents"]) == 1 and not c["pr"]["branch"] and c["stamp"] <= m["stamp"]
+                and not self.is_ancestor(c["pr"]["merge_commit"], m["pr"]["parents"][0])  # usually decides
+                and self.is_ancestor(c["pr"]["merge_commit"], m["pr"]["parents"][1])
             }
-        return list(found.values())
+            cands = [c for c in cands if c["pr"]["merge_commit"] not in inner] or cands
+        return min(cands, key=lambda c: (c["cherry"], c["stamp"], c["order"]))["pr"]
+
+
+def _parse_pr_commit(message: str, parents: list[str]) -> dict | None:
+    """The PR a commit message names, as {number, title, body, branch, kind}, or None.
+
+    "Merge pull request #N from B" with two parents is GitHub's merge (the title and body follow the subject);
+    with one parent it is such a merge rebased into a single commit. A subject ending with "(#N)" is a squash
+    (one parent) or a merge commit titled like one (two parents; pytest merges this way). Reverts such as
+    'Revert "Title (#N)"' end with a quote and are not PR N.
+    """
+    if not parents:
+        return None
+    subject, _, rest = message.partition("\n")
+    m = _MERGE_RE.match(subject)
+    if m:
+        title, _, body = rest.strip("\n").partition("\n\n")
+        kind = "git-merge" if len(parents) >= 2 else "git-squash"
+        return {"number": int(m.group(1)), "title": title.strip(), "body": body.strip(), "branch": m.group(2),
+                "kind": kind}
+    s = _SQUASH_RE.match(subject)
+    if not s:
+        return None
+    kind = "git-merge" if len(parents) >= 2 else "git-squash"
+    return {"number": int(s.group("num")), "title": s.group("title").strip(), "body": rest.strip(), "branch": "",
+            "kind": kind}

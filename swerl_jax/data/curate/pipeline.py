@@ -146,6 +146,9 @@ class _RepoCache(beam.DoFn):
     def teardown(self):
         for r in self._repos.values():
             r.close()
+        close = getattr(getattr(getattr(self, "predictor", None), "generate", None), "close", None)
+        if close is not None:
+            close()  # the LLM predictor's connection to the sampler
 
 
 @with_output_types(Any)  # tagged outputs defeat Beam's inference
@@ -194,7 +197,11 @@ class AddRelevant(_RepoCache):
         if c.relevant_predictor == "heuristic":
             self.predictor = HeuristicPredictor()
         elif c.relevant_predictor == "llm":
-            self.predictor = LLMPredictor.from_sampler(c.sampler_address, max_files=c.max_relevant_files)
+            from swerl_jax.sampler.server import SECRET_ENV  # JAX: imported only when the LLM predictor runs
+
+            secret = os.environ.get(SECRET_ENV, "").encode() or None  # the server's own secret variable
+            self.predictor = LLMPredictor.from_sampler(c.sampler_address, tokenizer=c.sampler_tokenizer,
+                                                       secret=secret, max_files=c.max_relevant_files)
 
     def process(self, item):
         record, meta, path = item

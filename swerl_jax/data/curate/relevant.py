@@ -3,7 +3,7 @@
 A predictor is any object with ``predict(problem_statement, modified: dict[path, content], tree: list[path])
 -> list[path]`` (best first). ``HeuristicPredictor`` is cheap (imports of the modified files, same-folder
 siblings, lexical overlap with the issue); ``LLMPredictor`` asks a language model, as the paper does,
-through any ``generate(prompt) -> text`` callable (our sampler client in production).
+through any ``generate(prompt) -> text`` callable (``SamplerGenerate``: our sampler server, in production).
 """
 
 from __future__ import annotations
@@ -121,7 +121,9 @@ class LLMPredictor:
     """Asks a model which unmodified files are relevant, through ``generate(prompt) -> completion``.
 
     The prompt lists the issue, the modified files and up to ``max_listed`` candidate paths; every line of the
-    answer that names a listed path counts (bullets, backticks and numbering are stripped).
+    answer that names a listed path counts (bullets, backticks and numbering are stripped). When ``generate``
+    has a ``fits(prompt) -> bool`` method (``SamplerGenerate``: the server's prompt-length limit), the candidate
+    list, then the issue text, are halved until the prompt fits.
     """
 
     def __init__(self, generate: Callable[[str], str], max_listed: int = 300, max_files: int = 5):
@@ -130,16 +132,16 @@ class LLMPredictor:
         self.max_files = max_files
 
     @classmethod
-    def from_sampler(cls, address: str, **kwargs) -> LLMPredictor:
-        """A predictor backed by our sampler server (``swerl_jax.sampler.client.SamplerClient``)."""
-        from swerl_jax.sampler.client import SamplerClient  # optional: only this predictor needs it
+    def from_sampler(cls, address: str, tokenizer: str = "", secret: bytes | None = None,
+                     **kwargs) -> LLMPredictor:
+        """A predictor backed by our sampler server at ``address`` ("host:port"); see ``SamplerGenerate``."""
+        return cls(SamplerGenerate(address, tokenizer=tokenizer, secret=secret), **kwargs)
 
-        client = SamplerClient(address)
-        return cls(lambda prompt: client.generate([prompt])[0], **kwargs)
-
-    def prompt(self, problem_statement: str, modified: dict[str, str], tree: list[str]) -> tuple[str, list[str]]:
-        """The question and the candidate paths it lists."""
-        candidates = [p for p in tree if p not in modified and is_programming_file(p)][: self.max_listed]
+    def prompt(self, problem_statement: str, modified: dict[str, str], tree: list[str],
+               max_listed: int | None = None) -> tuple[str, list[str]]:
+        """The question and the candidate paths it lists (at most ``max_listed``, default ``self.max_listed``)."""
+        limit = self.max_listed if max_listed is None else max_listed
+        candidates = [p for p in tree if p not in modified and is_programming_file(p)][:limit]
         text = (
             "Below is a GitHub issue, the files a fix modifies, and other files of the repository.\n"
             f"List up to {self.max_files} of the other files that a developer must read to understand or make "
@@ -149,15 +151,97 @@ class LLMPredictor:
         )
         return text, candidates
 
+    def fitted_prompt(self, problem_statement: str, modified: dict[str, str], tree: list[str]
+                      ) -> tuple[str, list[str]]:
+        """``prompt`` shrunk until ``generate.fits`` accepts it: fewer listed files first, then a shorter issue."""
+        fits = getattr(self.generate, "fits", None)
+        listed, issue = self.max_listed, problem_statement
+        text, candidates = self.prompt(issue, modified, tree, listed)
+        while fits is not None and not fits(text):
+            if listed > 0:
+                listed = min(listed, len(candidates)) // 2
+            elif len(issue) > 1:
+                issue = issue[: len(issue) // 2]
+            else:
+                raise ValueError("the relevant-file prompt does not fit the sampler's max_prompt_len even without "
+                                 "the issue and the file list; raise the server's data.max_prompt_len")
+            text, candidates = self.prompt(issue, modified, tree, listed)
+        return text, candidates
+
     def predict(self, problem_statement: str, modified: dict[str, str], tree: list[str]) -> list[str]:
         """Query the model and keep the listed paths it names, in its order."""
-        text, candidates = self.prompt(problem_statement, modified, tree)
+        text, candidates = self.fitted_prompt(problem_statement, modified, tree)
         allowed, picked = set(candidates), []
         for line in self.generate(text).splitlines():
             path = re.sub(r"^\s*(?:[-*+]|\d+[.)])?\s*", "", line).strip().strip("`'\"")
             if path in allowed and path not in picked:
                 picked.append(path)
         return picked[: self.max_files]
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """ "host:port" (IPv6 as "[::1]:port") -> (host, port); a clear error names CurateConfig.sampler_address."""
+    host, sep, port = address.strip().rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"CurateConfig.sampler_address must be host:port (e.g. 127.0.0.1:7000), got {address!r}")
+    return host, int(port)
+
+
+class SamplerGenerate:
+    """``generate(prompt text) -> completion text`` through a running sampler server (the LLM predictor's model).
+
+    The server takes token ids, so the question is chat-templated and tokenized with the server model's
+    tokenizer (``tokenizer``: a Hugging Face directory, empty for SmolLM2's, the server's own default) and the
+    answer decoded with it; sampling is greedy, so the same PR gets the same answer.
+    """
+
+    def __init__(self, address: str, tokenizer: str = "", secret: bytes | None = None, max_new_tokens: int = 256,
+                 timeout_s: float = 600.0):
+        from swerl_jax.model.tokenizer import load_tokenizer  # optional: only the LLM predictor needs these
+        from swerl_jax.sampler.client import SamplerClient
+
+        self.client = SamplerClient(parse_address(address), secret=secret, timeout_s=timeout_s)
+        self.client.close()  # see complete()
+        self.tokenizer = load_tokenizer(tokenizer)
+        limits = self.client.ping()
+        self.client.close()
+        self.max_prompt_len = int(limits["max_prompt_len"])
+        self.max_new_tokens = min(max_new_tokens, int(limits["max_new_tokens"]))
+
+    def encode(self, prompt: str) -> list[int]:
+        """Token ids of ``prompt`` as the user turn of a chat, ready for the assistant's answer (the project's
+        ``data.prompts.render``); a tokenizer without a chat template encodes the bare text."""
+        from swerl_jax.data.prompts import render
+
+        if getattr(self.tokenizer, "chat_template", None):
+            return render(self.tokenizer, [{"role": "user", "content": prompt}])[1].tolist()
+        return self.tokenizer(prompt)["input_ids"]
+
+    def fits(self, prompt: str) -> bool:
+        """Whether the server accepts ``prompt`` (its ``max_prompt_len``)."""
+        return len(self.encode(prompt)) <= self.max_prompt_len
+
+    def complete(self, prompt: str):
+        """The server's greedy ``Completion`` of ``prompt``."""
+        from swerl_jax.sampler.engine import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens)
+        try:
+            return self.client.generate([self.encode(prompt)], params)[0][0]  # one prompt, one sample
+        finally:
+            # The server answers one connection at a time: a connection held between PRs would stall every
+            # other Beam worker's predictor (and the trainer) until this worker finished. For a client that did
+            # not start the server, close() only disconnects; the next request reconnects.
+            self.client.close()
+
+    def __call__(self, prompt: str) -> str:
+        """The completion's text (special tokens dropped)."""
+        return self.tokenizer.decode(self.complete(prompt).tokens.tolist(), skip_special_tokens=True)
+
+    def close(self) -> None:
+        """Close the connection (the server keeps running)."""
+        self.client.close()
 
 
 def add_relevant_files(

@@ -179,3 +179,47 @@ def build_world(root: Path) -> dict:
     ]
     (root / "issues.jsonl").write_text("\n".join(json.dumps(i) for i in issues) + "\n{broken\n")
     return info
+
+
+def build_integration_history(root: Path) -> dict:
+    """A history where PRs hide behind merges and repeat their numbers (pytest's features/maintenance flow).
+
+    main <- "Merge branch 'features'" <- features: a squash "Add feature (#10)", GitHub's merge of #11 whose own
+    branch commit repeats "(#11)"; main: a merge commit titled like a squash (#13), a single-parent
+    "Merge pull request #14" (a rebased merge), a revert of #10; 1.x (maintenance, merged back into main):
+    a ``cherry-pick -x`` of #10 and the backport PR #12 "[1.x] Add feature (#10) (#12)"; release/2.x: a squash
+    (#15) only that branch holds; refs/pull/99/head: an unmerged PR head. Returns the commit ids.
+    """
+    r = Repo(root)
+    info: dict = {"init": r.commit("init", {"core.py": "A = 1\n", "util.py": "U = 1\n"})}
+    r.git("branch", "1.x")
+    r.git("checkout", "-q", "-b", "features")
+    info["pr10"] = r.commit("Add feature (#10)\n\nFixes #9", {"feature.py": "F = 1\n"})
+    r.git("checkout", "-q", "-b", "u/eleven")
+    info["pr11_branch"] = r.commit("Prepare eleven (#11)", {"eleven.py": "E = 1\n"})
+    r.git("checkout", "-q", "features")
+    r.git("merge", "-q", "--no-ff", "-m", "Merge pull request #11 from u/eleven\n\nEleven", "u/eleven")
+    info["pr11"] = r.head()
+    r.git("checkout", "-q", "main")
+    r.commit("Main moves on", {"core.py": "A = 2\n"})
+    r.git("merge", "-q", "--no-ff", "-m", "Merge branch 'features'", "features")
+    r.git("checkout", "-q", "-b", "u/thirteen")
+    r.commit("Thirteen", {"thirteen.py": "T = 1\n"})
+    r.git("checkout", "-q", "main")
+    r.git("merge", "-q", "--no-ff", "-m", "Fix thirteen (#13)\n\nCloses #3", "u/thirteen")
+    info["pr13"] = r.head()
+    info["pr14"] = r.commit("Merge pull request #14 from u/rebased\n\nRebased fix", {"util.py": "U = 2\n"})
+    r.commit('Revert "Add feature (#10)"\n\nThis reverts it.', remove=("feature.py",))
+    r.git("checkout", "-q", "1.x")
+    r.git("cherry-pick", "-x", info["pr10"])
+    info["pr10_pick"] = r.head()
+    info["pr12"] = r.commit("[1.x] Add feature (#10) (#12)", {"feature.py": "F = 1  # 1.x\n"})
+    r.git("checkout", "-q", "main")
+    r.git("merge", "-q", "--no-ff", "-m", "Merge branch '1.x'", "1.x")
+    r.git("checkout", "-q", "-b", "release/2.x", info["init"])
+    info["pr15"] = r.commit("Release-only fix (#15)", {"util.py": "U = 15\n"})
+    r.git("checkout", "-q", "-b", "pull99", info["init"])
+    r.git("update-ref", "refs/pull/99/head", r.commit("Unmerged (#99)", {"core.py": "A = 99\n"}))
+    r.git("checkout", "-q", "main")
+    r.git("branch", "-D", "pull99")
+    return info

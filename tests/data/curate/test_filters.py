@@ -61,3 +61,12 @@ def test_order_is_first_match():
 def test_programming_files():
     assert filters.is_programming_file("src/a.py") and filters.is_programming_file("lib/x.RS")
     assert not filters.is_programming_file("setup.cfg") and not filters.is_programming_file("README.md")
+
+
+def test_bot_co_author_trailer_is_not_a_bot_pr():
+    """pylint-dev/pylint#7080 (SWE-bench Lite) was dropped as "bot": its squash body credits pre-commit-ci."""
+    body = ("Normalize the path.\n\n"
+            "Co-authored-by: pre-commit-ci[bot] <66853113+pre-commit-ci[bot]@users.noreply.github.com>")
+    assert not filters.is_bot(["Normalize path before checking if path should be ignored", body, "Matus", ""])
+    assert filters.is_bot(["Update hooks", "", "pre-commit-ci[bot] <x@y>", ""])  # a bot's own PR still is one
+    assert filters.is_bot(["Fix", "made by [bot]\nCo-authored-by: alice", "alice", ""])

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from swerl_jax.data.curate.git_source import GitError, GitRepo, discover_clones, repo_name_from_dir
-from tests.data.curate.builders import Repo
+from tests.data.curate.builders import Repo, build_integration_history
 
 
 def test_repo_names():
@@ -80,3 +80,40 @@ def test_missing_object_in_diff(repo, tmp_path):
     with pytest.raises(GitError) as e:
         GitRepo(str(r.path)).diff_patch("HEAD~1", "HEAD")
     assert e.value.reason == "missing_object"
+
+
+def test_pr_candidates_behind_merges_and_repeated_numbers(tmp_path):
+    """Issue 15: PRs squashed into an integration branch, merged as titled merges, rebased merges, on other
+    branches; backports and cherry-picks that repeat a number count once, as the original commit."""
+    info = build_integration_history(tmp_path / "o__r")
+    cands = GitRepo(str(tmp_path / "o__r")).pr_candidates()
+    numbers = [p["number"] for p in cands]
+    assert sorted(numbers) == [10, 11, 12, 13, 14, 15]  # once each; not the revert, not refs/pull/99
+    prs = {p["number"]: p for p in cands}
+    # The squash on `features`, not the later cherry-pick that 1.x brought into main.
+    assert prs[10]["merge_commit"] == info["pr10"] and prs[10]["kind"] == "git-squash"
+    assert prs[10]["title"] == "Add feature" and prs[10]["body"] == "Fixes #9"
+    # GitHub's merge of #11, not the branch commit inside it that repeats "(#11)".
+    assert prs[11]["merge_commit"] == info["pr11"] and prs[11]["kind"] == "git-merge"
+    assert prs[11]["branch"] == "u/eleven" and prs[11]["title"] == "Eleven"
+    assert prs[12]["merge_commit"] == info["pr12"] and prs[12]["title"] == "[1.x] Add feature (#10)"
+    assert prs[13]["merge_commit"] == info["pr13"] and prs[13]["kind"] == "git-merge"
+    assert len(prs[13]["parents"]) == 2 and prs[13]["title"] == "Fix thirteen" and prs[13]["body"] == "Closes #3"
+    assert prs[14]["merge_commit"] == info["pr14"] and prs[14]["kind"] == "git-squash"
+    assert prs[14]["title"] == "Rebased fix" and prs[14]["branch"] == "u/rebased"
+    assert prs[15]["merge_commit"] == info["pr15"]
+
+
+def test_extract_pr_behind_merges(tmp_path):
+    """The recovered PRs extract to their own change: #10 from its squash, #13 from its merge's second parent."""
+    from swerl_jax.data.curate.extract import resolve_base_head
+
+    info = build_integration_history(tmp_path / "o__r")
+    g = GitRepo(str(tmp_path / "o__r"))
+    try:
+        prs = {p["number"]: p for p in g.pr_candidates()}
+        assert resolve_base_head(g, prs[10]) == (info["init"], info["pr10"])
+        changes, _ = g.diff(*resolve_base_head(g, prs[13]))
+        assert [c.new_path for c in changes] == ["thirteen.py"]
+    finally:
+        g.close()
