@@ -23,58 +23,6 @@ def check_variant(arg: str | None, variants: tuple[str, ...], experiment: str) -
         raise ValueError(f"{experiment}: unknown variant {arg!r}; valid: {list(variants) or 'none'}")
 
 
-def validate_config(config: ml_collections.ConfigDict) -> None:
-    """Checks that need no devices, run at load time (trainers, launch/plan.py); ValueError names the key.
-
-    The loss config (`GRPOLossConfig.validate`), the advantage estimator on G samples (a group-relative
-    estimator needs rl.num_samples >= 2: with one sample every group has zero variance and nothing trains),
-    and the micro-batch sizes against their batches.
-    """
-    import numpy as np
-
-    from swerl_jax.policy import micro_batches
-    from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
-
-    rl = config.rl
-    if int(rl.num_steps) > 0:
-        if int(rl.num_samples) < 2:
-            raise ValueError(f"rl.num_samples={rl.num_samples}: a group-relative advantage needs >= 2 samples per "
-                             "prompt (with 1, every group has zero variance and the loss is 0)")
-        GRPOLossConfig.from_config(config)
-        group_advantages(np.zeros((1, int(rl.num_samples))), str(rl.advantage), float(rl.std_eps), int(rl.std_ddof))
-        micro_batches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.micro_batch_size), "rl.micro_batch_size")
-        if rl.baseline_excludes_filtered and not rl.compact_filtering:
-            raise ValueError("rl.baseline_excludes_filtered=True needs rl.compact_filtering=True (it excludes the "
-                             "compact-filtered samples)")
-    micro_batches(int(config.sft.batch_size), int(config.sft.micro_batch_size), "sft.micro_batch_size")
-    _check_batch_shards(config)
-
-
-def _check_batch_shards(config: ml_collections.ConfigDict) -> None:
-    """A micro-batch is sharded over the batch mesh axes: on a named mesh its size must split over them."""
-    import math
-
-    from swerl_jax import sharding
-    from swerl_jax.meshes import MESHES
-
-    if config.mesh.name not in MESHES:
-        return  # an unnamed mesh: its device count is only known at run time (sharding.validate_mesh then)
-    sizes = sharding.mesh_axis_sizes(config, MESHES[config.mesh.name].num_devices)
-    axes = dict(sharding.logical_axis_rules(config)).get("activation_batch") or ()
-    shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
-    rl, sft = config.rl, config.sft
-    batches = []  # only the stages that run shard a batch
-    if int(sft.num_steps) > 0:
-        batches.append(("sft.micro_batch_size", int(sft.micro_batch_size) or int(sft.batch_size)))
-    if int(rl.num_steps) > 0:
-        batches.append(("rl.micro_batch_size",
-                        int(rl.micro_batch_size) or int(rl.prompts_per_step) * int(rl.num_samples)))
-    for key, size in batches:
-        if size % shards:
-            raise ValueError(f"{key}: a micro-batch of {size} sequences does not split over the {shards} batch shards "
-                             f"of mesh {config.mesh.name!r}; use a multiple of {shards} (0: the whole batch)")
-
-
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """The default config; takes no variant (`arg` must be None or empty)."""
     check_variant(arg, (), "base.py")

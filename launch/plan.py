@@ -35,8 +35,8 @@ from ml_collections import config_flags
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from experiments import base  # noqa: E402
 from swerl_jax import sharding  # noqa: E402
+from swerl_jax.config import validate_config  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
 from swerl_jax.model.config import LlamaConfig, get_model_config  # noqa: E402
 
@@ -259,7 +259,7 @@ def main(argv: list[str]) -> None:
     del argv
     start = time.perf_counter()
     config = FLAGS.config
-    base.validate_config(config)  # what the trainer would refuse at load time fails here too, naming the key
+    validate_config(config, check_files=False)  # what the trainer refuses at load time fails here too
     work = workload_from_config(config, FLAGS.mode)
     if FLAGS.all:
         print(f"{'mesh':<14}{'model':<15}{'train GiB':>10}{'sampler GiB':>12}{'HBM GiB':>9}  verdict")

