@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rl-steps", type=int, default=0, help="GRPO steps (default: the config's)")
     ap.add_argument("--parity", action="store_true", help="the SmolLM2 vs transformers check instead")
     ap.add_argument("--new-tokens", type=int, default=48, help="--parity: greedy answer length")
-    ap.add_argument("--tol", type=float, default=1e-3, help="--parity: max allowed |logit diff| vs transformers")
+    ap.add_argument("--tol", type=float, default=2e-4,
+                    help="--parity: max allowed |logit diff| vs transformers (measured 1.1e-4, fp32)")
     ap.add_argument("--seed", type=int, default=0, help="--parity: which synthetic pull request to show")
     args = ap.parse_args(argv)
     return parity_demo(args) if args.parity else train_demo(args)

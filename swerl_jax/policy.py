@@ -30,7 +30,7 @@ def model_config_from(config: Any) -> LlamaConfig:
     """The `model` section as a LlamaConfig: the registry entry (or the HF directory's config) + dtype/remat."""
     m = config.model
     overrides = {"param_dtype": str(m.param_dtype), "dtype": str(m.dtype), "remat": str(m.remat),
-                 "attention_impl": m.get("attention_impl")}
+                 "attention_impl": m.attention_impl}
     if m.hf_dir:
         import json
 

@@ -9,7 +9,6 @@ import pytest
 from notebooks.run_notebooks import NOTEBOOK_DIR, execute_notebook, inject_parameters, main, parse_parameter
 from swerl_jax.analysis.advantages import step_groups
 from swerl_jax.analysis.runs import load_run
-from swerl_jax.analysis.simulate import trainer_available
 from tests.analysis.test_simulate import hand_grpo
 
 
@@ -50,17 +49,16 @@ def test_advantage_notebook_defaults(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not trainer_available(), reason="swerl_jax.train is not installed yet")
-def test_advantage_notebook_on_a_real_tiny_cpu_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the run made on the fly (SFT warm start + GRPO) lands here
-    nb = execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None, {"run_mode": "train", "num_steps": 2},
-                          timeout_s=900)
+def test_advantage_notebook_on_a_real_tiny_cpu_run(tiny_cpu_short_run):
+    # the suite's one tiny_cpu training run (shared with tests/test_demo.py), not a second one of its own
+    workdir, _ = tiny_cpu_short_run
+    nb = execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None, {"workdir": str(workdir)}, timeout_s=900)
     text = _text(nb)
-    assert "(trained)" in text and _images(nb) >= 6
+    assert "(given)" in text and "advantage estimator 'grpo'" in text and _images(nb) >= 6
     diff = float(re.search(r"max \|logged advantage - recomputed GRPO advantage\| = (\S+)", text).group(1))
     assert diff < 1e-5
     # the trainer's logged advantages against GRPO written out by hand (not the code the notebook calls)
-    _assert_logged_advantages_are_grpo(tmp_path)
+    _assert_logged_advantages_are_grpo(workdir)
 
 
 def _assert_logged_advantages_are_grpo(root):

@@ -325,7 +325,7 @@ def source_from_config(config) -> Sequence:
         return record_source(expand_record_paths(str(config.data.train_files)))
     from swerl_jax.data.synthetic import synthetic_records
 
-    repos = [r.strip() for r in str(config.data.get("synthetic_repos", "")).split(",") if r.strip()]
+    repos = [r.strip() for r in str(config.data.synthetic_repos).split(",") if r.strip()]
     return synthetic_records(int(config.data.synthetic_num_records), seed=int(config.seed), repos=repos or None)
 
 
@@ -361,7 +361,7 @@ def rl_dataset_from_config(config, batch_size: int | None = None) -> grain.IterD
     d = config.data
     per_process = batch_size or max(1, int(config.rl.prompts_per_step) // jax.process_count())
     source = source_from_config(config)
-    if int(d.get("rl_num_records", 0)) > 0:
+    if int(d.rl_num_records) > 0:
         source = FirstRecords(source, int(d.rl_num_records))
     return rl_dataset(source, tokenizer=tokenizer_from_config(config), batch_size=per_process,
                       max_prompt_len=int(d.max_prompt_len), seed=int(config.seed), shuffle=bool(d.shuffle),

@@ -112,7 +112,7 @@ def build_train_batch(rollouts: list[Rollout], prompt_len: int, completion_len: 
 
 def reward_matrix(rollouts: list[Rollout], num_prompts: int, num_samples: int) -> np.ndarray:
     """Rewards as [P, G] in (group, sample) order; raises if a rollout is missing or unscored."""
-    rewards = np.full((num_prompts, num_samples), np.nan, np.float32)
+    rewards = np.full((num_prompts, num_samples), np.nan, np.float64)  # advantages are float64 host math
     for r in rollouts:
         rewards[r.group, r.sample] = r.reward
     if np.isnan(rewards).any():

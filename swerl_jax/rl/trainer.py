@@ -100,7 +100,7 @@ class GRPOTrainer:
         rows = int(rl.prompts_per_step) * self.num_samples
         self.num_micro = micro_batches(rows, int(rl.micro_batch_size), "rl.micro_batch_size")
         # rl.update_epochs (GRPO's mu): optimizer updates per batch; the schedule counts updates
-        self.update_epochs = int(rl.get("update_epochs", 1))
+        self.update_epochs = int(rl.update_epochs)
         if self.update_epochs < 1:
             raise ValueError(f"rl.update_epochs must be >= 1, got {self.update_epochs}")
         # each micro-batch is what gets sharded over the batch axes: rl.micro_batch_size must split over them

@@ -83,7 +83,7 @@ class SFTTrainer:
         self.workdir = pathlib.Path(workdir)
         s = config.sft
         self.num_steps = int(s.num_steps)
-        self.num_micro = micro_batches(int(s.batch_size), int(s.get("micro_batch_size", 0)), "sft.micro_batch_size")
+        self.num_micro = micro_batches(int(s.batch_size), int(s.micro_batch_size), "sft.micro_batch_size")
         self.policy = Policy.create(config, self.num_steps, learning_rate=float(s.learning_rate),
                                     params=initial_params, global_batch=int(s.batch_size))
         self.data_iter = iter(sft_dataset_from_config(config))
