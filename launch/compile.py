@@ -1,0 +1,426 @@
+"""Compile the real train step and the sampler's steps for a TPU slice on a machine without one (deviceless).
+
+    python launch/compile.py --config=experiments/swerl_llama3_70b.py --topology=v5p-512
+    python launch/compile.py --config=experiments/sft_llama3_70b.py --topology=v5p-512 --mode=sft
+    python launch/compile.py --config=experiments/swerl_llama3_70b.py --topology=v5p-64 \
+        --config.model.name=llama3.1-8b --out=/tmp/compile_8b
+
+libtpu (the version jax's `tpu` extra pins; `pip install -e .[dev]` installs it) compiles for a TPU topology
+from any host: `jax.experimental.topologies.get_topology_desc` gives abstract chips, the mesh is built over
+them exactly as the trainer builds it (`sharding.create_mesh`), and parameters, optimizer state and batches
+are `ShapeDtypeStruct`s carrying their shardings, so nothing is materialised. Compiled per program:
+
+- train: `train_step.make_train_step` over the GRPO loss (`rl.trainer.make_rl_loss`: KL reference log-probs
+  when rl.kl_coef > 0) or the SFT loss, with the config's optimizer, micro-batches and remat: the function
+  the trainers run, at the longest prompt + completion the config allows;
+- prefill: the sampler's prompt pass (`Llama` with a KV cache of `data.max_prompt_len` slots, as
+  `sampler.engine._generate` runs it) for `sampler.max_batch` prompts;
+- decode: one `sampler.decode.decode_step` token for `sampler.max_batch` rows over a full-length cache.
+
+Reported per chip: XLA's argument / output / temporary / alias bytes beside the planner's estimate
+(`launch/plan.py`), the cost analysis' FLOPs and bytes, a roofline step time (the larger of FLOPs / peak and
+bytes / HBM bandwidth, from `swerl_jax.meshes`) and the MFU bound it implies, and the collectives in the
+compiled HLO by kind. XLA's cost analysis counts a loop body once (the layer scan, micro-batches, the
+decode-step layers are unrolled), so the roofline uses analytic model FLOPs (`model_flops`) scaled from XLA's
+figure when they disagree; both are printed. Each program's HLO text and a JSON of the numbers are saved under --out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from absl import app, flags
+from jax.sharding import NamedSharding, PartitionSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from launch import plan  # noqa: E402
+from swerl_jax import sharding  # noqa: E402
+from swerl_jax.meshes import MESHES, MeshSpec  # noqa: E402
+from swerl_jax.model.config import LlamaConfig  # noqa: E402
+from swerl_jax.model.llama import KVCache, Llama, positions_from_mask  # noqa: E402
+from swerl_jax.optim import make_optimizer  # noqa: E402
+from swerl_jax.policy import micro_batches, model_config_from  # noqa: E402
+from swerl_jax.rl.objectives import GRPOLossConfig  # noqa: E402
+from swerl_jax.rl.trainer import make_rl_loss  # noqa: E402
+from swerl_jax.sampler.decode import decode_step, decode_weights  # noqa: E402
+from swerl_jax.sft.trainer import make_sft_loss  # noqa: E402
+from swerl_jax.train_step import TrainState, make_train_step, state_shardings  # noqa: E402
+
+GiB = 1024**3
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "bf16": 2, "f16": 2, "s32": 4, "u32": 4,
+                "f32": 4, "s64": 8, "u64": 8, "f64": 8}
+
+
+def tpu_mesh_spec(topology: str) -> MeshSpec:
+    """The named TPU mesh for `--topology` ("v5p-512" or "tpu-v5p-512"); a clear error lists the known ones."""
+    name = topology if topology.startswith("tpu-") else f"tpu-{topology}"
+    known = [m.removeprefix("tpu-") for m, s in MESHES.items() if s.topology]
+    if name not in MESHES or not MESHES[name].topology:
+        raise KeyError(f"--topology={topology!r} is not a TPU mesh in swerl_jax.meshes; known: {', '.join(known)}")
+    return MESHES[name]
+
+
+def topology_devices(spec: MeshSpec, num_slices: int = 1) -> list[Any]:
+    """Abstract TPU devices of `num_slices` slices of `spec.topology` (needs libtpu; no TPU needed)."""
+    from jax.experimental import topologies
+
+    # Compiling takes no chip: let several compiles (and any process that loaded libtpu) share the library
+    # instead of failing on libtpu's one-process-per-host lockfile.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    try:
+        topo = topologies.get_topology_desc(topology_name=spec.topology, platform="tpu",
+                                            **({"num_slices": num_slices} if num_slices > 1 else {}))
+    except Exception as err:  # libtpu missing or too old: say what to install
+        raise RuntimeError(f"cannot describe TPU topology {spec.topology!r} ({err}); install libtpu "
+                           "(pip install -e .[dev], or pip install 'libtpu==0.0.42.*' for jax 0.10.2)") from err
+    return list(topo.devices)
+
+
+def _sds(tree: Any, shardings: Any) -> Any:
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def abstract_train_state(model_config: LlamaConfig, mesh: Any, rules: sharding.Rules, optimizer: Any
+                         ) -> tuple[TrainState, TrainState]:
+    """(state, shardings) as the trainer lays them out, every leaf a sharded ShapeDtypeStruct (no memory)."""
+    p_shard = sharding.param_shardings(model_config, mesh, rules)
+    params = jax.tree.map(lambda b: b.value, sharding.abstract_params(model_config),
+                          is_leaf=lambda x: hasattr(x, "names"))
+    shardings = state_shardings(optimizer, p_shard, params, mesh)
+    state = jax.eval_shape(lambda p: TrainState(jnp.zeros((), jnp.int32), p, optimizer.init(p)), params)
+    return _sds(state, shardings), shardings
+
+
+def train_batch(config: Any, mode: str) -> tuple[dict[str, jax.ShapeDtypeStruct], int, int]:
+    """The trainer's batch at the config's longest shapes: (batch, prompt_len, completion_len).
+
+    RL rows are `rollouts.build_train_batch`'s (+ sampler / reference log-probs); SFT rows `sft.relayout`'s with
+    the prompt at `data.max_prompt_len` and the target filling `sft.max_len`.
+    """
+    f32, i32, b = jnp.float32, jnp.int32, jnp.bool_
+    if mode == "sft":
+        rows, width = int(config.sft.batch_size), int(config.sft.max_len)
+        p = min(int(config.data.max_prompt_len), width - 1)
+        c = width - p
+        return {"tokens": jax.ShapeDtypeStruct((rows, width), i32),
+                "attention_mask": jax.ShapeDtypeStruct((rows, width), b),
+                "loss_mask": jax.ShapeDtypeStruct((rows, c), f32)}, p, c
+    rows = int(config.rl.prompts_per_step) * int(config.rl.num_samples)
+    p, c = int(config.data.max_prompt_len), int(config.sampler.max_new_tokens)
+    batch = {"tokens": jax.ShapeDtypeStruct((rows, p + c), i32),
+             "attention_mask": jax.ShapeDtypeStruct((rows, p + c), b),
+             "loss_mask": jax.ShapeDtypeStruct((rows, c), f32), "old_logp": jax.ShapeDtypeStruct((rows, c), f32),
+             "advantages": jax.ShapeDtypeStruct((rows,), f32), "truncated": jax.ShapeDtypeStruct((rows,), b),
+             "sampler_logp": jax.ShapeDtypeStruct((rows, c), f32)}
+    if float(config.rl.kl_coef) > 0:
+        batch["ref_logp"] = jax.ShapeDtypeStruct((rows, c), f32)
+    return batch, p, c
+
+
+def lower_train(config: Any, mode: str, model_config: LlamaConfig, mesh: Any, rules: sharding.Rules) -> Any:
+    """The trainer's jitted step (loss, micro-batches, optimizer, donation), lowered on abstract inputs."""
+    batch, p, c = train_batch(config, mode)
+    rows = batch["tokens"].shape[0]
+    sharding.validate_mesh(config, model_config, mesh.size, global_batch=rows)  # names the axis and the batch
+    if mode == "sft":
+        steps, lr = int(config.sft.num_steps), float(config.sft.learning_rate)
+        loss_fn = make_sft_loss(model_config, p, c)
+        num_micro = micro_batches(rows, int(config.sft.get("micro_batch_size", 0)), "sft.micro_batch_size")
+    else:
+        steps, lr = int(config.rl.num_steps) * int(config.rl.get("update_epochs", 1)), None
+        loss_fn = make_rl_loss(model_config, GRPOLossConfig.from_config(config), p, c,
+                               float(config.sampler.temperature) or 1.0)
+        num_micro = micro_batches(rows, int(config.rl.micro_batch_size), "rl.micro_batch_size")
+    optimizer = make_optimizer(config.optim, max(1, steps), lr)
+    state, shardings = abstract_train_state(model_config, mesh, rules, optimizer)
+    batch_sh = sharding.batch_shardings(mesh, batch, rules)
+    step = make_train_step(loss_fn, optimizer, mesh, shardings, batch_sh, rules, num_micro_batches=num_micro,
+                           weight_key="loss_weight")
+    return step.lower(state, _sds(batch, batch_sh)), {"rows": rows, "prompt_len": p, "loss_len": c,
+                                                      "num_micro_batches": num_micro}
+
+
+def _sampler_params(model_config: LlamaConfig, mesh: Any, rules: sharding.Rules) -> tuple[Any, Any]:
+    """The sampler's params: the policy's layout, in the compute dtype (the sampler publishes them so)."""
+    sampler_model = model_config.replace(param_dtype=model_config.dtype)
+    shardings = sharding.param_shardings(sampler_model, mesh, rules)
+    params = jax.tree.map(lambda b: b.value, sharding.abstract_params(sampler_model),
+                          is_leaf=lambda x: hasattr(x, "names"))
+    return _sds(params, shardings), shardings
+
+
+def sampler_rows(config: Any, mesh: Any, rules: sharding.Rules) -> int:
+    """`sampler.max_batch` rounded up to a multiple of the batch shards (one row per chip at least), as the
+    planner plans the sampler: a slice decodes at least as many sequences as it has batch shards."""
+    shards = 1
+    for axis in sharding._mesh_axes(dict(rules).get("activation_batch")):
+        shards *= mesh.shape[axis]
+    return -(-int(config.sampler.max_batch) // shards) * shards
+
+
+def lower_prefill(config: Any, model_config: LlamaConfig, mesh: Any, rules: sharding.Rules) -> tuple[Any, dict]:
+    """The sampler's prompt pass for `sampler.max_batch` prompts of `data.max_prompt_len` tokens, lowered."""
+    rows, t = sampler_rows(config, mesh, rules), int(config.data.max_prompt_len)
+    params, p_shard = _sampler_params(model_config, mesh, rules)
+    bs = NamedSharding(mesh, sharding.batch_spec(rules, 2))
+    cache_spec = PartitionSpec(None, dict(rules).get("activation_batch"), None, dict(rules).get("kv_heads"), None)
+    cache_sh = KVCache(NamedSharding(mesh, cache_spec), NamedSharding(mesh, cache_spec))
+
+    def prefill(params: Any, tokens: jax.Array, mask: jax.Array) -> tuple[jax.Array, KVCache]:
+        model = Llama(model_config)
+        cache = KVCache.zeros(model_config, rows, t)
+        hidden, cache = model.apply({"params": params}, tokens, positions_from_mask(mask), mask, cache, 0,
+                                    return_hidden=True)
+        # hidden[:, -1:] keeps the [batch, length, ...] rank the logical constraints name
+        return model.apply({"params": params}, hidden[:, -1:], method=Llama.logits)[:, 0], cache
+
+    jitted = jax.jit(prefill, in_shardings=(p_shard, bs, bs), out_shardings=(None, cache_sh))
+    with sharding.mesh_context(mesh, rules):
+        lowered = jitted.lower(params, jax.ShapeDtypeStruct((rows, t), jnp.int32, sharding=bs),
+                               jax.ShapeDtypeStruct((rows, t), jnp.bool_, sharding=bs))
+    return lowered, {"rows": rows, "prompt_len": t}
+
+
+def lower_decode(config: Any, model_config: LlamaConfig, mesh: Any, rules: sharding.Rules) -> tuple[Any, dict]:
+    """One `decode_step` token for `sampler.max_batch` rows over a cache of prompt + max_new_tokens slots.
+
+    The fused decode weights are built once per generate call (`decode_weights`), so they are an input here,
+    laid out as XLA chose when compiling `decode_weights` from the sharded params.
+    """
+    rows = sampler_rows(config, mesh, rules)
+    slots = int(config.data.max_prompt_len) + int(config.sampler.max_new_tokens)
+    params, p_shard = _sampler_params(model_config, mesh, rules)
+    with sharding.mesh_context(mesh, rules):
+        fuse = jax.jit(lambda p: decode_weights(model_config, p), in_shardings=(p_shard,))
+        weights_sh = fuse.lower(params).compile().output_shardings
+    weights = _sds(jax.eval_shape(lambda p: decode_weights(model_config, p), params), weights_sh)
+    batch_axes, kv_axes = dict(rules).get("activation_batch"), dict(rules).get("kv_heads")
+    kv, d, dt = model_config.num_kv_heads, model_config.head_size, jnp.dtype(model_config.dtype)
+    k_sh = NamedSharding(mesh, PartitionSpec(batch_axes, kv_axes, None, None))
+    cache = tuple(KVCache(jax.ShapeDtypeStruct((rows, kv, d, slots), dt, sharding=k_sh),
+                          jax.ShapeDtypeStruct((rows, kv, slots, d), dt, sharding=k_sh))
+                  for _ in range(model_config.num_layers))
+    row_sh = NamedSharding(mesh, sharding.batch_spec(rules, 1))
+    mask_sh = NamedSharding(mesh, sharding.batch_spec(rules, 2))
+    jitted = jax.jit(lambda w, tok, pos, m, c, s: decode_step(model_config, w, tok, pos, m, c, s),
+                     donate_argnums=(4,))
+    with sharding.mesh_context(mesh, rules):
+        lowered = jitted.lower(weights, jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=row_sh),
+                               jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=row_sh),
+                               jax.ShapeDtypeStruct((rows, slots), jnp.bool_, sharding=mask_sh), cache,
+                               jax.ShapeDtypeStruct((), jnp.int32))
+    return lowered, {"rows": rows, "slots": slots}
+
+
+def collectives(hlo_text: str) -> dict[str, dict[str, int]]:
+    """Collective ops in compiled HLO text by kind: {kind: {"count", "bytes"}} (result shapes' bytes; an
+    instruction inside a loop body is counted once, as it appears in the text)."""
+    out: dict[str, dict[str, int]] = {}
+    pattern = re.compile(r"=\s*(\(.*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(-start)?\(")
+    for line in hlo_text.splitlines():
+        m = pattern.search(line)
+        if not m:
+            continue
+        nbytes = sum(_DTYPE_BYTES.get(dt, 4) * _numel(dims)
+                     for dt, dims in re.findall(r"([a-z]+\d*)\[([\d,]*)\]", m.group(1)))
+        entry = out.setdefault(m.group(2), {"count": 0, "bytes": 0})
+        entry["count"] += 1
+        entry["bytes"] += nbytes
+    return out
+
+
+def _numel(dims: str) -> int:
+    n = 1
+    for d in filter(None, dims.split(",")):
+        n *= int(d)
+    return n
+
+
+def model_flops(model: LlamaConfig, rows: int, seq: int, loss_len: int, backward: bool, remat: str) -> float:
+    """Analytic matmul FLOPs of one pass over rows x seq tokens (all devices): 2 N_layers + causal attention
+    (2 x 2 H D T^2 / 2) + the head over the scored positions; x3 with the backward, +1 forward under remat."""
+    e, f, d, h, kv = model.hidden_size, model.intermediate_size, model.head_size, model.num_heads, model.num_kv_heads
+    layer = 2 * seq * (e * d * (2 * h + 2 * kv) + 3 * e * f) + 2 * h * d * seq * seq
+    fwd = rows * (model.num_layers * layer + 2 * loss_len * e * model.vocab_size)
+    if not backward:
+        return float(fwd)
+    recompute = rows * model.num_layers * layer if remat != "none" else 0
+    return float(3 * fwd + recompute)
+
+
+def analyse(name: str, lowered: Any, spec: MeshSpec, planner_bytes: int | None, model_flops_total: float,
+            n_devices: int, out_dir: Path | None, useful_flops_total: float | None = None) -> dict[str, Any]:
+    """Compile `lowered` and collect memory, cost, roofline and collectives per device (see the module doc)."""
+    t0 = time.perf_counter()
+    try:
+        compiled = lowered.compile()
+    except Exception as err:  # XLA refuses a program that cannot fit in HBM: that is a result, not a crash
+        message = str(err).strip().splitlines()[0][:500]
+        if "exceed" not in message and "memory" not in message.lower():
+            raise
+        result = {"program": name, "compile_s": round(time.perf_counter() - t0, 2), "error": message,
+                  "planner_bytes": planner_bytes, "hbm_bytes": spec.hbm_bytes}
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1))
+        return result
+    compile_s = time.perf_counter() - t0
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    hlo = compiled.as_text()
+    xla_flops, xla_bytes = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
+    arg, out, tmp, alias = (int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
+                            int(mem.temp_size_in_bytes), int(mem.alias_size_in_bytes))
+    flops = max(model_flops_total / n_devices, xla_flops)
+    # Bytes scale with the loop trip counts XLA left out as FLOPs do; scaled alike when the analytic FLOPs win.
+    bytes_ = xla_bytes * (flops / xla_flops if xla_flops else 1.0)
+    t_compute, t_memory = flops / spec.peak_bf16_flops, bytes_ / spec.hbm_bandwidth
+    step_s = max(t_compute, t_memory)
+    result = {
+        "program": name, "compile_s": round(compile_s, 2),
+        "argument_bytes": arg, "output_bytes": out, "temp_bytes": tmp, "alias_bytes": alias,
+        "peak_bytes": arg + out - alias + tmp, "planner_bytes": planner_bytes, "hbm_bytes": spec.hbm_bytes,
+        "xla_flops": xla_flops, "xla_bytes_accessed": xla_bytes,
+        "model_flops_per_device": model_flops_total / n_devices,
+        "roofline_step_s": step_s, "roofline_bound": "compute" if t_compute >= t_memory else "memory",
+        # MFU counts the model's FLOPs (6 N D + attention), not remat's recompute: full remat caps it at 75%
+        "mfu_bound": ((useful_flops_total or model_flops_total) / n_devices) / (step_s * spec.peak_bf16_flops)
+        if step_s else 0.0,
+        "collectives": collectives(hlo),
+    }
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / f"{name}.hlo.txt").write_text(hlo)
+        (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def planner_rows(config: Any, mode: str, spec: MeshSpec, model_config: LlamaConfig, n_devices: int,
+                 info: dict) -> dict[str, int]:
+    """The planner's estimate (`plan.estimate`) for exactly the compiled workload."""
+    sizes = sharding.mesh_axis_sizes(config, n_devices)
+    rules = sharding.logical_axis_rules(config)
+    work = plan.Workload(micro_batch=info["rows"] // info["num_micro_batches"],
+                         seq_len=info["prompt_len"] + info["loss_len"], loss_len=info["loss_len"],
+                         sampler_batch=int(config.sampler.max_batch),
+                         sampler_len=int(config.data.max_prompt_len) + int(config.sampler.max_new_tokens))
+    return plan.estimate(model_config, sizes, rules, work)
+
+
+PROGRAMS = ("train", "prefill", "decode")
+
+
+def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[str, ...] = PROGRAMS,
+                out_dir: Path | None = None, num_slices: int = 1, attention: str | None = None) -> dict[str, Any]:
+    """Compile `programs` for the TPU slice `topology` with `config`; returns the report (see `analyse`).
+
+    `attention` replaces model.attention_impl ("" = XLA, "pallas"); by default a "cudnn" config (GPU only)
+    compiles with XLA attention."""
+    spec = tpu_mesh_spec(topology)
+    config = config.copy_and_resolve_references()
+    config.mesh.name = spec.name
+    config.model.hf_dir = ""  # the architecture is model.name's; no checkpoint is read to compile
+    if attention is not None:
+        config.model.attention_impl = attention or None
+    elif config.model.get("attention_impl") == "cudnn":  # a GPU config: cuDNN does not exist on TPU
+        config.model.attention_impl = None
+    devices = topology_devices(spec, num_slices)
+    model_config = model_config_from(config)
+    mesh = sharding.create_mesh(config, devices=devices, model_config=model_config)
+    rules = sharding.logical_axis_rules(config)
+    n = len(devices)
+    report = {"topology": spec.topology, "mesh": spec.name, "devices": n, "model": config.model.name,
+              "mesh_shape": dict(mesh.shape), "attention_impl": model_config.attention_impl,
+              "remat": model_config.remat, "programs": {}}
+    rows = None
+    for name in programs:
+        if name == "train":
+            lowered, info = lower_train(config, mode, model_config, mesh, rules)
+            rows = planner_rows(config, mode, spec, model_config, n, info)
+            planned = rows["train total"]
+            seq = info["prompt_len"] + info["loss_len"]
+            flops = model_flops(model_config, info["rows"], seq, info["loss_len"], True, model_config.remat)
+            useful = model_flops(model_config, info["rows"], seq, info["loss_len"], True, "none")
+        elif name == "prefill":
+            useful = None
+            lowered, info = lower_prefill(config, model_config, mesh, rules)
+            planned = None
+            flops = model_flops(model_config, info["rows"], info["prompt_len"], 1, False, "none")
+        elif name == "decode":
+            useful = None
+            lowered, info = lower_decode(config, model_config, mesh, rules)
+            planned = (rows or {}).get("sampler total")
+            kv_read = 2 * model_config.num_heads * model_config.head_size * info["slots"] * model_config.num_layers
+            flops = info["rows"] * (2 * (model_config.num_params() - model_config.vocab_size * model_config.hidden_size)
+                                    + 2 * model_config.vocab_size * model_config.hidden_size + kv_read)
+        else:
+            raise ValueError(f"unknown program {name!r}; known: train, prefill, decode")
+        result = analyse(name, lowered, spec, planned, flops, n, out_dir, useful)
+        result.update(info)
+        report["programs"][name] = result
+    if rows is not None:
+        report["planner"] = rows
+    if out_dir is not None:
+        (out_dir / "report.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """One block per program: memory (XLA vs planner), FLOPs, bytes, roofline, MFU bound, collectives."""
+    lines = [f"{report['model']} on {report['mesh']} ({report['topology']}, {report['devices']} chips, mesh "
+             f"{report['mesh_shape']}, attention {report['attention_impl'] or 'xla'}, remat {report['remat']})"]
+    for name, r in report["programs"].items():
+        if "error" in r:
+            planned = f"{r['planner_bytes'] / GiB:.2f} GiB" if r.get("planner_bytes") is not None else "-"
+            lines.append(f"[{name}] XLA refused it after {r['compile_s']:.1f} s (planner {planned}): {r['error']}")
+            continue
+        planned = f"{r['planner_bytes'] / GiB:.3f}" if r.get("planner_bytes") is not None else "-"
+        verdict = "fits" if r["peak_bytes"] <= r["hbm_bytes"] else "DOES NOT FIT"
+        lines += [f"[{name}] compiled in {r['compile_s']:.1f} s; per chip GiB: arguments "
+                  f"{r['argument_bytes'] / GiB:.3f}"
+                  f", outputs {r['output_bytes'] / GiB:.3f}, temporaries {r['temp_bytes'] / GiB:.3f}, aliased "
+                  f"{r['alias_bytes'] / GiB:.3f} -> peak {r['peak_bytes'] / GiB:.3f} (planner {planned}; HBM "
+                  f"{r['hbm_bytes'] / GiB:.1f}: {verdict})",
+                  f"  FLOPs/chip: XLA {r['xla_flops']:.3e} (loop bodies once), model {r['model_flops_per_device']:.3e};"
+                  f" bytes accessed (XLA) {r['xla_bytes_accessed']:.3e}",
+                  f"  roofline step {r['roofline_step_s'] * 1e3:.1f} ms ({r['roofline_bound']}-bound), MFU bound "
+                  f"{r['mfu_bound']:.0%}",
+                  "  collectives: " + (", ".join(f"{k} x{v['count']} {v['bytes'] / GiB:.3f} GiB"
+                                                 for k, v in sorted(r["collectives"].items())) or "none")]
+    return "\n".join(lines)
+
+
+FLAGS = flags.FLAGS  # --config (with --config.FIELD=VALUE overrides) and --mode are launch/plan.py's flags
+flags.DEFINE_string("topology", "v5p-512", "TPU slice: a tpu-* mesh of swerl_jax.meshes without the prefix")
+flags.DEFINE_integer("num_slices", 1, "slices joined by DCN (set config.mesh.dcn_shape to split axes over them)")
+flags.DEFINE_list("programs", ["train", "prefill", "decode"], "programs to compile")
+flags.DEFINE_string("attention", None, "model.attention_impl for TPU: '' (XLA) or pallas (default: the config's; "
+                    "cudnn becomes XLA)")
+flags.DEFINE_string("out", "", "directory for the HLO text and JSON (default: /tmp/swerl_compile/<mesh>-<model>)")
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    config = FLAGS.config
+    spec = tpu_mesh_spec(FLAGS.topology)
+    out = Path(FLAGS.out or f"/tmp/swerl_compile/{spec.name}-{config.model.name}-{FLAGS.mode}")
+    report = compile_all(config, FLAGS.topology, FLAGS.mode, tuple(FLAGS.programs), out, FLAGS.num_slices,
+                         FLAGS.attention)
+    print(format_report(report))
+    print(f"(HLO and JSON in {out})")
+
+
+if __name__ == "__main__":
+    app.run(main)
+
