@@ -127,27 +127,34 @@ def train_batch(config: Any, mode: str) -> tuple[dict[str, jax.ShapeDtypeStruct]
     return batch, p, c
 
 
+def train_info(config: Any, mode: str) -> dict[str, int]:
+    """The compiled step's workload: rows, prompt_len, loss_len and num_micro_batches (as the trainer splits)."""
+    batch, p, c = train_batch(config, mode)
+    rows = batch["tokens"].shape[0]
+    key = "sft.micro_batch_size" if mode == "sft" else "rl.micro_batch_size"
+    size = int(config.sft.get("micro_batch_size", 0)) if mode == "sft" else int(config.rl.micro_batch_size)
+    return {"rows": rows, "prompt_len": p, "loss_len": c, "num_micro_batches": micro_batches(rows, size, key)}
+
+
 def lower_train(config: Any, mode: str, model_config: LlamaConfig, mesh: Any, rules: sharding.Rules) -> Any:
     """The trainer's jitted step (loss, micro-batches, optimizer, donation), lowered on abstract inputs."""
     batch, p, c = train_batch(config, mode)
-    rows = batch["tokens"].shape[0]
+    info = train_info(config, mode)
+    rows, num_micro = info["rows"], info["num_micro_batches"]
     sharding.validate_mesh(config, model_config, mesh.size, global_batch=rows)  # names the axis and the batch
     if mode == "sft":
         steps, lr = int(config.sft.num_steps), float(config.sft.learning_rate)
         loss_fn = make_sft_loss(model_config, p, c)
-        num_micro = micro_batches(rows, int(config.sft.get("micro_batch_size", 0)), "sft.micro_batch_size")
     else:
         steps, lr = int(config.rl.num_steps) * int(config.rl.get("update_epochs", 1)), None
         loss_fn = make_rl_loss(model_config, GRPOLossConfig.from_config(config), p, c,
                                float(config.sampler.temperature) or 1.0)
-        num_micro = micro_batches(rows, int(config.rl.micro_batch_size), "rl.micro_batch_size")
     optimizer = make_optimizer(config.optim, max(1, steps), lr)
     state, shardings = abstract_train_state(model_config, mesh, rules, optimizer)
     batch_sh = sharding.batch_shardings(mesh, batch, rules)
     step = make_train_step(loss_fn, optimizer, mesh, shardings, batch_sh, rules, num_micro_batches=num_micro,
                            weight_key="loss_weight")
-    return step.lower(state, _sds(batch, batch_sh)), {"rows": rows, "prompt_len": p, "loss_len": c,
-                                                      "num_micro_batches": num_micro}
+    return step.lower(state, _sds(batch, batch_sh)), info
 
 
 def _sampler_params(model_config: LlamaConfig, mesh: Any, rules: sharding.Rules) -> tuple[Any, Any]:
@@ -315,7 +322,7 @@ def planner_rows(config: Any, mode: str, spec: MeshSpec, model_config: LlamaConf
                          seq_len=info["prompt_len"] + info["loss_len"], loss_len=info["loss_len"],
                          sampler_batch=int(config.sampler.max_batch),
                          sampler_len=int(config.data.max_prompt_len) + int(config.sampler.max_new_tokens))
-    return plan.estimate(model_config, sizes, rules, work)
+    return plan.estimate(model_config, sizes, rules, work, micro_batches=info["num_micro_batches"])
 
 
 PROGRAMS = ("train", "prefill", "decode")
@@ -343,11 +350,11 @@ def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[st
     report = {"topology": spec.topology, "mesh": spec.name, "devices": n, "model": config.model.name,
               "mesh_shape": dict(mesh.shape), "attention_impl": model_config.attention_impl,
               "remat": model_config.remat, "programs": {}}
-    rows = None
+    rows = planner_rows(config, mode, spec, model_config, n, train_info(config, mode))
+    report["planner"] = rows
     for name in programs:
         if name == "train":
             lowered, info = lower_train(config, mode, model_config, mesh, rules)
-            rows = planner_rows(config, mode, spec, model_config, n, info)
             planned = rows["train total"]
             seq = info["prompt_len"] + info["loss_len"]
             flops = model_flops(model_config, info["rows"], seq, info["loss_len"], True, model_config.remat)
@@ -360,7 +367,7 @@ def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[st
         elif name == "decode":
             useful = None
             lowered, info = lower_decode(config, model_config, mesh, rules)
-            planned = (rows or {}).get("sampler total")
+            planned = rows["sampler total"]
             kv_read = 2 * model_config.num_heads * model_config.head_size * info["slots"] * model_config.num_layers
             flops = info["rows"] * (2 * (model_config.num_params() - model_config.vocab_size * model_config.hidden_size)
                                     + 2 * model_config.vocab_size * model_config.hidden_size + kv_read)
@@ -369,8 +376,6 @@ def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[st
         result = analyse(name, lowered, spec, planned, flops, n, out_dir, useful)
         result.update(info)
         report["programs"][name] = result
-    if rows is not None:
-        report["planner"] = rows
     if out_dir is not None:
         (out_dir / "report.json").write_text(json.dumps(report, indent=1))
     return report

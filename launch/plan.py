@@ -146,15 +146,19 @@ class Plan:
 
 
 def estimate(model: LlamaConfig, sizes: dict[str, int], rules: sharding.Rules, work: Workload,
-             optimizer_fp32_moments: bool = False) -> dict[str, int]:
-    """Per-device bytes of every component (see the module docstring for the assumptions)."""
+             optimizer_fp32_moments: bool = False, micro_batches: int = 1) -> dict[str, int]:
+    """Per-device bytes of every component (see the module docstring for the assumptions).
+
+    `micro_batches` > 1 adds the fp32 gradient accumulator `train_step.accumulate_gradients` keeps beside each
+    micro-batch's param_dtype gradients.
+    """
     batch_shards = _factor(dict(rules).get("activation_batch"), sizes)
     tensor = _factor(dict(rules).get("activation_heads"), sizes)
     vocab_shards = _factor(dict(rules).get("activation_vocab"), sizes)
     fsdp = _factor(dict(rules).get("embed"), sizes)
     n = param_elements_per_device(model, sizes, rules)
     p, s = _bytes(model.param_dtype), _bytes(model.dtype)
-    rows = {"params": n * p, "grads": n * p}
+    rows = {"params": n * p, "grads": n * p + (n * 4 if micro_batches > 1 else 0)}
     # optax.adamw's moments follow the params' dtype (mu_dtype=None); `optimizer_fp32_moments` plans an optimizer
     # with fp32 moments and an fp32 master copy instead (not what swerl_jax.optim builds).
     master = 4 if p != 4 else 0
