@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from launch import plan  # noqa: E402
 from swerl_jax import sharding  # noqa: E402
-from swerl_jax.meshes import MESHES, MeshSpec  # noqa: E402
+from swerl_jax.meshes import MESHES, MeshSpec, multislice_spec  # noqa: E402
 from swerl_jax.model.config import LlamaConfig  # noqa: E402
 from swerl_jax.model.llama import KVCache, Llama, positions_from_mask  # noqa: E402
 from swerl_jax.optim import make_optimizer  # noqa: E402
@@ -342,12 +342,24 @@ def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[st
         config.model.attention_impl = attention or None
     elif config.model.get("attention_impl") == "cudnn":  # a GPU config: cuDNN does not exist on TPU
         config.model.attention_impl = None
+    dcn = {a: int(v) for a, v in dict(config.mesh.get("dcn_shape") or {}).items()}
+    config_slices = 1
+    for size in dcn.values():
+        config_slices *= max(size, 1)
+    if config_slices > 1 and num_slices == 1:
+        num_slices = config_slices  # multi-slice where the config says so: mesh.dcn_shape splits axes over DCN
+    elif num_slices > 1 and config_slices == 1:
+        config.mesh.dcn_shape.data = num_slices  # --num_slices alone: data parallelism across the slices
+    elif num_slices != config_slices:
+        raise ValueError(f"--num_slices={num_slices} but mesh.dcn_shape {dcn} spans {config_slices} slices")
     devices = topology_devices(spec, num_slices)
+    config.mesh.name = multislice_spec(spec.name, num_slices).name  # the mesh of all slices' chips
     model_config = model_config_from(config)
     mesh = sharding.create_mesh(config, devices=devices, model_config=model_config)
     rules = sharding.logical_axis_rules(config)
     n = len(devices)
-    report = {"topology": spec.topology, "mesh": spec.name, "devices": n, "model": config.model.name,
+    report = {"topology": spec.topology, "slices": num_slices, "mesh": config.mesh.name, "devices": n,
+              "model": config.model.name,
               "mesh_shape": dict(mesh.shape), "attention_impl": model_config.attention_impl,
               "remat": model_config.remat, "programs": {}}
     rows = planner_rows(config, mode, spec, model_config, n, train_info(config, mode))
@@ -383,7 +395,8 @@ def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[st
 
 def format_report(report: dict[str, Any]) -> str:
     """One block per program: memory (XLA vs planner), FLOPs, bytes, roofline, MFU bound, collectives."""
-    lines = [f"{report['model']} on {report['mesh']} ({report['topology']}, {report['devices']} chips, mesh "
+    slices = f" x {report['slices']} slices" if report.get("slices", 1) > 1 else ""
+    lines = [f"{report['model']} on {report['mesh']} ({report['topology']}{slices}, {report['devices']} chips, mesh "
              f"{report['mesh_shape']}, attention {report['attention_impl'] or 'xla'}, remat {report['remat']})"]
     for name, r in report["programs"].items():
         if "error" in r:
@@ -408,7 +421,8 @@ def format_report(report: dict[str, Any]) -> str:
 
 FLAGS = flags.FLAGS  # --config (with --config.FIELD=VALUE overrides) and --mode are launch/plan.py's flags
 flags.DEFINE_string("topology", "v5p-512", "TPU slice: a tpu-* mesh of swerl_jax.meshes without the prefix")
-flags.DEFINE_integer("num_slices", 1, "slices joined by DCN (set config.mesh.dcn_shape to split axes over them)")
+flags.DEFINE_integer("num_slices", 1, "slices joined by DCN; default: the product of config.mesh.dcn_shape "
+                     "(alone, it makes mesh.dcn_shape.data = num_slices)")
 flags.DEFINE_list("programs", ["train", "prefill", "decode"], "programs to compile")
 flags.DEFINE_string("attention", None, "model.attention_impl for TPU: '' (XLA) or pallas (default: the config's; "
                     "cudnn becomes XLA)")

@@ -92,3 +92,17 @@ def get_mesh_spec(name: str) -> MeshSpec:
     if name not in MESHES:
         raise KeyError(f"unknown mesh.name={name!r}; known: {', '.join(MESHES)}")
     return MESHES[name]
+
+
+def multislice_spec(name: str, slices: int) -> MeshSpec:
+    """`slices` copies of the named TPU slice joined by DCN (data parallel across them unless mesh.dcn_shape
+    says otherwise), registered in MESHES as "<name>x<slices>" so that `mesh.name` can select it."""
+    spec = get_mesh_spec(name)
+    if slices < 1 or spec.device_kind != "tpu":
+        raise ValueError(f"multislice_spec({name!r}, {slices}): needs a TPU mesh and slices >= 1")
+    if slices == 1:
+        return spec
+    multi = dataclasses.replace(spec, name=f"{name}x{slices}", num_devices=spec.num_devices * slices,
+                                dcn_shape=_shape(data=slices), description=f"{slices} x {spec.description}")
+    MESHES.setdefault(multi.name, multi)
+    return MESHES[multi.name]

@@ -108,3 +108,13 @@ def test_planner_counts_the_fp32_gradient_accumulator_of_micro_batches():
     n = plan.param_elements_per_device(m, sizes, rules)
     assert one["grads"] == 2 * n and many["grads"] == 6 * n
     assert many["train total"] - one["train total"] == 4 * n
+
+
+@needs_libtpu
+def test_multi_slice_from_the_configs_dcn_shape():
+    """mesh.dcn_shape.data=2 compiles over two v5p:2x2x1 slices joined by DCN (data parallel across them)."""
+    c = _small_config()
+    c.mesh.dcn_shape.data = 2
+    r = tpu_compile.compile_all(c, "v5p-8", programs=("decode",), attention="pallas")
+    assert r["slices"] == 2 and r["devices"] == 8 and r["mesh_shape"] == {"data": 2, "fsdp": 4, "tensor": 1}
+    assert "error" not in r["programs"]["decode"]
