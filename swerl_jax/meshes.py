@@ -88,7 +88,10 @@ MESHES: dict[str, MeshSpec] = {m.name: m for m in [
 
 
 def get_mesh_spec(name: str) -> MeshSpec:
-    """The named mesh; a clear error lists the known names."""
+    """The named mesh (or "<tpu mesh>x<slices>", see `multislice_spec`); a clear error lists the known names."""
+    base, _, slices = name.rpartition("x")
+    if name not in MESHES and slices.isdigit() and MESHES.get(base, None) and MESHES[base].device_kind == "tpu":
+        return multislice_spec(base, int(slices))
     if name not in MESHES:
         raise KeyError(f"unknown mesh.name={name!r}; known: {', '.join(MESHES)}")
     return MESHES[name]
@@ -96,13 +99,11 @@ def get_mesh_spec(name: str) -> MeshSpec:
 
 def multislice_spec(name: str, slices: int) -> MeshSpec:
     """`slices` copies of the named TPU slice joined by DCN (data parallel across them unless mesh.dcn_shape
-    says otherwise), registered in MESHES as "<name>x<slices>" so that `mesh.name` can select it."""
+    says otherwise), named "<name>x<slices>", which `get_mesh_spec` (so `mesh.name`) accepts."""
     spec = get_mesh_spec(name)
     if slices < 1 or spec.device_kind != "tpu":
         raise ValueError(f"multislice_spec({name!r}, {slices}): needs a TPU mesh and slices >= 1")
     if slices == 1:
         return spec
-    multi = dataclasses.replace(spec, name=f"{name}x{slices}", num_devices=spec.num_devices * slices,
-                                dcn_shape=_shape(data=slices), description=f"{slices} x {spec.description}")
-    MESHES.setdefault(multi.name, multi)
-    return MESHES[multi.name]
+    return dataclasses.replace(spec, name=f"{name}x{slices}", num_devices=spec.num_devices * slices,
+                               dcn_shape=_shape(data=slices), description=f"{slices} x {spec.description}")

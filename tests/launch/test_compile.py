@@ -48,15 +48,16 @@ def test_small_llama_train_and_decode_compile_for_v5p_2x2x1(report):
 def test_xla_memory_agrees_with_the_planner(report):
     """Tolerances. The state (params + Adam moments, donated): within 10% (XLA pads demo-7m's 32-wide head_dim
     to TPU tiles; the planner counts elements). The step's peak: the planner may not under-count by more than
-    15% and over-counts by at most 1.5x: on this small model the loss dominates and the planner keeps two fp32
-    copies of the logits where XLA fuses the gradient into the head's matmul (1.38x measured); for the 70B step,
-    where a layer's backward is the peak, they agree to 14% (BENCHMARKS.md "Deviceless TPU compilation")."""
+    15% and over-counts by at most 2x: on this small model the loss dominates, and the planner's three fp32
+    copies of the logits (logits, probabilities, gradient), which the 8B step on v5p-64 keeps (planner -3%),
+    are fused away here (1.8x). The 70B step, where a layer's backward is the peak, agrees to 11%
+    (BENCHMARKS.md "Deviceless TPU compilation")."""
     train, rows = report["programs"]["train"], report["planner"]
     batch = 8 * 256 * (4 + 1) + 8 * 64 * 4 * 4 + 8 * (4 + 1)  # tokens, mask; 4 fp32 [8, 64]; advantages, truncated
     state = train["argument_bytes"] - batch // 4  # the batch is split over the 4 chips
     # optax.adamw keeps its moments in the params' dtype: 6 bytes per bf16 parameter, not 14 (fp32 moments + master)
     assert rows["params"] + rows["optimizer"] == pytest.approx(state, rel=0.1)
-    assert 0.85 <= rows["train total"] / train["peak_bytes"] <= 1.5, (rows, train)
+    assert 0.85 <= rows["train total"] / train["peak_bytes"] <= 2.0, (rows, train)
     decode = report["programs"]["decode"]  # the sampler's cache and params are arguments of the decode step
     assert decode["argument_bytes"] >= rows["sampler params"] + rows["sampler KV cache"]
 
