@@ -9,12 +9,13 @@ Parameters come from `jax.eval_shape` of the model's init (nothing is allocated)
 config's logical-axis rules, so the per-device bytes of params, gradients and optimizer state are exact up
 to padding. Activations are a per-layer count of what the backward pass keeps (see `layer_activation_bytes`).
 
-Assumptions: gradients in param_dtype; Adam keeps 2 fp32 moments, plus an fp32 master copy when params are
-not fp32; FSDP all-gathers one layer's weights at a time; the loss projects to the vocabulary only over the
-scored tokens (RL: the completion, SFT: the sequence), in fp32; the peak is the saved activations plus the
-larger of one layer's backward and the loss; one micro-batch's activations live at a time (gradient
-accumulation over micro-batches); the sampler is a separate process on the same kind of mesh, holding params
-in `dtype` and a KV cache for `sampler.max_batch` sequences of prompt + completion.
+Assumptions: gradients in param_dtype; Adam keeps 2 moments in param_dtype and no master copy (what
+`optax.adamw` does and XLA's argument bytes confirm: 6 bytes per bf16 parameter, see launch/compile.py); FSDP
+all-gathers one layer's weights at a time; the loss projects to the vocabulary only over the scored tokens (RL:
+the completion, SFT: the sequence), in fp32; the peak is the saved activations plus the larger of one layer's
+backward and the loss; one micro-batch's activations live at a time (gradient accumulation over micro-batches);
+the sampler is a separate process on the same kind of mesh, holding params in `dtype` and a KV cache for
+`sampler.max_batch` sequences of prompt + completion.
 """
 
 from __future__ import annotations
@@ -102,7 +103,10 @@ def layer_activation_bytes(model: LlamaConfig, b: int, t: int, tensor: int, rema
     Counted per layer (s = bytes of `dtype`, E hidden, F MLP width, H/KV heads of size D, sharded by `tensor`):
     "none": layer input, two norm outputs, attention and MLP outputs, the residual (6 bTE s) plus the fp32
     norm statistics' inputs (2 bTE 4), q/k/v and the attention output (bT(2H + 2KV)D/tensor s), attention
-    probabilities unless cuDNN flash attention (bH T^2/tensor: logits in s, masked logits and probs in fp32),
+    probabilities with XLA attention (bH T^2/tensor x 3 s: logits, masked logits and probabilities; measured
+    12 bytes a score in fp32 on XLA:CPU (tests/launch/test_plan.py) and 6 in bf16 on XLA:TPU, whose 70B step at
+    16k tokens keeps 122 GiB of temporaries, BENCHMARKS.md "Deviceless TPU compilation") or, with a
+    flash kernel (cuDNN, Pallas splash), only the fp32 log-sum-exp per query and head (bHT/tensor 4),
     the SwiGLU's gate, up, silu and product (4 bTF/tensor s). "full": only the layer input bTE s. A checkpoint policy
     (dots_with_no_batch_dims_saveable and friends) keeps the projections' outputs:
     bT(H + 2KV)D/tensor s + 2 bTE s + 2 bTF/tensor s.
@@ -116,7 +120,8 @@ def layer_activation_bytes(model: LlamaConfig, b: int, t: int, tensor: int, rema
     projections = bt * (h + 2 * kv) * d * s
     if remat != "none":
         return int(projections + 2 * bt * e * s + 2 * bt * f / tensor * s)
-    attention = 0 if model.attention_impl == "cudnn" else b * h * t * t * (8 + s)
+    flash = model.attention_impl in ("cudnn", "pallas")
+    attention = b * h * t * 4 if flash else b * h * t * t * 3 * s
     return int(6 * bt * e * s + 2 * bt * e * 4 + projections + bt * h * d * s + attention + 4 * bt * f / tensor * s)
 
 
@@ -142,15 +147,21 @@ class Plan:
 
 
 def estimate(model: LlamaConfig, sizes: dict[str, int], rules: sharding.Rules, work: Workload,
-             optimizer_fp32_moments: bool = True) -> dict[str, int]:
-    """Per-device bytes of every component (see the module docstring for the assumptions)."""
+             optimizer_fp32_moments: bool = False, micro_batches: int = 1) -> dict[str, int]:
+    """Per-device bytes of every component (see the module docstring for the assumptions).
+
+    `micro_batches` > 1 adds the fp32 gradient accumulator `train_step.accumulate_gradients` keeps beside each
+    micro-batch's param_dtype gradients.
+    """
     batch_shards = _factor(dict(rules).get("activation_batch"), sizes)
     tensor = _factor(dict(rules).get("activation_heads"), sizes)
     vocab_shards = _factor(dict(rules).get("activation_vocab"), sizes)
     fsdp = _factor(dict(rules).get("embed"), sizes)
     n = param_elements_per_device(model, sizes, rules)
     p, s = _bytes(model.param_dtype), _bytes(model.dtype)
-    rows = {"params": n * p, "grads": n * p}
+    rows = {"params": n * p, "grads": n * p + (n * 4 if micro_batches > 1 else 0)}
+    # optax.adamw's moments follow the params' dtype (mu_dtype=None); `optimizer_fp32_moments` plans an optimizer
+    # with fp32 moments and an fp32 master copy instead (not what swerl_jax.optim builds).
     master = 4 if p != 4 else 0
     rows["optimizer"] = n * (8 + master) if optimizer_fp32_moments else n * 2 * p
     b = -(-work.micro_batch // batch_shards)
@@ -161,13 +172,20 @@ def estimate(model: LlamaConfig, sizes: dict[str, int], rules: sharding.Rules, w
     # The backward's peak is the larger of two phases on top of the saved activations:
     # - a layer's backward: its recomputed activations (under remat), its weights all-gathered by FSDP (still
     #   tensor-sharded) and the fp32 gradient flowing through the hidden states (in and out);
-    # - the loss: fp32 logits over the scored positions and their gradient, with the gathered embedding/head.
+    # - the loss: fp32 logits over the scored positions, the probabilities (the GRPO loss logs the entropy) and
+    #   their gradient, with the gathered embedding/head. With two copies the 8B GRPO step on v5p-64 was planned
+    #   16% under XLA's compiled peak (12.7 vs 15.0 GiB); SFT, without the entropy, is over-planned by one copy.
     e, f, d = model.hidden_size, model.intermediate_size, model.head_size
     layer_weights = (e * d * (2 * model.num_heads + 2 * model.num_kv_heads) + 3 * e * f) / tensor * s
     head_weights = model.vocab_size * e / vocab_shards * s * (1 if model.tie_word_embeddings else 2)
     recompute = layer_activation_bytes(model, b, t, tensor, "none") if model.remat != "none" else 0
-    rows["layer backward peak"] = int(recompute + (layer_weights if fsdp > 1 else 0) + 2 * b * t * e * 4)
-    rows["loss peak (fp32 logits)"] = int(b * work.loss_len * model.vocab_size / vocab_shards * 4 * 2
+    # Beside them the backward holds the gradients of the layer's widest intermediates: the SwiGLU's gate and up
+    # (2 bTF/tensor s) and the attention's fp32 q/k/v gradients (bT(H + 2KV)D/tensor 4). Without this term the
+    # 70B step on v5p-512 (Pallas attention) was planned 20% under XLA's compiled peak (31.2 vs 39.0 GiB).
+    grads_in_flight = 2 * b * t * f / tensor * s + b * t * (model.num_heads + 2 * model.num_kv_heads) * d / tensor * 4
+    rows["layer backward peak"] = int(recompute + grads_in_flight + (layer_weights if fsdp > 1 else 0)
+                                      + 2 * b * t * e * 4)
+    rows["loss peak (fp32 logits)"] = int(b * work.loss_len * model.vocab_size / vocab_shards * 4 * 3
                                           + (head_weights if fsdp > 1 else 0))
     rows["train total"] = (rows["params"] + rows["grads"] + rows["optimizer"]
                            + rows[f"saved activations (remat={model.remat})"]

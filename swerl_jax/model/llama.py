@@ -19,6 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from swerl_jax.model.attention import dot_product_attention
 from swerl_jax.model.config import LlamaConfig
 
 Array = jax.Array
@@ -117,7 +118,7 @@ class Attention(nn.Module):
             cv = jax.lax.dynamic_update_slice_in_dim(cache[1], v.astype(cache[1].dtype), cache_index, axis=1)
             new_cache = (ck, cv)
             k, v = ck.astype(dt), cv.astype(dt)
-        out = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=d ** -0.5, implementation=cfg.attention_impl)
+        out = dot_product_attention(q, k, v, mask, d ** -0.5, cfg.attention_impl)
         out = nn.with_logical_constraint(out, ("activation_batch", "activation_length", "activation_heads", None))
         return jnp.einsum("bthd,hde->bte", out, wo.astype(dt)), new_cache
 
