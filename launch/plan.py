@@ -222,13 +222,17 @@ def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str =
                      f"batch shards (data x fsdp); planned as {-(-work.micro_batch // shards)} per device: set "
                      f"{key} to a multiple of {shards}")
     rules = sharding.logical_axis_rules(config)
-    rows = estimate(model, sizes, rules, work)
+    step_batch = (int(config.sft.batch_size) if mode == "sft"
+                  else int(config.rl.prompts_per_step) * int(config.rl.num_samples))
+    num_micro = max(1, step_batch // max(1, work.micro_batch))  # > 1 adds the fp32 gradient accumulator
+    rows = estimate(model, sizes, rules, work, micro_batches=num_micro)
     # The largest per-device micro-batch (sequences) whose train step fits: what rl.micro_batch_size could be.
     budget = spec.hbm_bytes * usable
     fit = 0
     for per_device in (1, 2, 4, 8, 16, 32, 64):
         trial = dataclasses.replace(work, micro_batch=per_device * shards)
-        if estimate(model, sizes, rules, trial)["train total"] > budget:
+        trial_micro = max(1, step_batch // trial.micro_batch)
+        if estimate(model, sizes, rules, trial, micro_batches=trial_micro)["train total"] > budget:
             break
         fit = per_device
     notes.append(f"largest micro-batch that fits: {fit} per device = {fit * shards} sequences" if fit else
@@ -277,7 +281,10 @@ def main(argv: list[str]) -> None:
     del argv
     start = time.perf_counter()
     config = FLAGS.config
-    validate_config(config, check_files=False)  # what the trainer refuses at load time fails here too
+    checked = config.copy_and_resolve_references()
+    checked.mesh.name = FLAGS.mesh or checked.mesh.name  # checked on the mesh being planned
+    if not FLAGS.all:
+        validate_config(checked, check_files=False)  # what the trainer refuses at load time fails here too
     work = workload_from_config(config, FLAGS.mode)
     if FLAGS.all:
         print(f"{'mesh':<14}{'model':<15}{'train GiB':>10}{'sampler GiB':>12}{'HBM GiB':>9}  verdict")
