@@ -26,6 +26,8 @@ from contextlib import contextmanager
 _UID_BASE = 2_900_000
 _uid_lock = threading.Lock()
 _uids_in_use: set[int] = set()
+# Host folders the sandbox replaces with empty private tmpfs mounts; paths it needs there are bound back in.
+_PRIVATE_MOUNTS = (pathlib.Path("/tmp"), pathlib.Path("/root"))
 
 
 class SandboxUnavailable(RuntimeError):
@@ -103,17 +105,19 @@ class Sandbox:
         self.limits = limits
 
     def _argv(self, workdir: pathlib.Path, command: str, network: bool, env: Mapping[str, str], uid: int | None):
-        argv = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        argv += ["--perms", "0755", "--tmpfs", "/root"]
+        argv = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for mount in _PRIVATE_MOUNTS:
+            argv += ["--perms", "01777" if mount == pathlib.Path("/tmp") else "0755", "--tmpfs", str(mount)]
         made: set[pathlib.Path] = set()
         for path, how in [(p, "--ro-bind") for p in self.readable if p.exists()] + [(workdir, "--bind")]:
-            if path.is_relative_to("/root"):
+            hidden_under = next((m for m in _PRIVATE_MOUNTS if path.is_relative_to(m)), None)
+            if hidden_under is not None:
                 # bwrap would create the mount point's parents 0700; the sandbox uid must be able to traverse them.
                 for parent in reversed(path.parents):
-                    if parent.is_relative_to("/root") and parent != pathlib.Path("/root") and parent not in made:
+                    if parent.is_relative_to(hidden_under) and parent != hidden_under and parent not in made:
                         argv += ["--perms", "0755", "--dir", str(parent)]
                         made.add(parent)
-            if how == "--bind" or path.is_relative_to("/root"):
+            if how == "--bind" or hidden_under is not None:
                 argv += [how, str(path), str(path)]
         argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--die-with-parent", "--new-session"]
         if not network:

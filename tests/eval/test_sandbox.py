@@ -75,3 +75,15 @@ def test_process_cap(sandbox, workdir):
     limits = SandboxLimits(processes=16, timeout_s=120)
     result = sandbox.run("for i in $(seq 40); do sleep 5 & done; wait", workdir, limits=limits)
     assert "Resource temporarily unavailable" in result.output or "retry" in result.output
+
+
+def test_work_dir_and_readable_paths_are_reachable_by_path(tmp_path, workdir):
+    """Regression: bwrap made the parents of binds under the private /tmp 0700, so the sandbox uid could not `cd`
+    to its own work dir by path, nor read a readable dir under /tmp (the env cache in a test run)."""
+    shared = tmp_path / "cache" / "env"
+    shared.mkdir(parents=True)
+    (shared / "data.txt").write_text("shared")
+    sandbox = Sandbox(readable=[sys.base_prefix, shared], limits=SandboxLimits(timeout_s=120))
+    result = sandbox.run(f"cd {workdir} && cat {shared}/data.txt && touch {shared}/nope", workdir)
+    assert "shared" in result.output and "Permission denied" not in result.output, result.output
+    assert "Read-only file system" in result.output and not (shared / "nope").exists()
