@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import sys
 import threading
 import traceback
@@ -96,14 +97,16 @@ class Harness:
         path = self.results_dir / f"{iid}.json"
         if path.exists():
             result = json.loads(path.read_text())
-            if result.get("patch_sha256") == _patch_digest(patch):  # a changed prediction is graded again
+            # A changed prediction is graded again, and so is one the harness itself crashed on.
+            if result.get("patch_sha256") == _patch_digest(patch) and not result.get("harness_crash"):
                 return result
         return None
 
     def _grade_one(self, prediction: dict) -> dict:
         iid, patch = prediction["instance_id"], prediction["model_patch"]
         log_dir = self.out_dir / "logs" / iid
-        log_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(log_dir, ignore_errors=True)  # a re-graded instance's logs are all from this attempt
+        log_dir.mkdir(parents=True)
         base = {"instance_id": iid, "model_name_or_path": prediction["model_name_or_path"],
                 "patch_sha256": _patch_digest(patch), "empty_patch": not patch.strip(), "log_dir": str(log_dir)}
         if iid not in self.instances:
@@ -113,7 +116,8 @@ class Harness:
                 result = self.executor.evaluate(self.instances[iid], patch, log_dir)
             except Exception as err:  # noqa: BLE001 - one instance's failure must not stop the run; logged
                 (log_dir / "harness_error.log").write_text(traceback.format_exc())
-                result = {"status": "error", "error": f"{type(err).__name__}: {err} (harness_error.log)"}
+                result = {"status": "error", "harness_crash": True,
+                          "error": f"{type(err).__name__}: {err} (harness_error.log)"}
         result = {**base, "resolved": result.get("status") == "resolved", **result}
         tmp = self.results_dir / f".{iid}.json.tmp"
         tmp.write_text(json.dumps(result, indent=1))
