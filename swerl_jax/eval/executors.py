@@ -5,6 +5,7 @@ Both produce the same result dict and write their logs into the instance's log d
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import shlex
 import shutil
@@ -38,9 +39,11 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, repos_dir: pathlib.Path, out_dir: pathlib.Path, envs: environments.EnvironmentCache,
-                 limits: SandboxLimits = SandboxLimits(), keep_workdirs: bool = False):
+                 limits: SandboxLimits = SandboxLimits(), keep_workdirs: bool = False, setup_timeout_s: float = 1800):
+        """limits bound the patch and test steps; the install step gets setup_timeout_s (it may download)."""
         self.repos_dir, self.out_dir, self.envs = repos_dir, out_dir, envs
         self.limits, self.keep_workdirs = limits, keep_workdirs
+        self.setup_limits = dataclasses.replace(limits, timeout_s=setup_timeout_s, cpu_seconds=int(setup_timeout_s))
 
     def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
         """Set up, patch, test and grade one instance; the result's `status` says where it stopped."""
@@ -84,8 +87,10 @@ class LocalExecutor:
 
         # Install the base commit (the repository's own code, before any model edit): the index is reachable.
         setup = "\n".join([f"cd {shlex.quote(str(repo_dir))}", *spec.get("pre_install", []), spec.get("install", "")])
-        done = sandbox.run("set -e\n" + setup, work, network=True, env=env)
+        done = sandbox.run("set -e\n" + setup, work, network=True, env=env, limits=self.setup_limits)
         (log_dir / "setup.log").write_text(f"{setup}\n---\n{done.output}")
+        if done.timed_out:
+            return {"status": "setup_failed", "error": f"install ran past {self.setup_limits.timeout_s:.0f}s"}
         if done.returncode != 0:
             return {"status": "setup_failed", "error": f"install failed (exit {done.returncode}): see setup.log"}
 

@@ -186,7 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--executor", choices=("local", "docker"), default="local")
     p.add_argument("--env-cache", type=pathlib.Path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per sandboxed step (install, tests)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds for an instance's tests (and patching)")
+    p.add_argument("--setup-timeout", type=float, default=1800.0, help="seconds for an instance's install step")
     p.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap of sandboxed commands")
     p.add_argument("--keep-workdirs", action="store_true")
     p.add_argument("--no-progress", action="store_true")
@@ -201,7 +202,7 @@ def make_executor(args: argparse.Namespace):
         return DockerExecutor(args.out, limits)
     bwrap_path()
     return LocalExecutor(args.repos, args.out, environments.EnvironmentCache(args.env_cache), limits,
-                         keep_workdirs=args.keep_workdirs)
+                         keep_workdirs=args.keep_workdirs, setup_timeout_s=args.setup_timeout)
 
 
 def main(argv: list[str] | None = None) -> dict:
