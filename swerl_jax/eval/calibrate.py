@@ -54,15 +54,18 @@ def select(instances: dict[str, dict], repos: list[str] | None, per_repo: int | 
 
 def table(rows: list[dict]) -> str:
     """Markdown: per repository, instances, gold resolved, empty resolved, excluded; then the exclusions."""
-    lines = ["| repository | instances | gold resolves | empty resolves | excluded | gold rate on included |",
+    lines = ["| repository | instances | gold resolves | empty resolves | excluded | gold rate, network-free |",
              "| --- | --- | --- | --- | --- | --- |"]
     for repo in sorted({r["repo"] for r in rows}):
         mine = [r for r in rows if r["repo"] == repo]
         gold = sum(r["gold_status"] == "resolved" for r in mine)
         empty = sum(r["empty_status"] == "resolved" for r in mine)
         excluded = sum(r["excluded"] is not None for r in mine)
+        # The goal is stated over instances whose tests need no network (those can never pass in the sandbox).
+        offline = [r for r in mine if "network" not in (r["excluded"] or "")]
+        gold_offline = sum(r["gold_status"] == "resolved" for r in offline)
         lines.append(f"| {repo} | {len(mine)} | {gold} | {empty} | {excluded} | "
-                     f"{gold}/{len(mine)} ({100 * gold / max(1, len(mine)):.0f}%) |")
+                     f"{gold_offline}/{len(offline)} ({100 * gold_offline / max(1, len(offline)):.0f}%) |")
     lines += ["", "| instance | gold | empty | excluded because |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['instance_id']} | {r['gold_status']} | {r['empty_status']} | {r['excluded'] or ''} |"
               for r in rows]
