@@ -1,0 +1,55 @@
+"""Interpreter lookup, clone resolution and the thin per-instance venv over a cached environment."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from swerl_jax.eval import environments
+
+
+def test_missing_python_names_the_version(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(environments.EnvironmentError_, match=r"no Python 2\.1 interpreter"):
+        environments.find_python("2.1")
+
+
+def test_pyenv_newest_patch_release_wins(monkeypatch, tmp_path):
+    for version in ("3.9.2", "3.9.18", "3.9.9", "3.10.1"):
+        (tmp_path / "versions" / version / "bin").mkdir(parents=True)
+        (tmp_path / "versions" / version / "bin" / "python").touch()
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    assert environments.find_python("3.9") == tmp_path / "versions" / "3.9.18" / "bin" / "python"
+
+
+def test_resolve_clone_names(tmp_path, shared_data):
+    repos = tmp_path / "repos"
+    (repos / "o__plain" / ".git").mkdir(parents=True)
+    (repos / "o__bare.git").mkdir()
+    (repos / "o__bare.git" / "HEAD").touch()
+    scratch = tmp_path / "out" / "repos"
+    assert environments.resolve_clone(repos, "o/plain", scratch) == repos / "o__plain" / ".git"
+    assert environments.resolve_clone(repos, "o/bare", scratch) == repos / "o__bare.git"
+    with pytest.raises(FileNotFoundError, match="no clone of o/none .*o__none.bundle"):
+        environments.resolve_clone(repos, "o/none", scratch)
+    unpacked = environments.resolve_clone(shared_data / "repos", "pallets/flask", scratch)
+    assert unpacked == scratch / "pallets__flask.git" and (unpacked / "HEAD").exists()
+
+
+def test_overlay_sees_the_env_and_keeps_its_own_installs(tmp_path):
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    (environments.site_packages(env) / "cachedmod.py").write_text("VALUE = 'from the cache'\n")
+    tool = env / "bin" / "mytool"
+    tool.write_text(f"#!{env}/bin/python\nimport sys, cachedmod\nprint(cachedmod.VALUE, sys.prefix)\n")
+    tool.chmod(0o755)
+    overlay = environments.overlay_venv(env, tmp_path / "work" / "venv")
+    out = subprocess.run([str(overlay / "bin" / "mytool")], capture_output=True, text=True, check=True).stdout
+    # The cached script ran with the overlay's python (so an editable install in the overlay is what it imports).
+    assert out.split() == ["from", "the", "cache", str(overlay)]
+    (environments.site_packages(overlay) / "cachedmod.py").write_text("VALUE = 'overlay'\n")
+    out = subprocess.run([str(overlay / "bin" / "python"), "-c", "import cachedmod; print(cachedmod.VALUE)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "overlay" and pathlib.Path(environments.site_packages(env) / "cachedmod.py").exists()
