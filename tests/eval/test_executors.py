@@ -26,7 +26,13 @@ def test_official_image_name():
     assert executors.docker_image("pallets__flask-4045") == "swebench/sweb.eval.x86_64.pallets_1776_flask-4045:latest"
 
 
-@pytest.mark.skipif(shutil.which("docker") is not None, reason="a docker CLI is present")
-def test_docker_executor_refuses_clearly_without_docker(tmp_path):
+def test_docker_executor_refuses_clearly_without_docker(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker CLI
     with pytest.raises(RuntimeError, match="--executor docker needs the docker CLI"):
+        executors.DockerExecutor(tmp_path)
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    assert shutil.which("docker") == str(fake)
+    with pytest.raises(RuntimeError, match="daemon is not reachable: Cannot connect"):
         executors.DockerExecutor(tmp_path)
