@@ -157,6 +157,7 @@ class EnvironmentCache:
         # under flask 2.0), which the official images avoid by shipping compiled files.
         compile_all = [str(tmp / "bin" / "python"), "-m", "compileall", "-q", "-j0", str(tmp / "lib")]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH", "PIP_USER")}
+        env["PIP_CACHE_DIR"] = str(self.root / ".pip-cache")  # downloads stay beside the envs, not in ~/.cache
         log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
         with open(log_path, "w") as log:

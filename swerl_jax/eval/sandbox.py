@@ -74,8 +74,10 @@ def _sandbox_uid() -> Iterator[int | None]:
     if os.geteuid() != 0:
         yield None
         return
+    # Each process gets its own block of uids, so concurrent harness processes do not share process limits.
+    base = _UID_BASE + (os.getpid() % 4096) * 256
     with _uid_lock:
-        uid = next(u for u in range(_UID_BASE, _UID_BASE + 10_000) if u not in _uids_in_use)
+        uid = next(u for u in range(base, base + 256) if u not in _uids_in_use)
         _uids_in_use.add(uid)
     try:
         yield uid
