@@ -72,9 +72,13 @@ def test_timeout_kills_the_sandbox(sandbox, workdir):
 @pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0,
                     reason="the process cap needs root to drop to the sandbox uid")
 def test_process_cap(sandbox, workdir):
-    limits = SandboxLimits(processes=16, timeout_s=120)
-    result = sandbox.run("for i in $(seq 40); do sleep 5 & done; wait", workdir, limits=limits)
-    assert "Resource temporarily unavailable" in result.output or "retry" in result.output
+    code = ("import os, time\nn = 0\ntry:\n    for _ in range(40):\n        if os.fork() == 0:\n"
+            "            time.sleep(600)\n            os._exit(0)\n        n += 1\nexcept BlockingIOError:\n"
+            "    print('CAPPED', n)\n")
+    (workdir / "forks.py").write_text(code)
+    result = sandbox.run(f"{PY} forks.py", workdir, limits=SandboxLimits(processes=16, timeout_s=120))
+    assert "CAPPED" in result.output, result.output
+    assert int(result.output.split("CAPPED")[1].split()[0]) < 16
 
 
 def test_work_dir_and_readable_paths_are_reachable_by_path(tmp_path, workdir):
