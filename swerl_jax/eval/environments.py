@@ -123,7 +123,8 @@ class EnvironmentCache:
             )
         key = json.dumps([spec, requirements, str(python.resolve())], sort_keys=True, default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-        env_dir = self.root / instance["repo"].replace("/", "__") / f"{instance['version']}-{digest}"
+        # Named by content, not version: versions with identical specs (all of sympy's but one) share one env.
+        env_dir = self.root / instance["repo"].replace("/", "__") / f"py{spec['python']}-{digest}"
         return spec, python, requirements, env_dir
 
     def get(self, instance: dict, git_dir: pathlib.Path) -> pathlib.Path:

@@ -1,5 +1,6 @@
 """Interpreter lookup, clone resolution and the thin per-instance venv over a cached environment."""
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -53,3 +54,19 @@ def test_overlay_sees_the_env_and_keeps_its_own_installs(tmp_path):
     out = subprocess.run([str(overlay / "bin" / "python"), "-c", "import cachedmod; print(cachedmod.VALUE)"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "overlay" and pathlib.Path(environments.site_packages(env) / "cachedmod.py").exists()
+
+
+def test_versions_with_identical_specs_share_one_env(shared_data, tmp_path):
+    """sympy's Lite versions 1.0-1.12 have one spec: one env serves them all (builds are minutes each)."""
+    try:
+        environments.find_python("3.9")
+    except environments.EnvironmentError_ as err:
+        pytest.skip(str(err))
+    lite = [r for r in json.loads((shared_data / "swebench_lite.json").read_text()) if r["repo"] == "sympy/sympy"]
+    cache = environments.EnvironmentCache(tmp_path)
+    by_version = {r["version"]: r for r in lite if r["version"] != "1.13"}
+    dirs = {cache.plan(r, tmp_path)[3] for r in by_version.values()}
+    assert len(by_version) > 5 and len(dirs) == 1
+    flask = [r for r in json.loads((shared_data / "swebench_lite.json").read_text()) if r["repo"] == "pallets/flask"]
+    git_dir = environments.resolve_clone(shared_data / "repos", "pallets/flask", tmp_path / "repos")
+    assert len({cache.plan(r, git_dir)[3] for r in flask}) == 2  # flask 2.0 and 2.3 differ
