@@ -178,6 +178,12 @@ class EnvironmentCache:
         # The venv's scripts name the .building path in their shebangs; the overlay runs them with its own python.
 
 
+def overlay_env(overlay: pathlib.Path) -> dict[str, str]:
+    """Environment variables that put an overlay venv first for every command in the sandbox."""
+    return {"PATH": f"{overlay}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(overlay),
+            "PYTHONPATH": str(overlay / "swerl_site")}
+
+
 def site_packages(venv: pathlib.Path) -> pathlib.Path:
     """The venv's site-packages folder."""
     found = sorted(venv.glob("lib/python*/site-packages"))
@@ -197,6 +203,16 @@ def overlay_venv(env_dir: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
     subprocess.run([str(base_python), "-m", "venv", "--without-pip", str(target)], check=True, capture_output=True)
     (site_packages(target) / "_swerl_jax_env.pth").write_text(
         f"import site; site.addsitedir({str(site_packages(env_dir))!r})\n"
+    )
+    # Tools that re-run "python" through a symlink of their own (tox --current-env links .tox/py39/bin/python to
+    # sys.executable) lose the venv: a symlink elsewhere finds no pyvenv.cfg. A sitecustomize on PYTHONPATH (see
+    # `overlay_env`) gives any run of this interpreter the overlay's and the cached env's packages, .pth files too.
+    hook = target / "swerl_site"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import site\n"
+        f"site.addsitedir({str(site_packages(target))!r})\n"
+        f"site.addsitedir({str(site_packages(env_dir))!r})\n"
     )
     for script in sorted((env_dir / "bin").iterdir()):
         wrapper = target / "bin" / script.name

@@ -71,6 +71,8 @@ class LocalExecutor:
                 shutil.copy(log, log_dir / "env_build.log")
             return {"status": "env_failed", "error": str(err)}
         repo_dir = work / "repo"
+        # The resolved path: the clone's alternates must name a path the sandbox shows (not a link under /tmp).
+        git_dir = git_dir.resolve()
         clone = subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(git_dir), str(repo_dir)],
                                capture_output=True, text=True)
         checkout = clone.returncode == 0 and subprocess.run(
@@ -82,8 +84,8 @@ class LocalExecutor:
             return {"status": "setup_failed", "error": f"checkout of {instance['base_commit']} failed: {detail[-300:]}"}
         venv = environments.overlay_venv(env_dir, work / "venv")
         python_home = (env_dir / "bin" / "python").resolve().parent.parent
-        sandbox = Sandbox(readable=[env_dir, python_home, git_dir.resolve()], limits=self.limits)
-        env = {"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(venv), "PIP_NO_INPUT": "1"}
+        sandbox = Sandbox(readable=[env_dir, python_home, git_dir], limits=self.limits)
+        env = {**environments.overlay_env(venv), "PIP_NO_INPUT": "1"}
 
         # Install the base commit (the repository's own code, before any model edit): the index is reachable.
         setup = "\n".join([f"cd {shlex.quote(str(repo_dir))}", *spec.get("pre_install", []), spec.get("install", "")])

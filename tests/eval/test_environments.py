@@ -54,6 +54,15 @@ def test_overlay_sees_the_env_and_keeps_its_own_installs(tmp_path):
     out = subprocess.run([str(overlay / "bin" / "python"), "-c", "import cachedmod; print(cachedmod.VALUE)"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "overlay" and pathlib.Path(environments.site_packages(env) / "cachedmod.py").exists()
+    # Regression: tox --current-env runs python through its own symlink (.tox/py39/bin/python), which finds no
+    # pyvenv.cfg; with the overlay's environment the packages are still there (sphinx's tests found no pytest).
+    elsewhere = tmp_path / "tox" / "bin"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "python").symlink_to(overlay / "bin" / "python")
+    env_vars = environments.overlay_env(overlay)
+    out = subprocess.run([str(elsewhere / "python"), "-c", "import cachedmod; print(cachedmod.VALUE)"],
+                         capture_output=True, text=True, env=env_vars)
+    assert out.stdout.strip() == "overlay", out.stderr
 
 
 def test_versions_with_identical_specs_share_one_env(shared_data, tmp_path):

@@ -6,6 +6,7 @@ environments from the SWE-bench specs: the first run needs pip to reach the pack
 
 import json
 import shutil
+import subprocess
 
 import pytest
 
@@ -49,10 +50,18 @@ def test_flask_gold_resolves_empty_does_not_bad_input_is_per_instance(shared_dat
     assert hang.count("time.sleep") == 1
     write_predictions(tmp_path / "hang.jsonl", [pred("pallets__flask-5063", hang, "hang")])
 
+    # --repos holds a link to a bare clone: the instance clone's alternates must name a path the sandbox shows
+    # (regression: through the link under the private /tmp, the test files' reset to the base commit failed).
+    store, repos = tmp_path / "store" / "flask.git", tmp_path / "repos"
+    subprocess.run(["git", "clone", "-q", "--bare", str(shared_data / "repos" / "pallets__flask.bundle"), str(store)],
+                   check=True)
+    repos.mkdir()
+    (repos / "pallets__flask.git").symlink_to(store)
+
     def run(name, *extra):
         out = tmp_path / name
         report = harness.main(["--instances", str(instances), "--predictions", str(tmp_path / f"{name}.jsonl"),
-                               "--repos", str(shared_data / "repos"), "--out", str(out), "--workers", "2",
+                               "--repos", str(repos), "--out", str(out), "--workers", "2",
                                "--no-progress", *extra])
         return report, capsys.readouterr().out.strip().splitlines()[-1]
 
@@ -68,7 +77,8 @@ def test_flask_gold_resolves_empty_does_not_bad_input_is_per_instance(shared_dat
         entry = report["instances"][iid]
         assert entry["FAIL_TO_PASS"]["passed"] == entry["FAIL_TO_PASS"]["total"] > 0
         assert report["instances"][f"{iid}-empty"]["FAIL_TO_PASS"]["passed"] == 0
-        assert "PASSED" in (tmp_path / "mixed" / "logs" / iid / "test.log").read_text()
+        log = (tmp_path / "mixed" / "logs" / iid / "test.log").read_text()
+        assert "PASSED" in log and "fatal:" not in log and "error:" not in log.split(">>>>> Start Test Output")[0]
 
     report, last = run("hang", "--timeout", "20")
     assert report["instances"]["pallets__flask-5063"]["status"] == "timeout", report["instances"]
