@@ -6,6 +6,7 @@ Both produce the same result dict and write their logs into the instance's log d
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import shlex
 import shutil
@@ -148,12 +149,15 @@ class DockerExecutor:
         script = "\n".join(["source /opt/miniconda3/bin/activate", "conda activate testbed", "cd /testbed", apply,
                             eval_script(instance, spec, "/testbed", "/swerl/test.patch")])
         (work / "eval.sh").write_text(script)
-        argv = ["docker", "run", "--rm", "--network", "none", f"--memory={self.limits.memory_bytes}",
+        name = f"swerl-eval-{instance['instance_id'].lower()}-{os.getpid()}"
+        argv = ["docker", "run", "--rm", "--name", name, "--network", "none", f"--memory={self.limits.memory_bytes}",
                 f"--pids-limit={self.limits.processes}", "-v", f"{work}:/swerl", docker_image(instance["instance_id"]),
                 "bash", "/swerl/eval.sh"]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=self.limits.timeout_s)
         except subprocess.TimeoutExpired:
+            # Killing the CLI leaves the container running: stop it by name.
+            subprocess.run(["docker", "kill", name], capture_output=True)
             return {"status": "timeout", "error": f"tests ran past {self.limits.timeout_s:.0f}s"}
         log = done.stdout + done.stderr
         (log_dir / "test.log").write_text(f"{script}\n---\n{log}")
