@@ -90,7 +90,10 @@ class LocalExecutor:
 
         # Install the base commit (the repository's own code, before any model edit): the index is reachable.
         setup = "\n".join([f"cd {shlex.quote(str(repo_dir))}", *spec.get("pre_install", []), spec.get("install", "")])
-        done = sandbox.run("set -e\n" + setup, work, network=True, env=env, limits=self.setup_limits)
+        # Without the PYTHONPATH hook: pip's isolated build envs must not see the cached env's packages (a pinned
+        # packaging 23.1 broke setuptools-scm's build of pytest 8.0).
+        setup_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+        done = sandbox.run("set -e\n" + setup, work, network=True, env=setup_env, limits=self.setup_limits)
         (log_dir / "setup.log").write_text(f"{setup}\n---\n{done.output}")
         if done.timed_out:
             return {"status": "setup_failed", "error": f"install ran past {self.setup_limits.timeout_s:.0f}s"}
