@@ -201,9 +201,11 @@ def overlay_venv(env_dir: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
     """
     base_python = (env_dir / "bin" / "python").resolve()
     subprocess.run([str(base_python), "-m", "venv", "--without-pip", str(target)], check=True, capture_output=True)
-    (site_packages(target) / "_swerl_jax_env.pth").write_text(
-        f"import site; site.addsitedir({str(site_packages(env_dir))!r})\n"
-    )
+    # A plain path line first: pip's build isolation drops what re-adding the site dirs appends, which an
+    # `import site` line alone hides (then old pinned setuptools/packaging leaked into isolated builds: pylint
+    # installed as UNKNOWN, pytest 8.0's setuptools-scm failed). The import line then runs the env's own .pth files.
+    cached = str(site_packages(env_dir))
+    (site_packages(target) / "_swerl_jax_env.pth").write_text(f"{cached}\nimport site; site.addsitedir({cached!r})\n")
     # Tools that re-run "python" through a symlink of their own (tox --current-env links .tox/py39/bin/python to
     # sys.executable) lose the venv: a symlink elsewhere finds no pyvenv.cfg. A sitecustomize on PYTHONPATH (see
     # `overlay_env`) gives any run of this interpreter the overlay's and the cached env's packages, .pth files too.

@@ -65,6 +65,20 @@ def test_overlay_sees_the_env_and_keeps_its_own_installs(tmp_path):
     assert out.stdout.strip() == "overlay", out.stderr
 
 
+def test_pip_build_isolation_hides_the_cached_env(tmp_path):
+    """Regression: pip's isolated builds must not see the cached env's packages (old setuptools made pylint
+    install as UNKNOWN). pip drops the sys.path entries that re-adding the site dirs appends; mirror that."""
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    overlay = environments.overlay_venv(env, tmp_path / "work" / "venv")
+    code = ("import os, site, sys\norig = sys.path[:]\nknown = set()\n"
+            "for p in site.getsitepackages(): site.addsitedir(p, known_paths=known)\n"
+            "dropped = {os.path.normcase(p) for p in sys.path[len(orig):]}\n"
+            "print([p for p in orig if os.path.normcase(p) not in dropped and 'site-packages' in p])\n")
+    out = subprocess.run([str(overlay / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True)
+    assert str(environments.site_packages(env)) not in out.stdout, out.stdout
+
+
 def test_versions_with_identical_specs_share_one_env(shared_data, tmp_path):
     """sympy's Lite versions 1.0-1.12 have one spec: one env serves them all (builds are minutes each)."""
     try:
