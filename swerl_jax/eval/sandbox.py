@@ -108,6 +108,8 @@ class Sandbox:
 
     def _argv(self, workdir: pathlib.Path, command: str, network: bool, env: Mapping[str, str], uid: int | None):
         argv = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        # bwrap's /dev/shm is root's 0755: the sandbox uid needs it for multiprocessing's semaphores.
+        argv += ["--perms", "01777", "--tmpfs", "/dev/shm"]
         for mount in _PRIVATE_MOUNTS:
             argv += ["--perms", "01777" if mount == pathlib.Path("/tmp") else "0755", "--tmpfs", str(mount)]
         made: set[pathlib.Path] = set()

@@ -91,3 +91,10 @@ def test_work_dir_and_readable_paths_are_reachable_by_path(tmp_path, workdir):
     result = sandbox.run(f"cd {workdir} && cat {shared}/data.txt && touch {shared}/nope", workdir)
     assert "shared" in result.output and "Permission denied" not in result.output, result.output
     assert "Read-only file system" in result.output and not (shared / "nope").exists()
+
+
+def test_multiprocessing_works_inside(sandbox, workdir):
+    """Regression: /dev/shm was root's 0755, so the sandbox uid could not create a semaphore (pylint's -j tests)."""
+    code = "import multiprocessing as m; m.Lock(); print(m.Pool(2).map(abs, [-1, -2]))"
+    result = sandbox.run(f"{PY} -c '{code}'", workdir)
+    assert result.returncode == 0 and "[1, 2]" in result.output, result.output
