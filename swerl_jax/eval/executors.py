@@ -1,0 +1,172 @@
+"""Executors: how one instance is set up, patched and tested. `local` (bubblewrap sandbox) and `docker`.
+
+Both produce the same result dict and write their logs into the instance's log dir under --out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import shlex
+import shutil
+import subprocess
+
+from swerl_jax.eval import environments, grading, specs
+from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
+from swerl_jax.eval.sandbox import Sandbox, SandboxLimits
+
+
+def eval_script(instance: dict, spec: dict, repo_dir: str, test_patch_file: str) -> str:
+    """The test phase, as the official harness runs it: spec eval commands, test files reset to the base commit,
+    the test patch applied, the test command over the test patch's files between SWE-bench's log markers."""
+    consts = specs.constants()
+    files = specs.test_patch_files(instance["test_patch"])
+    test_cmds = spec["test_cmd"] if isinstance(spec["test_cmd"], list) else [spec["test_cmd"]]
+    directives = " ".join(shlex.quote(d) for d in specs.test_directives(instance))
+    lines = [f"cd {shlex.quote(repo_dir)}", *spec.get("eval_commands", [])]
+    if files:
+        lines.append(f"git checkout -q {instance['base_commit']} -- {' '.join(map(shlex.quote, files))}")
+    lines.append(f"git apply -v {shlex.quote(test_patch_file)} || {{ echo 'TEST PATCH FAILED TO APPLY'; exit 3; }}")
+    lines.append(f"echo {shlex.quote(consts.START_TEST_OUTPUT)}")
+    lines += [f"{cmd} {directives}" for cmd in test_cmds]
+    lines.append(f"echo {shlex.quote(consts.END_TEST_OUTPUT)}")
+    return "\n".join(lines) + "\n"
+
+
+class LocalExecutor:
+    """Runs an instance on this machine: cached venv + thin overlay, install, patch and tests in the sandbox."""
+
+    name = "local"
+
+    def __init__(self, repos_dir: pathlib.Path, out_dir: pathlib.Path, envs: environments.EnvironmentCache,
+                 limits: SandboxLimits = SandboxLimits(), keep_workdirs: bool = False, setup_timeout_s: float = 1800):
+        """limits bound the patch and test steps; the install step gets setup_timeout_s (it may download)."""
+        self.repos_dir, self.out_dir, self.envs = repos_dir, out_dir, envs
+        self.limits, self.keep_workdirs = limits, keep_workdirs
+        self.setup_limits = dataclasses.replace(limits, timeout_s=setup_timeout_s, cpu_seconds=int(setup_timeout_s))
+
+    def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
+        """Set up, patch, test and grade one instance; the result's `status` says where it stopped."""
+        iid = instance["instance_id"]
+        work = self.out_dir / "work" / iid
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        try:
+            return self._evaluate(instance, patch, log_dir, work)
+        finally:
+            if not self.keep_workdirs:
+                shutil.rmtree(work, ignore_errors=True)
+
+    def _evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
+        try:
+            git_dir = environments.resolve_clone(self.repos_dir, instance["repo"], self.out_dir / "repos")
+        except (FileNotFoundError, subprocess.CalledProcessError) as err:
+            return {"status": "no_repo", "error": str(err)}
+        try:
+            spec = specs.env_spec(instance["repo"], instance["version"])
+            env_dir = self.envs.get(instance, git_dir)
+        except (specs.SpecError, environments.EnvironmentError_) as err:
+            log = getattr(err, "log", None)
+            if log is not None:
+                shutil.copy(log, log_dir / "env_build.log")
+            return {"status": "env_failed", "error": str(err)}
+        repo_dir = work / "repo"
+        # The resolved path: the clone's alternates must name a path the sandbox shows (not a link under /tmp).
+        git_dir = git_dir.resolve()
+        clone = subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(git_dir), str(repo_dir)],
+                               capture_output=True, text=True)
+        checkout = clone.returncode == 0 and subprocess.run(
+            ["git", "-C", str(repo_dir), "checkout", "-q", instance["base_commit"]], capture_output=True, text=True
+        )
+        if not checkout or checkout.returncode != 0:
+            detail = clone.stderr + (checkout.stderr if checkout else "")
+            (log_dir / "setup.log").write_text(detail)
+            return {"status": "setup_failed", "error": f"checkout of {instance['base_commit']} failed: {detail[-300:]}"}
+        venv = environments.overlay_venv(env_dir, work / "venv")
+        python_home = (env_dir / "bin" / "python").resolve().parent.parent
+        sandbox = Sandbox(readable=[env_dir, python_home, git_dir], limits=self.limits)
+        env = {**environments.overlay_env(venv), "PIP_NO_INPUT": "1"}
+
+        # Install the base commit (the repository's own code, before any model edit): the index is reachable.
+        setup = "\n".join([f"cd {shlex.quote(str(repo_dir))}", *spec.get("pre_install", []), spec.get("install", "")])
+        # Without the PYTHONPATH hook: pip's isolated build envs must not see the cached env's packages (a pinned
+        # packaging 23.1 broke setuptools-scm's build of pytest 8.0).
+        setup_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+        done = sandbox.run("set -e\n" + setup, work, network=True, env=setup_env, limits=self.setup_limits)
+        (log_dir / "setup.log").write_text(f"{setup}\n---\n{done.output}")
+        if done.timed_out:
+            return {"status": "setup_failed", "error": f"install ran past {self.setup_limits.timeout_s:.0f}s"}
+        if done.returncode != 0:
+            return {"status": "setup_failed", "error": f"install failed (exit {done.returncode}): see setup.log"}
+
+        applied = apply_patch(sandbox, work, repo_dir, patch)
+        (log_dir / "patch.log").write_text(applied.log)
+        if not applied.applied:
+            return {"status": "patch_failed", "error": f"no command of {list(APPLY_CHAIN)} applied the patch"}
+
+        (work / "test.patch").write_text(instance["test_patch"])
+        script = eval_script(instance, spec, str(repo_dir), str(work / "test.patch"))
+        (work / "eval.sh").write_text(script)
+        tests = sandbox.run(f"bash {shlex.quote(str(work / 'eval.sh'))}", work, env=env)
+        (log_dir / "test.log").write_text(f"{script}\n---\n{tests.output}")
+        if tests.timed_out:
+            return {"status": "timeout", "error": f"tests ran past {self.limits.timeout_s:.0f}s"}
+        report = grading.grade(instance, tests.output)
+        if not report["tests_ran"]:
+            return {"status": "error", "error": f"tests did not start (exit {tests.returncode}): see test.log",
+                    **report}
+        return {"status": "resolved" if report["resolved"] else "unresolved", **report}
+
+
+def docker_image(instance_id: str) -> str:
+    """The official SWE-bench instance image name (x86_64)."""
+    return f"swebench/sweb.eval.x86_64.{instance_id.replace('__', '_1776_').lower()}:latest"
+
+
+class DockerExecutor:
+    """Runs an instance in its official SWE-bench image (repo at /testbed, conda env `testbed`), no network."""
+
+    name = "docker"
+
+    def __init__(self, out_dir: pathlib.Path, limits: SandboxLimits = SandboxLimits()):
+        if shutil.which("docker") is None:
+            raise RuntimeError("--executor docker needs the docker CLI and a daemon; use --executor local")
+        info = subprocess.run(["docker", "info"], capture_output=True, text=True)
+        if info.returncode != 0:
+            raise RuntimeError(f"--executor docker: the docker daemon is not reachable: {info.stderr.strip()[:300]}")
+        self.out_dir, self.limits = out_dir, limits
+
+    def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
+        """Apply the patch with the fallback chain and run the tests inside the instance image."""
+        try:
+            spec = specs.env_spec(instance["repo"], instance["version"])
+        except specs.SpecError as err:
+            return {"status": "env_failed", "error": str(err)}
+        work = self.out_dir / "work" / instance["instance_id"]
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "model.patch").write_text(patch if patch.endswith("\n") else patch + "\n")
+        (work / "test.patch").write_text(instance["test_patch"])
+        chain = " || ".join(f"{cmd} /swerl/model.patch" for cmd in APPLY_CHAIN)
+        apply = "true" if not patch.strip() else f"{{ {chain}; }} || {{ echo 'MODEL PATCH FAILED'; exit 4; }}"
+        script = "\n".join(["source /opt/miniconda3/bin/activate", "conda activate testbed", "cd /testbed", apply,
+                            eval_script(instance, spec, "/testbed", "/swerl/test.patch")])
+        (work / "eval.sh").write_text(script)
+        name = f"swerl-eval-{instance['instance_id'].lower()}-{os.getpid()}"
+        argv = ["docker", "run", "--rm", "--name", name, "--network", "none", f"--memory={self.limits.memory_bytes}",
+                f"--pids-limit={self.limits.processes}", "-v", f"{work}:/swerl", docker_image(instance["instance_id"]),
+                "bash", "/swerl/eval.sh"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=self.limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            # Killing the CLI leaves the container running: stop it by name.
+            subprocess.run(["docker", "kill", name], capture_output=True)
+            return {"status": "timeout", "error": f"tests ran past {self.limits.timeout_s:.0f}s"}
+        log = done.stdout + done.stderr
+        (log_dir / "test.log").write_text(f"{script}\n---\n{log}")
+        if "MODEL PATCH FAILED" in log:
+            return {"status": "patch_failed", "error": "no command of the fallback chain applied the patch"}
+        report = grading.grade(instance, log)
+        if not report["tests_ran"]:
+            return {"status": "error", "error": f"tests did not start (exit {done.returncode})", **report}
+        return {"status": "resolved" if report["resolved"] else "unresolved", **report}

@@ -1,0 +1,51 @@
+"""Grade a test log by SWE-bench's rules: resolved iff every FAIL_TO_PASS and every PASS_TO_PASS test passes."""
+
+from __future__ import annotations
+
+import json
+
+from swerl_jax.eval import specs
+
+
+def test_list(instance: dict, key: str) -> list[str]:
+    """FAIL_TO_PASS / PASS_TO_PASS as a list (the dataset stores them as JSON strings)."""
+    value = instance.get(key, [])
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else []
+        except json.JSONDecodeError as err:
+            raise ValueError(f"instance {instance.get('instance_id')}: field {key} is not a JSON list: {err}") from err
+    if not isinstance(value, list):
+        kind = type(value).__name__
+        raise ValueError(f"instance {instance.get('instance_id')}: field {key} must be a list, got {kind}")
+    return value
+
+
+def test_output(log: str) -> str | None:
+    """The part of an eval log between SWE-bench's start/end markers (None when the tests never started)."""
+    consts = specs.constants()
+    start, end = consts.START_TEST_OUTPUT, consts.END_TEST_OUTPUT
+    if start not in log:
+        return None
+    body = log.split(start, 1)[1]
+    return body.split(end, 1)[0]
+
+
+def grade(instance: dict, log: str) -> dict:
+    """Per-instance grading: which FAIL_TO_PASS / PASS_TO_PASS tests passed, and `resolved`.
+
+    A test passes when the repository's SWE-bench log parser reports it PASSED or XFAIL; a test missing from
+    the log counts as failed, as in the official harness.
+    """
+    output = test_output(log)
+    statuses = specs.log_parser(instance["repo"])(output) if output is not None else {}
+    ok = {specs.constants().TestStatus.PASSED.value, specs.constants().TestStatus.XFAIL.value}
+    report = {"tests_ran": output is not None}
+    resolved = output is not None
+    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        tests = test_list(instance, key)
+        failed = [t for t in tests if statuses.get(t) not in ok]
+        report[key] = {"passed": len(tests) - len(failed), "total": len(tests), "failed": failed}
+        resolved = resolved and not failed
+    report["resolved"] = resolved
+    return report

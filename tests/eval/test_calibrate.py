@@ -1,0 +1,36 @@
+"""Calibration's exclusion rules and selection."""
+
+from swerl_jax.eval import calibrate
+
+
+def result(status, tmp_path, log="", **extra):
+    (tmp_path / "test.log").write_text(log)
+    return {"status": status, "log_dir": str(tmp_path), **extra}
+
+
+def test_exclusion_reasons(tmp_path):
+    ok, bad = result("resolved", tmp_path), result("unresolved", tmp_path)
+    assert calibrate.exclusion_reason(ok, bad) is None
+    assert calibrate.exclusion_reason(ok, ok) == "the empty patch resolves it"
+    counts = {"FAIL_TO_PASS": {"passed": 0, "total": 2}, "PASS_TO_PASS": {"passed": 5, "total": 5}}
+    assert calibrate.exclusion_reason(result("unresolved", tmp_path, **counts), bad) == (
+        "gold unresolved (FAIL_TO_PASS 0/2, PASS_TO_PASS 5/5)")
+    offline = result("unresolved", tmp_path, log="requests.exceptions.ConnectionError: Max retries exceeded with url")
+    assert "need the network" in calibrate.exclusion_reason(offline, bad)
+    assert calibrate.exclusion_reason(result("env_failed", tmp_path, error="no Python 3.6"), bad) == (
+        "gold env_failed (no Python 3.6)")
+
+
+def test_select_and_table():
+    instances = {i: {"repo": r} for i, r in [("b2", "o/b"), ("a1", "o/a"), ("b1", "o/b"), ("a2", "o/a")]}
+    assert calibrate.select(instances, None, 1) == ["a1", "b1"]
+    assert calibrate.select(instances, ["o/b"], None) == ["b1", "b2"]
+    rows = [{"instance_id": "a1", "repo": "o/a", "gold_status": "resolved", "empty_status": "unresolved",
+             "excluded": None},
+            {"instance_id": "a2", "repo": "o/a", "gold_status": "unresolved", "empty_status": "unresolved",
+             "excluded": "gold unresolved"},
+            {"instance_id": "a3", "repo": "o/a", "gold_status": "unresolved", "empty_status": "unresolved",
+             "excluded": "gold unresolved: its tests need the network (none in the sandbox)"}]
+    text = calibrate.table(rows)
+    assert "| o/a | 3 | 1 | 0 | 2 | 1/2 (50%) |" in text  # the rate leaves out only the network-bound a3
+    assert "| a2 | unresolved | unresolved | gold unresolved |" in text

@@ -1,0 +1,95 @@
+"""Interpreter lookup, clone resolution and the thin per-instance venv over a cached environment."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from swerl_jax.eval import environments
+
+
+def test_missing_python_names_the_version(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(environments.EnvironmentError_, match=r"no Python 2\.1 interpreter"):
+        environments.find_python("2.1")
+
+
+def test_pyenv_newest_patch_release_wins(monkeypatch, tmp_path):
+    for version in ("3.9.2", "3.9.18", "3.9.9", "3.10.1"):
+        (tmp_path / "versions" / version / "bin").mkdir(parents=True)
+        (tmp_path / "versions" / version / "bin" / "python").touch()
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    assert environments.find_python("3.9") == tmp_path / "versions" / "3.9.18" / "bin" / "python"
+
+
+def test_resolve_clone_names(tmp_path, shared_data):
+    repos = tmp_path / "repos"
+    (repos / "o__plain" / ".git").mkdir(parents=True)
+    (repos / "o__bare.git").mkdir()
+    (repos / "o__bare.git" / "HEAD").touch()
+    scratch = tmp_path / "out" / "repos"
+    assert environments.resolve_clone(repos, "o/plain", scratch) == repos / "o__plain" / ".git"
+    assert environments.resolve_clone(repos, "o/bare", scratch) == repos / "o__bare.git"
+    with pytest.raises(FileNotFoundError, match="no clone of o/none .*o__none.bundle"):
+        environments.resolve_clone(repos, "o/none", scratch)
+    unpacked = environments.resolve_clone(shared_data / "repos", "pallets/flask", scratch)
+    assert unpacked == scratch / "pallets__flask.git" and (unpacked / "HEAD").exists()
+
+
+def test_overlay_sees_the_env_and_keeps_its_own_installs(tmp_path):
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    (environments.site_packages(env) / "cachedmod.py").write_text("VALUE = 'from the cache'\n")
+    tool = env / "bin" / "mytool"
+    tool.write_text(f"#!{env}/bin/python\nimport sys, cachedmod\nprint(cachedmod.VALUE, sys.prefix)\n")
+    tool.chmod(0o755)
+    overlay = environments.overlay_venv(env, tmp_path / "work" / "venv")
+    out = subprocess.run([str(overlay / "bin" / "mytool")], capture_output=True, text=True, check=True).stdout
+    # The cached script ran with the overlay's python (so an editable install in the overlay is what it imports).
+    assert out.split() == ["from", "the", "cache", str(overlay)]
+    (environments.site_packages(overlay) / "cachedmod.py").write_text("VALUE = 'overlay'\n")
+    out = subprocess.run([str(overlay / "bin" / "python"), "-c", "import cachedmod; print(cachedmod.VALUE)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "overlay" and pathlib.Path(environments.site_packages(env) / "cachedmod.py").exists()
+    # Regression: tox --current-env runs python through its own symlink (.tox/py39/bin/python), which finds no
+    # pyvenv.cfg; with the overlay's environment the packages are still there (sphinx's tests found no pytest).
+    elsewhere = tmp_path / "tox" / "bin"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "python").symlink_to(overlay / "bin" / "python")
+    env_vars = environments.overlay_env(overlay)
+    out = subprocess.run([str(elsewhere / "python"), "-c", "import cachedmod; print(cachedmod.VALUE)"],
+                         capture_output=True, text=True, env=env_vars)
+    assert out.stdout.strip() == "overlay", out.stderr
+
+
+def test_pip_build_isolation_hides_the_cached_env(tmp_path):
+    """Regression: pip's isolated builds must not see the cached env's packages (old setuptools made pylint
+    install as UNKNOWN). pip drops the sys.path entries that re-adding the site dirs appends; mirror that."""
+    env = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    overlay = environments.overlay_venv(env, tmp_path / "work" / "venv")
+    code = ("import os, site, sys\norig = sys.path[:]\nknown = set()\n"
+            "for p in site.getsitepackages(): site.addsitedir(p, known_paths=known)\n"
+            "dropped = {os.path.normcase(p) for p in sys.path[len(orig):]}\n"
+            "print([p for p in orig if os.path.normcase(p) not in dropped and 'site-packages' in p])\n")
+    out = subprocess.run([str(overlay / "bin" / "python"), "-c", code], capture_output=True, text=True, check=True)
+    assert str(environments.site_packages(env)) not in out.stdout, out.stdout
+
+
+def test_versions_with_identical_specs_share_one_env(shared_data, tmp_path):
+    """sympy's Lite versions 1.0-1.12 have one spec: one env serves them all (builds are minutes each)."""
+    try:
+        environments.find_python("3.9")
+    except environments.EnvironmentError_ as err:
+        pytest.skip(str(err))
+    lite = [r for r in json.loads((shared_data / "swebench_lite.json").read_text()) if r["repo"] == "sympy/sympy"]
+    cache = environments.EnvironmentCache(tmp_path)
+    by_version = {r["version"]: r for r in lite if r["version"] != "1.13"}
+    dirs = {cache.plan(r, tmp_path)[3] for r in by_version.values()}
+    assert len(by_version) > 5 and len(dirs) == 1
+    flask = [r for r in json.loads((shared_data / "swebench_lite.json").read_text()) if r["repo"] == "pallets/flask"]
+    git_dir = environments.resolve_clone(shared_data / "repos", "pallets/flask", tmp_path / "repos")
+    assert len({cache.plan(r, git_dir)[3] for r in flask}) == 2  # flask 2.0 and 2.3 differ

@@ -1,0 +1,38 @@
+"""The test-phase script both executors run, the official image names, and docker's clear refusal."""
+
+import json
+import shutil
+
+import pytest
+
+from swerl_jax.eval import executors, specs
+
+
+def test_eval_script_follows_the_official_order(shared_data):
+    lite = {r["instance_id"]: r for r in json.loads((shared_data / "swebench_lite.json").read_text())}
+    instance = lite["pallets__flask-4045"]
+    script = executors.eval_script(instance, specs.env_spec("pallets/flask", "2.0"), "/w/repo", "/w/test.patch")
+    lines = script.splitlines()
+    assert lines[0] == "cd /w/repo"
+    reset = lines.index(f"git checkout -q {instance['base_commit']} -- tests/test_basic.py tests/test_blueprints.py")
+    apply = next(i for i, x in enumerate(lines) if x.startswith("git apply -v /w/test.patch"))
+    start = lines.index(f"echo '{specs.constants().START_TEST_OUTPUT}'")
+    assert reset < apply < start
+    assert lines[start + 1] == "pytest -rA tests/test_basic.py tests/test_blueprints.py"
+    assert lines[start + 2] == f"echo '{specs.constants().END_TEST_OUTPUT}'"
+
+
+def test_official_image_name():
+    assert executors.docker_image("pallets__flask-4045") == "swebench/sweb.eval.x86_64.pallets_1776_flask-4045:latest"
+
+
+def test_docker_executor_refuses_clearly_without_docker(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no docker CLI
+    with pytest.raises(RuntimeError, match="--executor docker needs the docker CLI"):
+        executors.DockerExecutor(tmp_path)
+    fake = tmp_path / "docker"
+    fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    assert shutil.which("docker") == str(fake)
+    with pytest.raises(RuntimeError, match="daemon is not reachable: Cannot connect"):
+        executors.DockerExecutor(tmp_path)
