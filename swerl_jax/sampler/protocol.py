@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import math
 import socket
 import struct
 
@@ -33,6 +34,8 @@ MAGIC = b"SWRL"
 _PREFIX = struct.Struct(">4sIQ32s")
 MAX_HEADER_BYTES = 16 << 20
 MAX_BODY_BYTES = 1 << 30
+MAX_ARRAYS = 16
+MAX_NDIM = 8
 DTYPES = {"<i4": np.dtype("<i4"), "<f4": np.dtype("<f4")}
 ERROR_CODES = ("bad_request", "too_large", "auth", "timeout", "internal")
 
@@ -89,35 +92,51 @@ def _recv_exact(sock: socket.socket, n: int, at_start: bool = False) -> bytes:
     return bytes(buf)
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not allowed")
+
+
+def _check_spec(spec) -> tuple[str, list[int]]:
+    """(name, shape) of a valid array spec, else ProtocolError."""
+    shape = spec.get("shape") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES or not isinstance(spec.get("name"), str) \
+            or not isinstance(shape, list) or len(shape) > MAX_NDIM \
+            or not all(type(d) is int and d >= 0 for d in shape):
+        raise ProtocolError(f"bad array spec {str(spec)[:200]}: need name, dtype in {sorted(DTYPES)}, and a shape "
+                            f"of at most {MAX_NDIM} non-negative ints")
+    return spec["name"], shape
+
+
 def decode(prefix: bytes, header: bytes, body: bytes, secret: bytes | None) -> Message:
     """Check the MAC, version and array specs, and build the Message."""
     _, _, _, mac = _PREFIX.unpack(prefix)
     if secret and not hmac.compare_digest(mac, _mac(secret, header, body)):
         raise ProtocolError("authentication failed: the message MAC does not match the shared secret")
-    try:
-        fields = json.loads(header)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProtocolError(f"header is not valid JSON: {e}") from e
+    try:  # ValueError covers bad JSON, bad UTF-8 and over-long integers; RecursionError very deep nesting
+        fields = json.loads(header, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError(f"header is not valid JSON: {str(e)[:200]}") from e
     if not isinstance(fields, dict):
         raise ProtocolError("header must be a JSON object")
     if fields.get("v") != PROTOCOL_VERSION:
-        raise ProtocolError(f"protocol version {fields.get('v')!r} is not {PROTOCOL_VERSION}")
+        raise ProtocolError(f"protocol version {str(fields.get('v'))[:20]!r} is not {PROTOCOL_VERSION}")
     msg_type = fields.pop("type", None)
     if not isinstance(msg_type, str):
         raise ProtocolError("header field 'type' is missing or not a string")
     specs = fields.pop("arrays", [])
     fields.pop("v")
+    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
+        raise ProtocolError(f"header field 'arrays' must be a list of at most {MAX_ARRAYS} array specs")
     arrays, offset = {}, 0
-    for spec in specs if isinstance(specs, list) else [None]:
-        if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES or not isinstance(spec.get("name"), str) \
-                or not isinstance(spec.get("shape"), list) \
-                or not all(isinstance(d, int) and d >= 0 for d in spec["shape"]):
-            raise ProtocolError(f"bad array spec {spec!r}: need name, dtype in {sorted(DTYPES)}, shape")
+    for spec in specs:
+        name, shape = _check_spec(spec)
+        if name in arrays:
+            raise ProtocolError(f"array {name!r} appears twice in the header")
         dt = DTYPES[spec["dtype"]]
-        nbytes = int(np.prod(spec["shape"], dtype=np.int64)) * dt.itemsize
-        if offset + nbytes > len(body):
-            raise ProtocolError(f"array {spec['name']!r} runs past the end of the body")
-        arrays[spec["name"]] = np.frombuffer(body, dt, nbytes // dt.itemsize, offset).reshape(spec["shape"])
+        nbytes = math.prod(shape) * dt.itemsize  # Python ints: no overflow, whatever the shape claims
+        if nbytes > len(body) - offset:
+            raise ProtocolError(f"array {name!r} ({shape}) runs past the end of the body ({len(body)} B)")
+        arrays[name] = np.frombuffer(body, dt, nbytes // dt.itemsize, offset).reshape(shape)
         offset += nbytes
     if offset != len(body):
         raise ProtocolError(f"body has {len(body) - offset} bytes not described by the array specs")

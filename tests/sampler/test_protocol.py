@@ -63,6 +63,31 @@ def test_malformed_messages_get_clear_errors(header, body, match):
         protocol.decode(prefix, header, body, None)
 
 
+HOSTILE_HEADERS = {  # each one killed the server: decode caught only JSON errors
+    "5000-digit int": b'{"v": 1, "type": "ping", "n": ' + b"9" * 5000 + b', "arrays": []}',
+    "100k-deep JSON": b"[" * 100_000 + b"]" * 100_000,
+    "shape 2^32 x 2^32": b'{"v": 1, "type": "t", "arrays": [{"name": "x", "dtype": "<i4", "shape": [4294967296, '
+                         b'4294967296]}]}',
+    "shape 2^64": b'{"v": 1, "type": "t", "arrays": [{"name": "x", "dtype": "<i4", "shape": [18446744073709551616]}]}',
+    "shape -1": b'{"v": 1, "type": "t", "arrays": [{"name": "x", "dtype": "<i4", "shape": [-1]}]}',
+    "64 dims": b'{"v": 1, "type": "t", "arrays": [{"name": "x", "dtype": "<i4", "shape": [' + b", ".join([b"0"] * 64)
+               + b"]}]}",
+    "bool dim": b'{"v": 1, "type": "t", "arrays": [{"name": "x", "dtype": "<i4", "shape": [true]}]}',
+    "twice the same array": b'{"v": 1, "type": "t", "arrays": [{"name": "x", "dtype": "<i4", "shape": [0]}, '
+                            b'{"name": "x", "dtype": "<i4", "shape": [0]}]}',
+    "NaN": b'{"v": 1, "type": "t", "w": NaN, "arrays": []}',
+    "not UTF-8": b'{"v": 1, "type": "\xff\xfe", "arrays": []}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_HEADERS))
+def test_hostile_headers_raise_protocol_errors(name):
+    header = HOSTILE_HEADERS[name]
+    prefix = protocol._PREFIX.pack(protocol.MAGIC, len(header), 0, bytes(32))
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(prefix, header, b"", None)
+
+
 def test_bad_magic_and_oversized_frames_are_refused_before_reading_them():
     a, b = socket.socketpair()
     a.sendall(protocol._PREFIX.pack(b"HTTP", 0, 0, bytes(32)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 
 import jax
@@ -16,6 +17,7 @@ from swerl_jax.sampler.client import SamplerClient, SamplerError, SamplerRequest
 from swerl_jax.sampler.engine import SamplingEngine, SamplingParams
 from swerl_jax.sampler.server import SamplerServer
 from tests.conftest import JAX_CACHE
+from tests.sampler.test_protocol import HOSTILE_HEADERS
 
 OVERRIDES = ["--config.model.name=tiny", "--config.seed=0", "--config.sampler.max_new_tokens=16",
              "--config.data.max_prompt_len=32", "--config.sampler.max_batch=8", "--notokenizer"]
@@ -108,3 +110,37 @@ def test_exposed_address_requires_a_secret():
                          max_batch=1, max_prompt_len=8, max_new_tokens=4)
     with pytest.raises(ValueError, match="not a loopback address.*secret"):
         SamplerServer(eng, "0.0.0.0", 0, secret=None)
+
+
+def _tiny_engine():
+    cfg = get_model_config("tiny")
+    return SamplingEngine(cfg, init_params(cfg, jax.random.PRNGKey(0)), max_batch=4, max_prompt_len=16,
+                          max_new_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def open_server():
+    """A SamplerServer without a secret (loopback, manual runs) on a thread."""
+    server = SamplerServer(_tiny_engine(), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    with socket.create_connection(server.address, timeout=60) as s:
+        protocol.send(s, "shutdown", {}, {})
+        protocol.recv(s)
+    thread.join(timeout=60)
+
+
+def _frame(header: bytes, body: bytes = b"") -> bytes:
+    return protocol._PREFIX.pack(protocol.MAGIC, len(header), len(body), bytes(32)) + header + body
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_HEADERS))
+def test_hostile_frames_get_an_error_reply_and_the_server_stays_up(open_server, name):
+    with socket.create_connection(open_server.address, timeout=60) as s:  # timeout: a hang guard only
+        s.sendall(_frame(HOSTILE_HEADERS[name]))
+        reply = protocol.recv(s)
+    assert reply.type == "error" and reply.fields["code"] == "bad_request", reply.fields
+    with socket.create_connection(open_server.address, timeout=60) as s:
+        protocol.send(s, "ping", {}, {})
+        assert protocol.recv(s).type == "pong"
