@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import secrets
 import socket
 import subprocess
 import sys
@@ -49,7 +50,9 @@ class SamplerClient:
         """Args:
           address: (host, port) of a running server; None starts one with `config_path` + `overrides`, or with
             `config_json` (a config saved as JSON, e.g. by the trainer). A started server exits with this process.
-          secret: shared secret for HMAC (also handed to a started server through its environment).
+          secret: shared secret for HMAC (also handed to a started server through its environment). A client that
+            starts its own server and is given none makes a random per-run secret, so no other process can talk to
+            (or shut down) that server.
           timeout_s: per-request limit; past it the server counts as hung.
           start_timeout_s: how long a started server may take to answer its first ping (loading, compiling).
           max_restarts: how many times a started server is restarted after dying or hanging (0: fail at once).
@@ -58,6 +61,8 @@ class SamplerClient:
         """
         if address is None and not (config_path or config_json):
             raise ValueError("SamplerClient needs an address, or a config_path / config_json to start a server with")
+        if secret is None and address is None:
+            secret = secrets.token_hex(32).encode()  # per-run: only this client (and its server) know it
         self.secret = secret
         self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
         self.max_restarts, self.restarts = max_restarts, 0
@@ -67,6 +72,7 @@ class SamplerClient:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
+        self._channel: protocol.Channel | None = None
         self.address = address
         if address is None:
             self._start()
@@ -120,6 +126,7 @@ class SamplerClient:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+            self._channel = None
 
     def restart(self) -> None:
         """Kill the started server (if alive) and start a fresh one."""
@@ -148,14 +155,28 @@ class SamplerClient:
     # --- requests -------------------------------------------------------------------------------------------
 
     def _call(self, msg_type: str, fields: dict, arrays: dict, timeout_s: float) -> protocol.Message:
-        """One request/response on the persistent connection; raises OSError/ProtocolError on transport failure."""
-        if self._sock is None:
-            self._sock = socket.create_connection(self.address, timeout=timeout_s)
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._sock.settimeout(timeout_s)
+        """One request/response on the persistent connection; raises OSError/ProtocolError on transport failure.
+
+        A kept-open connection the server has since closed (it drops connections idle past its idle timeout)
+        is replaced once: a server closes only between messages, so the request was not served.
+        """
+        reused = self._channel is not None
         try:
-            protocol.send(self._sock, msg_type, fields, arrays, secret=self.secret)
-            reply = protocol.recv(self._sock, self.secret)
+            return self._call_once(msg_type, fields, arrays, timeout_s)
+        except (protocol.ConnectionClosed, ConnectionResetError, BrokenPipeError):
+            if not reused:
+                raise
+            return self._call_once(msg_type, fields, arrays, timeout_s)
+
+    def _call_once(self, msg_type: str, fields: dict, arrays: dict, timeout_s: float) -> protocol.Message:
+        try:
+            if self._channel is None:
+                self._sock = socket.create_connection(self.address, timeout=timeout_s)
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._channel = protocol.Channel.connect(self._sock, self.secret)
+            self._sock.settimeout(timeout_s)
+            self._channel.send(msg_type, fields, arrays)
+            reply = self._channel.recv()
         except BaseException:
             self._disconnect()  # the stream is out of step after any failure mid-request
             raise

@@ -1,18 +1,34 @@
 """The trainer <-> sampler wire format: a JSON header plus raw little-endian arrays; no pickle.
 
-Frame:  b"SWRL" | header_len u32 BE | body_len u64 BE | mac 32 bytes | header (UTF-8 JSON) | body
+On accept the server sends a greeting:  b"SWRL" | version u32 BE | nonce 32 random bytes (new per connection).
+Then each message is a frame:
+    b"SWRL" | header_len u32 BE | body_len u64 BE | prefix_mac 32 | frame_mac 32 | header (UTF-8 JSON) | body
 
 The header is `{"v": PROTOCOL_VERSION, "type": ..., <fields>, "arrays": [{"name", "dtype", "shape"}, ...]}` and
-the body is those arrays' bytes back to back (dtypes "<i4" and "<f4" only). `mac` is HMAC-SHA256(secret,
-header + body) when a shared secret is configured (all zeros otherwise); it is checked with
-`hmac.compare_digest`. Message types:
+the body is those arrays' bytes back to back (dtypes "<i4" and "<f4" only).
 
+Authentication (when a shared secret is configured; both MACs are zeros otherwise), HMAC-SHA256 with the secret:
+  context    = direction (b"C" client->server, b"S" server->client) | nonce | counter u64 BE
+               (counter = how many frames this connection carried in that direction before this one)
+  prefix_mac = HMAC(b"prefix" | context | magic | header_len | body_len)
+  frame_mac  = HMAC(b"frame" | prefix_mac | header | body)
+The receiver checks prefix_mac right after the 80-byte prefix, so a peer without the secret can make it read and
+allocate nothing more (the declared lengths are authenticated before a byte of header or body is read). The
+nonce and counter make every MAC single-use: a captured frame replayed on the same connection (wrong counter) or
+another connection (wrong nonce) fails authentication; so does a reordered or truncated stream.
+Without a secret (loopback only, manual runs) nothing is authenticated, and the server refuses `shutdown`:
+stop such a server with a signal (or, when SamplerClient started it, by ending the parent process).
+
+Message types:
   ping            -> pong {policy_version, pid, max_prompt_len, max_new_tokens, max_batch}
   generate        {sampling, num_samples, seed, min_policy_version, wait_timeout_s}
                   arrays prompt_tokens (all prompts concatenated), prompt_lengths
                   -> result {policy_version, texts, finish_reasons, prompt_lengths}
                      arrays tokens, logprobs (all completions concatenated, prompt-major), completion_lengths
+  shutdown        -> bye (only with a secret)
   any             -> error {code: bad_request|too_large|auth|timeout|internal, message}
+After an error about the frame itself (bad framing, authentication, size, timeout) the server closes the
+connection: the stream position is unknown.
 """
 
 from __future__ import annotations
@@ -21,28 +37,43 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import math
+import os
 import socket
 import struct
+import time
 
 import numpy as np
 
 from swerl_jax.sampler.engine import Completion, SamplingParams
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 MAGIC = b"SWRL"
-_PREFIX = struct.Struct(">4sIQ32s")
+_PREFIX = struct.Struct(">4sIQ32s32s")  # magic, header_len, body_len, prefix_mac, frame_mac
+_LENGTHS = struct.Struct(">4sIQ")
+_GREETING = struct.Struct(">4sI32s")  # magic, version, nonce
 MAX_HEADER_BYTES = 16 << 20
 MAX_BODY_BYTES = 1 << 30
+MAX_ARRAYS = 16
+MAX_NDIM = 8
 DTYPES = {"<i4": np.dtype("<i4"), "<f4": np.dtype("<f4")}
 ERROR_CODES = ("bad_request", "too_large", "auth", "timeout", "internal")
 
 
 class ProtocolError(ValueError):
-    """A malformed, oversized, unauthenticated or version-mismatched message."""
+    """A malformed, oversized, unauthenticated, late or version-mismatched message; `code` is its error code."""
+
+    def __init__(self, message: str, code: str = "bad_request") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ConnectionClosed(ConnectionError):
     """The peer closed the socket between messages."""
+
+
+class IdleTimeout(ConnectionClosed):
+    """No new message started within the receiver's idle timeout."""
 
 
 @dataclasses.dataclass
@@ -54,15 +85,9 @@ class Message:
     arrays: dict[str, np.ndarray]
 
 
-def _mac(secret: bytes | None, header: bytes, body: bytes) -> bytes:
-    if not secret:
-        return bytes(32)
-    return hmac.new(secret, header + body, hashlib.sha256).digest()
-
-
-def encode(msg_type: str, fields: dict | None = None, arrays: dict[str, np.ndarray] | None = None,
-           secret: bytes | None = None) -> bytes:
-    """One framed message."""
+def encode_parts(msg_type: str, fields: dict | None = None, arrays: dict[str, np.ndarray] | None = None
+                 ) -> tuple[bytes, bytes]:
+    """(header, body) of one message."""
     specs, chunks = [], []
     for name, arr in (arrays or {}).items():
         arr = np.asarray(arr)
@@ -73,74 +98,164 @@ def encode(msg_type: str, fields: dict | None = None, arrays: dict[str, np.ndarr
         specs.append({"name": name, "dtype": dt, "shape": list(arr.shape)})
         chunks.append(arr.tobytes())
     header = json.dumps({"v": PROTOCOL_VERSION, "type": msg_type, **(fields or {}), "arrays": specs}).encode()
-    body = b"".join(chunks)
-    return _PREFIX.pack(MAGIC, len(header), len(body), _mac(secret, header, body)) + header + body
+    return header, b"".join(chunks)
 
 
-def _recv_exact(sock: socket.socket, n: int, at_start: bool = False) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytearray:
+    """n bytes, grown as they arrive (a declared length allocates nothing up front); `deadline` bounds the wait."""
     buf = bytearray()
     while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if deadline is not None:
+            sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+        try:
+            chunk = sock.recv(min(n - len(buf), 1 << 20))
+        except TimeoutError as e:
+            if deadline is None:
+                raise
+            raise ProtocolError(f"message not received in time ({len(buf)} of {n} bytes)", "timeout") from e
         if not chunk:
-            if at_start and not buf:
-                raise ConnectionClosed("peer closed the connection")
             raise ProtocolError(f"connection closed mid-message ({len(buf)} of {n} bytes)")
         buf += chunk
-    return bytes(buf)
+    return buf
 
 
-def decode(prefix: bytes, header: bytes, body: bytes, secret: bytes | None) -> Message:
-    """Check the MAC, version and array specs, and build the Message."""
-    _, _, _, mac = _PREFIX.unpack(prefix)
-    if secret and not hmac.compare_digest(mac, _mac(secret, header, body)):
-        raise ProtocolError("authentication failed: the message MAC does not match the shared secret")
-    try:
-        fields = json.loads(header)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ProtocolError(f"header is not valid JSON: {e}") from e
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not allowed")
+
+
+def _check_spec(spec) -> tuple[str, list[int]]:
+    """(name, shape) of a valid array spec, else ProtocolError."""
+    shape = spec.get("shape") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES or not isinstance(spec.get("name"), str) \
+            or not isinstance(shape, list) or len(shape) > MAX_NDIM \
+            or not all(type(d) is int and d >= 0 for d in shape):
+        raise ProtocolError(f"bad array spec {str(spec)[:200]}: need name, dtype in {sorted(DTYPES)}, and a shape "
+                            f"of at most {MAX_NDIM} non-negative ints")
+    return spec["name"], shape
+
+
+def decode(header: bytes, body: bytes) -> Message:
+    """Check the version and array specs, and build the Message (authentication is the Channel's job)."""
+    try:  # ValueError covers bad JSON, bad UTF-8 and over-long integers; RecursionError very deep nesting
+        fields = json.loads(header, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError(f"header is not valid JSON: {str(e)[:200]}") from e
     if not isinstance(fields, dict):
         raise ProtocolError("header must be a JSON object")
     if fields.get("v") != PROTOCOL_VERSION:
-        raise ProtocolError(f"protocol version {fields.get('v')!r} is not {PROTOCOL_VERSION}")
+        raise ProtocolError(f"protocol version {str(fields.get('v'))[:20]!r} is not {PROTOCOL_VERSION}")
     msg_type = fields.pop("type", None)
     if not isinstance(msg_type, str):
         raise ProtocolError("header field 'type' is missing or not a string")
     specs = fields.pop("arrays", [])
     fields.pop("v")
+    if not isinstance(specs, list) or len(specs) > MAX_ARRAYS:
+        raise ProtocolError(f"header field 'arrays' must be a list of at most {MAX_ARRAYS} array specs")
     arrays, offset = {}, 0
-    for spec in specs if isinstance(specs, list) else [None]:
-        if not isinstance(spec, dict) or spec.get("dtype") not in DTYPES or not isinstance(spec.get("name"), str) \
-                or not isinstance(spec.get("shape"), list) \
-                or not all(isinstance(d, int) and d >= 0 for d in spec["shape"]):
-            raise ProtocolError(f"bad array spec {spec!r}: need name, dtype in {sorted(DTYPES)}, shape")
+    for spec in specs:
+        name, shape = _check_spec(spec)
+        if name in arrays:
+            raise ProtocolError(f"array {name!r} appears twice in the header")
         dt = DTYPES[spec["dtype"]]
-        nbytes = int(np.prod(spec["shape"], dtype=np.int64)) * dt.itemsize
-        if offset + nbytes > len(body):
-            raise ProtocolError(f"array {spec['name']!r} runs past the end of the body")
-        arrays[spec["name"]] = np.frombuffer(body, dt, nbytes // dt.itemsize, offset).reshape(spec["shape"])
+        nbytes = math.prod(shape) * dt.itemsize  # Python ints: no overflow, whatever the shape claims
+        if nbytes > len(body) - offset:
+            raise ProtocolError(f"array {name!r} ({shape}) runs past the end of the body ({len(body)} B)")
+        arrays[name] = np.frombuffer(body, dt, nbytes // dt.itemsize, offset).reshape(shape)
         offset += nbytes
     if offset != len(body):
         raise ProtocolError(f"body has {len(body) - offset} bytes not described by the array specs")
     return Message(msg_type, fields, arrays)
 
 
-def send(sock: socket.socket, msg_type: str, fields: dict | None = None, arrays: dict | None = None,
-         secret: bytes | None = None) -> None:
-    """Encode and send one message."""
-    sock.sendall(encode(msg_type, fields, arrays, secret))
+class Channel:
+    """One connection's framing and authentication (see the module docstring): nonce, direction, counters."""
 
+    def __init__(self, sock: socket.socket, secret: bytes | None, nonce: bytes, is_server: bool) -> None:
+        self.sock, self.secret, self.nonce = sock, secret or None, nonce
+        self._out, self._in = (b"S", b"C") if is_server else (b"C", b"S")
+        self.sent = self.received = 0
 
-def recv(sock: socket.socket, secret: bytes | None = None, max_body_bytes: int = MAX_BODY_BYTES) -> Message:
-    """Receive one message; raises ConnectionClosed at a clean end of stream, ProtocolError on bad input."""
-    prefix = _recv_exact(sock, _PREFIX.size, at_start=True)
-    magic, header_len, body_len, _ = _PREFIX.unpack(prefix)
-    if magic != MAGIC:
-        raise ProtocolError(f"bad magic {magic!r}: not a swerl_jax sampler message")
-    if header_len > MAX_HEADER_BYTES or body_len > max_body_bytes:
-        raise ProtocolError(f"message too large (header {header_len} B, body {body_len} B; limits "
-                            f"{MAX_HEADER_BYTES} B, {max_body_bytes} B)")
-    header = _recv_exact(sock, header_len)
-    return decode(prefix, header, _recv_exact(sock, body_len), secret)
+    @classmethod
+    def accept(cls, sock: socket.socket, secret: bytes | None) -> Channel:
+        """Server side: send the greeting with a fresh random nonce."""
+        nonce = os.urandom(32)
+        sock.sendall(_GREETING.pack(MAGIC, PROTOCOL_VERSION, nonce))
+        return cls(sock, secret, nonce, is_server=True)
+
+    @classmethod
+    def connect(cls, sock: socket.socket, secret: bytes | None) -> Channel:
+        """Client side: read the server's greeting (the socket's timeout bounds the wait)."""
+        greeting = sock.recv(_GREETING.size, socket.MSG_WAITALL)
+        if len(greeting) < _GREETING.size:
+            raise ConnectionClosed(f"the server closed the connection during the greeting ({len(greeting)} B)")
+        magic, version, nonce = _GREETING.unpack(greeting)
+        if magic != MAGIC or version != PROTOCOL_VERSION:
+            raise ProtocolError(f"not a swerl_jax sampler of protocol version {PROTOCOL_VERSION} "
+                                f"(greeting {magic!r}, version {version})")
+        return cls(sock, secret, nonce, is_server=False)
+
+    def _macs(self, direction: bytes, counter: int, header: bytes, body: bytes, lengths: bytes) -> tuple[bytes, bytes]:
+        if not self.secret:
+            return bytes(32), bytes(32)
+        context = direction + self.nonce + counter.to_bytes(8, "big")
+        prefix_mac = hmac.new(self.secret, b"prefix" + context + lengths, hashlib.sha256).digest()
+        frame = hmac.new(self.secret, b"frame" + prefix_mac, hashlib.sha256)
+        frame.update(header)
+        frame.update(body)
+        return prefix_mac, frame.digest()
+
+    def frame(self, msg_type: str, fields: dict | None = None, arrays: dict | None = None) -> bytes:
+        """The bytes of the next outgoing message (counts it as sent)."""
+        header, body = encode_parts(msg_type, fields, arrays)
+        lengths = _LENGTHS.pack(MAGIC, len(header), len(body))
+        macs = self._macs(self._out, self.sent, header, body, lengths)
+        self.sent += 1
+        return lengths + macs[0] + macs[1] + header + body
+
+    def send(self, msg_type: str, fields: dict | None = None, arrays: dict | None = None) -> None:
+        """Encode and send one message."""
+        self.sock.sendall(self.frame(msg_type, fields, arrays))
+
+    def recv(self, max_header_bytes: int = MAX_HEADER_BYTES, max_body_bytes: int = MAX_BODY_BYTES,
+             idle_timeout_s: float | None = None, frame_timeout_s: float | None = None) -> Message:
+        """Receive one message.
+
+        Raises ConnectionClosed at a clean end of stream, IdleTimeout when no message starts within
+        `idle_timeout_s`, ProtocolError (with its error code) on a bad, unauthenticated, oversized or late frame.
+        Without the timeouts the socket's own timeout applies (socket.timeout propagates).
+        """
+        if idle_timeout_s is not None:
+            self.sock.settimeout(idle_timeout_s)
+        try:
+            first = self.sock.recv(1)
+        except TimeoutError as e:
+            if idle_timeout_s is None:
+                raise
+            raise IdleTimeout(f"no message within {idle_timeout_s:.0f}s") from e
+        if not first:
+            raise ConnectionClosed("peer closed the connection")
+        deadline = None if frame_timeout_s is None else time.monotonic() + frame_timeout_s
+        prefix = bytes(first + _recv_exact(self.sock, _PREFIX.size - 1, deadline))
+        magic, header_len, body_len, prefix_mac, frame_mac = _PREFIX.unpack(prefix)
+        if magic != MAGIC:
+            raise ProtocolError(f"bad magic {magic!r}: not a swerl_jax sampler message")
+        expected = self._macs(self._in, self.received, b"", b"", prefix[:_LENGTHS.size])[0]
+        if self.secret and not hmac.compare_digest(prefix_mac, expected):
+            raise ProtocolError("authentication failed: the message MAC does not match the shared secret, this "
+                                "connection's nonce and message counter", "auth")
+        self.received += 1
+        if header_len > max_header_bytes or body_len > max_body_bytes:
+            raise ProtocolError(f"message too large (header {header_len} B, body {body_len} B; limits "
+                                f"{max_header_bytes} B, {max_body_bytes} B)", "too_large")
+        header = bytes(_recv_exact(self.sock, header_len, deadline))
+        body = _recv_exact(self.sock, body_len, deadline)
+        if self.secret:
+            frame = hmac.new(self.secret, b"frame" + prefix_mac, hashlib.sha256)
+            frame.update(header)
+            frame.update(body)
+            if not hmac.compare_digest(frame_mac, frame.digest()):
+                raise ProtocolError("authentication failed: the message body does not match its MAC", "auth")
+        return decode(header, bytes(body))
 
 
 # --- generate requests and results ---------------------------------------------------------------------------
@@ -167,7 +282,9 @@ def _field(fields: dict, name: str, kind: type, where: str):
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise ProtocolError(f"{where}.{name} must be {kind.__name__}, got {value!r}")
+        raise ProtocolError(f"{where}.{name} must be {kind.__name__}, got {str(value)[:50]}")
+    if kind is float and not math.isfinite(value):
+        raise ProtocolError(f"{where}.{name} must be finite, got {value}")
     return value
 
 

@@ -1,10 +1,16 @@
 """The sampler process: `python -m swerl_jax.sampler.server --config=experiments/NAME.py [--port=0]`.
 
-It serves one client connection at a time (the trainer) over TCP with the `protocol` message format. Between
-requests it loads the newest published policy version from `sampler.weights_dir`; a request with
+It serves each client connection on its own thread over TCP with the `protocol` message format (at most
+`max_connections` at once; generation itself is serialized behind a lock). A connection must deliver its first
+message within `frame_timeout_s` of connecting and every message within `frame_timeout_s` of its first byte, and
+may idle up to `idle_timeout_s` between messages, so a stalled or idle peer holds only its own thread. Requests
+are limited to `max_header_bytes` + `max_body_bytes`, checked (with the MAC over the declared lengths) before a
+byte of them is read. Any malformed message gets an error reply; the server stays up.
+Between requests it loads the newest published policy version from `sampler.weights_dir`; a request with
 `min_policy_version` above the loaded one waits for it (up to the request's `wait_timeout_s`). It binds
 127.0.0.1 by default; binding any other address requires a shared secret (env var named by --secret_env), and
-every message is then authenticated with HMAC-SHA256.
+every message is then authenticated with HMAC-SHA256 bound to a per-connection nonce and counter (see
+`protocol`). `shutdown` is accepted only on a server with a secret; stop one without by a signal.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 
 import jax
 import ml_collections
@@ -71,79 +78,113 @@ def build_engine(config: ml_collections.ConfigDict, with_tokenizer: bool = True)
 
 
 class SamplerServer:
-    """Accepts connections and answers ping / generate / shutdown messages."""
+    """Accepts connections and answers ping / generate / shutdown messages, one thread per connection."""
 
     def __init__(self, engine: SamplingEngine, host: str = "127.0.0.1", port: int = 0, secret: bytes | None = None,
-                 weights_dir: str = "") -> None:
+                 weights_dir: str = "", *, max_connections: int = 16, frame_timeout_s: float = 60.0,
+                 idle_timeout_s: float = 600.0, max_header_bytes: int = 1 << 20,
+                 max_body_bytes: int = 64 << 20) -> None:
         if not is_loopback(host) and not secret:
             raise ValueError(f"sampler.host={host!r} is not a loopback address: set a shared secret in "
                              f"${SECRET_ENV} (or the env var given by --secret_env) to expose the sampler")
         self.engine = engine
         self.secret = secret or None
         self.watcher = WeightWatcher(weights_dir, like=engine.params) if weights_dir else None
+        self.frame_timeout_s, self.idle_timeout_s = frame_timeout_s, idle_timeout_s
+        self.max_header_bytes, self.max_body_bytes = max_header_bytes, max_body_bytes
         self.sock = socket.create_server((host, port))
         self.address = self.sock.getsockname()[:2]
-        self._running = True
+        self._engine_lock = threading.Lock()  # the engine and the watcher serve one request at a time
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._stopped = threading.Event()
 
     def refresh_weights(self) -> None:
-        """Load the newest published policy version, if newer than the engine's."""
+        """Load the newest published policy version, if newer than the engine's (call with the engine lock)."""
         if self.watcher is not None and (got := self.watcher.poll()) is not None:
             self.engine.update_params(got[1], got[0])
             log.info("policy version %d ready (%.3fs after publish)", got[0], self.watcher.last_ready_latency_s)
 
     def serve_forever(self) -> None:
-        """Serve until a shutdown message arrives."""
-        while self._running:
-            conn, peer = self.sock.accept()
-            with conn:
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self._serve_connection(conn)
-        self.sock.close()
+        """Accept connections until `shutdown` (a shutdown message or a call from another thread)."""
+        try:
+            while not self._stopped.is_set():
+                self._slots.acquire()  # at most max_connections threads; further peers wait in the backlog
+                try:
+                    conn, peer = self.sock.accept()
+                except OSError:  # shutdown() shut the listening socket
+                    self._slots.release()
+                    break
+                threading.Thread(target=self._serve_connection, args=(conn,), name=f"sampler-conn-{peer}",
+                                 daemon=True).start()
+        finally:
+            self.sock.close()
+
+    def shutdown(self) -> None:
+        """Stop accepting; serve_forever returns (open connections end with the process)."""
+        self._stopped.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        except OSError:
+            pass
 
     def _serve_connection(self, conn: socket.socket) -> None:
-        while self._running:
-            try:
-                msg = protocol.recv(conn, self.secret)
-            except protocol.ConnectionClosed:
-                return
-            except protocol.ProtocolError as e:
-                code = "auth" if "authentication" in str(e) else "bad_request"
-                protocol.send(conn, "error", {"code": code, "message": str(e)}, secret=self.secret)
-                return  # the stream position is unknown after a bad frame: drop the connection
-            except OSError:
-                return
-            msg_type, fields, arrays = self.handle(msg)
-            try:
-                protocol.send(conn, msg_type, fields, arrays, secret=self.secret)
-            except OSError:
-                return
+        try:
+            with conn:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                channel = protocol.Channel.accept(conn, self.secret)
+                idle_s = self.frame_timeout_s  # until the peer has sent one good message
+                while not self._stopped.is_set():
+                    try:
+                        msg = channel.recv(self.max_header_bytes, self.max_body_bytes, idle_s, self.frame_timeout_s)
+                    except protocol.ProtocolError as e:
+                        channel.send("error", {"code": e.code, "message": str(e)})
+                        self._drain(conn)
+                        return  # the stream position is unknown after a bad frame: drop the connection
+                    idle_s = self.idle_timeout_s
+                    msg_type, fields, arrays = self.handle(msg)
+                    channel.send(msg_type, fields, arrays)
+                    if msg_type == "bye":
+                        self.shutdown()
+                        return
+        except (protocol.ConnectionClosed, OSError):
+            pass  # the peer left, idled out or broke the connection: nothing to answer
+        except Exception:  # noqa: BLE001 - one connection's failure never takes the server down
+            log.exception("connection failed")
+        finally:
+            self._slots.release()
+
+    def _drain(self, conn: socket.socket, limit: int = 1 << 16) -> None:
+        """Read (a bounded amount of) what the peer already sent, so closing does not reset the connection and
+        destroy the error reply before the peer reads it."""
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(min(self.frame_timeout_s, 5.0))
+        got = 0
+        while got < limit and (chunk := conn.recv(limit)):
+            got += len(chunk)
 
     def handle(self, msg: protocol.Message) -> tuple[str, dict, dict]:
         """Answer one message: (type, fields, arrays)."""
         try:
             if msg.type == "ping":
-                self.refresh_weights()
+                if self._engine_lock.acquire(blocking=False):  # never wait behind a generation to answer a ping
+                    try:
+                        self.refresh_weights()
+                    finally:
+                        self._engine_lock.release()
                 e = self.engine
                 return "pong", {"policy_version": e.policy_version, "pid": os.getpid(),
                                 "max_prompt_len": e.max_prompt_len, "max_new_tokens": e.max_new_tokens,
                                 "max_batch": e.max_batch}, {}
             if msg.type == "shutdown":
-                self._running = False
+                if not self.secret:  # without a secret any local process could stop the trainer's sampler
+                    return "error", {"code": "auth", "message": "shutdown needs a sampler started with a shared "
+                                     f"secret (${SECRET_ENV}); stop this one with a signal"}, {}
                 return "bye", {}, {}
             if msg.type != "generate":
                 raise protocol.ProtocolError(f"unknown message type {msg.type!r} (ping, generate, shutdown)")
             req = protocol.parse_generate(msg)
-            self.refresh_weights()
-            if req.min_policy_version > self.engine.policy_version:
-                if self.watcher is None:
-                    raise TimeoutError(f"min_policy_version={req.min_policy_version} but the sampler has version "
-                                       f"{self.engine.policy_version} and no sampler.weights_dir")
-                got = self.watcher.wait_for(req.min_policy_version, req.wait_timeout_s)
-                if got is not None:
-                    self.engine.update_params(got[1], got[0])
-            groups = self.engine.generate(req.prompts, req.sampling, req.num_samples, req.seed)
-            fields, arrays = protocol.result_message(groups, self.engine.policy_version)
-            return "result", fields, arrays
+            with self._engine_lock:
+                return self._generate(req)
         except RequestTooLarge as e:
             return "error", {"code": "too_large", "message": str(e)}, {}
         except (protocol.ProtocolError, ValueError) as e:
@@ -153,6 +194,20 @@ class SamplerServer:
         except Exception as e:  # noqa: BLE001 - the trainer gets the reason instead of a dead socket
             log.exception("request failed")
             return "error", {"code": "internal", "message": f"{type(e).__name__}: {e}"}, {}
+
+    def _generate(self, req: protocol.GenerateRequest) -> tuple[str, dict, dict]:
+        """Answer a validated generate request (with the engine lock)."""
+        self.refresh_weights()
+        if req.min_policy_version > self.engine.policy_version:
+            if self.watcher is None:
+                raise TimeoutError(f"min_policy_version={req.min_policy_version} but the sampler has version "
+                                   f"{self.engine.policy_version} and no sampler.weights_dir")
+            got = self.watcher.wait_for(req.min_policy_version, req.wait_timeout_s)
+            if got is not None:
+                self.engine.update_params(got[1], got[0])
+        groups = self.engine.generate(req.prompts, req.sampling, req.num_samples, req.seed)
+        fields, arrays = protocol.result_message(groups, self.engine.policy_version)
+        return "result", fields, arrays
 
 
 def main(argv: list[str]) -> None:

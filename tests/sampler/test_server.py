@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 
 import jax
@@ -16,6 +17,7 @@ from swerl_jax.sampler.client import SamplerClient, SamplerError, SamplerRequest
 from swerl_jax.sampler.engine import SamplingEngine, SamplingParams
 from swerl_jax.sampler.server import SamplerServer
 from tests.conftest import JAX_CACHE
+from tests.sampler.test_protocol import HOSTILE_HEADERS
 
 OVERRIDES = ["--config.model.name=tiny", "--config.seed=0", "--config.sampler.max_new_tokens=16",
              "--config.data.max_prompt_len=32", "--config.sampler.max_batch=8", "--notokenizer"]
@@ -86,11 +88,12 @@ def in_process_server():
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
-    import socket
-    with socket.create_connection(server.address) as s:
-        protocol.send(s, "shutdown", {}, {}, secret=b"sesame")
-        protocol.recv(s, b"sesame")
-    thread.join(timeout=10)
+    with socket.create_connection(server.address, timeout=60) as s:  # shutdown over the wire, with the secret
+        channel = protocol.Channel.connect(s, b"sesame")
+        channel.send("shutdown")
+        assert channel.recv().type == "bye"
+    thread.join(timeout=60)
+    assert not thread.is_alive()
 
 
 def test_shared_secret_is_checked(in_process_server):
@@ -108,3 +111,101 @@ def test_exposed_address_requires_a_secret():
                          max_batch=1, max_prompt_len=8, max_new_tokens=4)
     with pytest.raises(ValueError, match="not a loopback address.*secret"):
         SamplerServer(eng, "0.0.0.0", 0, secret=None)
+
+
+def _tiny_engine():
+    cfg = get_model_config("tiny")
+    return SamplingEngine(cfg, init_params(cfg, jax.random.PRNGKey(0)), max_batch=4, max_prompt_len=16,
+                          max_new_tokens=8)
+
+
+@pytest.fixture(scope="module")
+def open_server():
+    """A SamplerServer without a secret (loopback, manual runs) on a thread."""
+    server = SamplerServer(_tiny_engine(), "127.0.0.1", 0, idle_timeout_s=0.5)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+
+
+def _connect(server, secret=None):
+    s = socket.create_connection(server.address, timeout=60)  # the timeout is a hang guard only
+    return protocol.Channel.connect(s, secret)
+
+
+def _raw(header: bytes, body: bytes = b"", declared_body: int | None = None) -> bytes:
+    n = len(body) if declared_body is None else declared_body
+    return protocol._PREFIX.pack(protocol.MAGIC, len(header), n, bytes(32), bytes(32)) + header + body
+
+
+def _ping_works(server, secret=None) -> None:
+    channel = _connect(server, secret)
+    with channel.sock:
+        channel.send("ping")
+        assert channel.recv().type == "pong"
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_HEADERS))
+def test_hostile_frames_get_an_error_reply_and_the_server_stays_up(open_server, name):
+    channel = _connect(open_server)
+    with channel.sock:
+        channel.sock.sendall(_raw(HOSTILE_HEADERS[name]))
+        reply = channel.recv()
+    assert reply.type == "error" and reply.fields["code"] == "bad_request", reply.fields
+    _ping_works(open_server)
+
+
+def test_a_stalled_peer_does_not_block_other_clients(open_server):
+    with socket.create_connection(open_server.address, timeout=60) as stalled:
+        stalled.sendall(b"SWRL\0\0")  # half a prefix, then nothing
+        client = SamplerClient(open_server.address, timeout_s=60)  # connects and pings
+        assert client.generate([[1, 2]], GREEDY)[0][0].completion_length == 8
+        client.close()
+
+
+def test_an_idle_connection_is_closed_and_the_client_reconnects(open_server):
+    client = SamplerClient(open_server.address, timeout_s=60)
+    sock = client._sock
+    sock.settimeout(60)  # hang guard: wait for the server's idle timeout (0.5 s) to close the connection
+    assert sock.recv(1, socket.MSG_PEEK) == b""
+    assert client.ping()["policy_version"] == 0 and client._sock is not sock
+    client.close()
+
+
+def test_large_declared_body_is_refused_before_it_is_read(open_server, in_process_server):
+    channel = _connect(open_server)  # no secret: the size limit (64 MiB) applies before reading
+    with channel.sock:
+        channel.sock.sendall(_raw(b"{}", declared_body=512 << 20))
+        reply = channel.recv()
+    assert reply.fields["code"] == "too_large", reply.fields
+    channel = _connect(in_process_server)  # with a secret: the declared lengths fail authentication
+    with channel.sock:
+        channel.sock.sendall(_raw(b"{}", declared_body=(1 << 30) - 1))
+        reply = channel.recv()
+    assert reply.fields["code"] == "auth", reply.fields
+    _ping_works(in_process_server, b"sesame")
+
+
+def test_replayed_frames_and_unauthenticated_shutdown_are_refused(open_server, in_process_server):
+    channel = _connect(in_process_server, b"sesame")
+    with channel.sock:
+        ping = channel.frame("ping")
+        channel.sock.sendall(ping)
+        assert channel.recv().type == "pong"
+        channel.sock.sendall(ping)
+        assert channel.recv().fields["code"] == "auth"
+    stolen = _connect(in_process_server, b"sesame").frame("shutdown")  # captured, then sent on a new connection
+    channel = _connect(in_process_server)
+    with channel.sock:
+        channel.sock.sendall(stolen)
+        assert channel.recv().fields["code"] == "auth"
+    _ping_works(in_process_server, b"sesame")
+    channel = _connect(open_server)  # no secret configured: nobody may shut the server down
+    with channel.sock:
+        channel.send("shutdown")
+        reply = channel.recv()
+    assert reply.type == "error" and reply.fields["code"] == "auth" and "signal" in reply.fields["message"]
+    _ping_works(open_server)
