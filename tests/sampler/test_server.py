@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import socket
 import threading
+import time
 
 import jax
 import pytest
@@ -66,6 +68,7 @@ def test_server_process_versions_errors_kill_and_hang(tmp_path, monkeypatch):
 
         # A hung server (SIGSTOP) times out and is replaced.
         os.kill(client.proc.pid, signal.SIGSTOP)
+        _wait_until_stopped(client.proc.pid)  # every thread: a group stop lands thread by thread
         assert client.ping(timeout_s=2.0)["policy_version"] == 1
         assert client.restarts == 2
 
@@ -77,6 +80,22 @@ def test_server_process_versions_errors_kill_and_hang(tmp_path, monkeypatch):
     finally:
         client.close()
     assert client.proc.poll() is not None
+
+
+def _wait_until_stopped(pid: int, guard_s: float = 60.0) -> None:
+    """Wait (hang guard only) until every thread of `pid` is in the stopped state ('T' in /proc)."""
+    deadline = time.monotonic() + guard_s
+    while True:
+        states = []
+        for stat in pathlib.Path(f"/proc/{pid}/task").glob("*/stat"):
+            try:
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                continue
+        if states and all(s in ("T", "t") for s in states):
+            return
+        assert time.monotonic() < deadline, f"process {pid} did not stop: thread states {states}"
+        time.sleep(0.01)
 
 
 @pytest.fixture()
