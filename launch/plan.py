@@ -250,7 +250,11 @@ def format_plan(plan: Plan, work: Workload) -> str:
     budget = plan.hbm * plan.usable
     lines.append(f"{'HBM (usable ' + format(plan.usable, '.0%') + ')':<32}{budget / GiB:>12.3f}")
     lines += [f"note: {n}" for n in plan.notes]
-    verdict = "fits" if plan.fits and not any(n.startswith("invalid") for n in plan.notes) else "does not fit"
+    invalid = [n for n in plan.notes if n.startswith("invalid")]
+    if invalid:  # the trainer would refuse the config: say why, not "does not fit"
+        lines.append(f"verdict: {invalid[0].split(':')[0]} (the trainer refuses this config; see the note)")
+        return "\n".join(lines)
+    verdict = "fits" if plan.fits else "does not fit"
     lines.append(f"verdict: {verdict} (train {plan.total / GiB:.2f} GiB, sampler "
                  f"{plan.rows['sampler total'] / GiB:.2f} GiB per device)")
     return "\n".join(lines)

@@ -73,7 +73,18 @@ def test_micro_batch_that_does_not_split_over_the_shards_is_invalid():
     c.rl.micro_batch_size = 32  # 32 sequences over 512 batch shards (the paper config before the fix)
     p = plan.make_plan(c, "h100x512")
     assert any(n.startswith("invalid rl.micro_batch_size") for n in p.notes), p.notes
-    assert "verdict: does not fit" in plan.format_plan(p, plan.workload_from_config(c))
+    text = plan.format_plan(p, plan.workload_from_config(c))
+    assert "verdict: invalid rl.micro_batch_size (the trainer refuses" in text
+
+
+def test_a_mesh_that_cannot_shard_the_heads_is_named_not_called_too_big():
+    # SmolLM2's 9 query heads over tensor=2: the verdict used to say "does not fit"; with --mode=sft no rl. key
+    c = swerl_llama3_70b.get_config()
+    c.mesh.shape.tensor, c.mesh.shape.fsdp = 2, -1
+    p = plan.make_plan(c, "h100x8", model_name="smollm2-135m", mode="sft")
+    text = plan.format_plan(p, plan.workload_from_config(c, "sft"))
+    assert "verdict: invalid mesh (the trainer refuses" in text and "does not fit" not in text
+    assert not any("rl." in n for n in p.notes), p.notes
 
 
 # (data, fsdp, tensor) and remat: pure data, ZeRO-3, FSDP x tensor, all three; fp32 because XLA:CPU computes
