@@ -24,12 +24,17 @@ import dataclasses
 import functools
 import importlib.util
 import math
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import jax
+# Abstract shapes only: no accelerator is needed, and with libtpu installed (the dev extra) JAX would otherwise
+# probe for a TPU and print libtpu's errors on every machine without one.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
 import jax.numpy as jnp
 from absl import app, flags
 from ml_collections import config_flags
