@@ -63,7 +63,7 @@ def test_advantage_notebook_on_a_real_tiny_cpu_run(tiny_cpu_short_run):
 
 def _assert_logged_advantages_are_grpo(root):
     """Every run the notebook made under `root`: logged advantages == hand-computed float64 GRPO (1e-5)."""
-    runs = [p for p in root.rglob("*") if p.is_dir() and (p / "rollouts").is_dir()]
+    runs = [p for p in (root, *root.rglob("*")) if p.is_dir() and (p / "rollouts").is_dir()]
     assert runs, f"no run with rollouts/ under {root}"
     for run in runs:
         for groups in step_groups(load_run(run).rollouts):
