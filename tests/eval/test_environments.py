@@ -81,10 +81,7 @@ def test_pip_build_isolation_hides_the_cached_env(tmp_path):
 
 def test_versions_with_identical_specs_share_one_env(shared_data, tmp_path):
     """sympy's Lite versions 1.0-1.12 have one spec: one env serves them all (builds are minutes each)."""
-    try:
-        environments.find_python("3.9")
-    except environments.EnvironmentError_ as err:
-        pytest.skip(str(err))
+    environments.find_python("3.9")  # the machine's pyenv interpreters are part of the harness's environment
     lite = [r for r in json.loads((shared_data / "swebench_lite.json").read_text()) if r["repo"] == "sympy/sympy"]
     cache = environments.EnvironmentCache(tmp_path)
     by_version = {r["version"]: r for r in lite if r["version"] != "1.13"}

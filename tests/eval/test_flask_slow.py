@@ -22,11 +22,8 @@ def write_predictions(path, rows):
 
 
 def test_flask_gold_resolves_empty_does_not_bad_input_is_per_instance(shared_data, tmp_path, capsys):
-    for version in ("3.9", "3.11"):
-        try:
-            environments.find_python(version)
-        except environments.EnvironmentError_ as err:
-            pytest.skip(str(err))
+    for version in ("3.9", "3.11"):  # a missing interpreter fails here with the harness's error naming it
+        environments.find_python(version)
     lite = {r["instance_id"]: r for r in json.loads((shared_data / "swebench_lite.json").read_text())}
     # Copies under other ids let one run (sharing setup) grade gold, empty and broken predictions side by side.
     copies = [{**lite[i], "instance_id": f"{i}-empty"} for i in FLASK]
