@@ -59,7 +59,8 @@ def handoff(tmp_path_factory, request):
     mp.setattr(rl_trainer.GRPOTrainer, "__init__", spy)
     first = train.run_experiment(_config(1), workdir)
     sft_rows = (workdir / "sft" / "metrics.jsonl").read_text()
-    second = train.run_experiment(_config(2), workdir)
+    # a longer GRPO stage is a config change: accepted explicitly (rundir refuses a silent one)
+    second = train.run_experiment(_config(2), workdir, allow_config_change=True)
     return workdir, first, second, sft_rows, seen
 
 
