@@ -33,7 +33,7 @@ import numpy as np
 from swerl_jax import sharding
 from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.data.loader import answer_budget_warning, data_metrics, rl_dataset_from_config
-from swerl_jax.metrics import MetricsWriter
+from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, global_max, micro_batches
 from swerl_jax.reward.service import RewardService
@@ -72,8 +72,10 @@ def sampling_params(config: Any) -> SamplingParams:
         raise ValueError(str(err).replace("sampling.", "sampler.", 1)) from err
 
 
-class GRPOTrainer:
+class GRPOTrainer(TrainLoop):
     """Owns the policy, the reference, the loader, the sampler, the reward service, metrics and checkpoints."""
+
+    stage = "grpo"
 
     def __init__(self, config: Any, workdir: str | pathlib.Path, initial_params: Any = None) -> None:
         """Set everything up (nothing is sampled yet). `initial_params` (e.g. from SFT) replaces model.hf_dir."""
@@ -120,6 +122,7 @@ class GRPOTrainer:
         self.sampler = None
         self._logprob_fns: dict = {}
         self.is_main = sharding.is_main_process()
+        self.save_rollouts = bool(config.logging.save_rollouts)
 
     # --- sampler ----------------------------------------------------------------------------------------------
 
@@ -246,35 +249,24 @@ class GRPOTrainer:
                            "step_s": time.perf_counter() - t_step}
         return metrics, rollouts
 
-    # --- the loop ---------------------------------------------------------------------------------------------
+    # --- the loop (swerl_jax.loop.TrainLoop) -----------------------------------------------------------------
+
+    def host_state(self) -> dict:
+        """The reward service's counters, checkpointed with each step."""
+        return {"reward_service": self.reward_service.state_dict()}
+
+    def load_host_state(self, state: dict) -> None:
+        """Restore the reward service's counters from a checkpoint."""
+        self.reward_service.load_state_dict(state["reward_service"])
+
+    def before_steps(self, start: int) -> None:
+        """Start the sampler on the restored (or initial) params as policy version `start`."""
+        self._start_sampler(version=start)
 
     def run(self) -> dict:
         """Train from the latest checkpoint (or from scratch) to rl.num_steps; returns a summary."""
-        restored = self.checkpointer.restore_latest(self.policy.abstract_state(), data_iterator=self.data_iter)
-        start = 0
-        if restored is not None:
-            self.policy.state, self.data_iter, start = restored.state, restored.data_iterator, restored.step
-            self.reward_service.load_state_dict(restored.host_state["reward_service"])
-            log.info("resumed GRPO from %s step %d", self.checkpointer.directory, start)
-        lg = self.config.logging
-        writer = MetricsWriter(self.workdir, self.is_main, total_steps=self.num_steps,
-                               resume_step=start if restored is not None else None,
-                               tensorboard=bool(lg.tensorboard), progress=bool(lg.progress_bar),
-                               save_rollouts=bool(lg.save_rollouts), desc="grpo")
-        try:
-            if start < self.num_steps:
-                self._start_sampler(version=start)
-            for step in range(start + 1, self.num_steps + 1):
-                metrics, rollouts = self.train_step(step)
-                if step % int(lg.every_steps) == 0 or step == self.num_steps:
-                    writer.write(step, metrics)
-                writer.write_rollouts(step, rollouts)
-                self.checkpointer.save(step, self.policy.state, data_iterator=self.data_iter,
-                                       host_state={"reward_service": self.reward_service.state_dict()},
-                                       force=step == self.num_steps)
-        finally:
-            writer.close()
-            self.close()
+        start = self.run_loop()
+        writer = self.metrics_writer
         return {"workdir": str(self.workdir), "steps": self.num_steps, "resumed_from": start,
                 "metrics": str(writer.metrics_path), "tensorboard": str(writer.tensorboard_dir),
                 "checkpoints": self.checkpointer.directory}

@@ -12,7 +12,6 @@ not on the whole padded sequence. Metrics go to `workdir/metrics.jsonl` and Tens
 
 from __future__ import annotations
 
-import logging
 import pathlib
 import time
 from typing import Any
@@ -24,12 +23,11 @@ import numpy as np
 from swerl_jax import sharding
 from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.data.loader import data_metrics, sft_dataset_from_config
-from swerl_jax.metrics import MetricsWriter
+from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, global_max, micro_batches
 from swerl_jax.rl.rollouts import bucket_length
 
-log = logging.getLogger("swerl_jax.sft")
 PROMPT_BUCKET, TARGET_BUCKET = 64, 48
 
 
@@ -75,8 +73,10 @@ def make_sft_loss(model_config: Any, prompt_len: int, target_len: int):
     return loss_fn
 
 
-class SFTTrainer:
+class SFTTrainer(TrainLoop):
     """Supervised fine-tuning on the records' oracle answers, with the GRPO trainer's sharding and checkpoints."""
+
+    stage = "sft"
 
     def __init__(self, config: Any, workdir: str | pathlib.Path, initial_params: Any = None) -> None:
         self.config = config
@@ -90,36 +90,22 @@ class SFTTrainer:
         self.checkpointer = Checkpointer.from_config(config, self.workdir)
         self.is_main = sharding.is_main_process()
 
+    def train_step(self, step: int) -> tuple[dict, list]:
+        """One SFT update on the loader's next batch; returns (metrics, no rollouts)."""
+        t0 = time.perf_counter()
+        raw = next(self.data_iter)
+        t_data = time.perf_counter() - t0
+        batch, p, c = relayout(raw)
+        loss_fn = make_sft_loss(self.policy.model_config, p, c)
+        step_fn = self.policy.train_step(loss_fn, batch, self.num_micro, key=("sft", p, c))
+        self.policy.state, m = step_fn(self.policy.state, self.policy.shard(batch))
+        metrics = {k: float(v) for k, v in jax.device_get(m).items()}
+        check_finite(metrics, step, "SFT", int(self.config.optim.skip_nonfinite))
+        metrics["time"] = {"data_s": t_data, "step_s": time.perf_counter() - t0}
+        metrics.update(data_metrics(self.data_iter))
+        return metrics, []
+
     def run(self) -> Any:
         """Train to sft.num_steps (resuming from the latest checkpoint); returns the final params (sharded)."""
-        restored = self.checkpointer.restore_latest(self.policy.abstract_state(), data_iterator=self.data_iter)
-        start = 0
-        if restored is not None:
-            self.policy.state, self.data_iter, start = restored.state, restored.data_iterator, restored.step
-            log.info("resumed SFT from %s step %d", self.checkpointer.directory, start)
-        lg = self.config.logging
-        writer = MetricsWriter(self.workdir, self.is_main, total_steps=self.num_steps,
-                               resume_step=start if restored is not None else None,
-                               tensorboard=bool(lg.tensorboard), progress=bool(lg.progress_bar), save_rollouts=False,
-                               desc="sft")
-        try:
-            for step in range(start + 1, self.num_steps + 1):
-                t0 = time.perf_counter()
-                raw = next(self.data_iter)
-                t_data = time.perf_counter() - t0
-                batch, p, c = relayout(raw)
-                loss_fn = make_sft_loss(self.policy.model_config, p, c)
-                step_fn = self.policy.train_step(loss_fn, batch, self.num_micro, key=("sft", p, c))
-                self.policy.state, m = step_fn(self.policy.state, self.policy.shard(batch))
-                metrics = {k: float(v) for k, v in jax.device_get(m).items()}
-                check_finite(metrics, step, "SFT", int(self.config.optim.skip_nonfinite))
-                metrics["time"] = {"data_s": t_data, "step_s": time.perf_counter() - t0}
-                metrics.update(data_metrics(self.data_iter))
-                if step % int(lg.every_steps) == 0 or step == self.num_steps:
-                    writer.write(step, metrics)
-                self.checkpointer.save(step, self.policy.state, data_iterator=self.data_iter,
-                                       force=step == self.num_steps)
-        finally:
-            writer.close()
-            self.checkpointer.close()
+        self.run_loop()
         return self.policy.state.params
