@@ -21,9 +21,9 @@ import os
 import sys
 import time
 
-from swerl_jax.data.curate.config import CurateConfig
-from swerl_jax.data.curate.extract import extract_pr
-from swerl_jax.data.curate.git_source import GitRepo, discover_clones, repo_name_from_dir
+from swerl_jax.curate.config import CurateConfig
+from swerl_jax.curate.extract import extract_pr
+from swerl_jax.curate.git_source import GitRepo, discover_clones, repo_name_from_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

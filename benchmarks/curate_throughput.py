@@ -18,10 +18,10 @@ import sys
 import tempfile
 import time
 
-from swerl_jax.data.curate.config import CurateConfig
-from swerl_jax.data.curate.extract import extract_pr
-from swerl_jax.data.curate.filters import is_bot
-from swerl_jax.data.curate.git_source import GitRepo, discover_clones, repo_name_from_dir
+from swerl_jax.curate.config import CurateConfig
+from swerl_jax.curate.extract import extract_pr
+from swerl_jax.curate.filters import is_bot
+from swerl_jax.curate.git_source import GitRepo, discover_clones, repo_name_from_dir
 
 
 def candidates(clones: str) -> list[tuple[str, str, dict]]:
@@ -109,7 +109,7 @@ def main() -> int:
     print(f"extraction, GitPython peer:          {len(cands) / t_peer:8.1f} PRs/s ({t_peer:.1f} s)")
     print(f"ratio ours/peer: {t_peer / t_ours:.2f}x; identical file contents for {agree}/{len(r_ours)} kept PRs")
 
-    from swerl_jax.data.curate.runner import run_curation
+    from swerl_jax.curate.runner import run_curation
 
     rates = {}
     for n in args.workers:

@@ -71,8 +71,9 @@ def best(fn, repeats: int) -> float:
 def run_mode(mode: str, x: dict[str, np.ndarray], repeats: int) -> tuple[float, float, float]:
     """(ours s, peer s, max |grad diff|) for one aggregation mode, after checking both agree."""
     tokens = x["mask"].shape[1]
-    cfg = GRPOLossConfig(clip_eps_low=0.2, clip_eps_high=0.28, dual_clip=3.0, kl_coef=0.04, entropy_coef=0.01,
-                         loss_agg=mode, loss_norm=float(tokens), compact_filtering=True)
+    cfg = GRPOLossConfig(clip_eps_low=0.2, clip_eps_high=0.28, dual_clip=3.0, kl_coef=0.04, kl_estimator="k3",
+                         entropy_coef=0.01, loss_agg=mode, loss_norm=float(tokens), compact_filtering=True,
+                         seq_mean_rows="active")
     f = jax.jit(jax.value_and_grad(lambda lp, b: grpo_loss(lp, b["old"], b["ref"], b["adv"], b["mask"], cfg,
                                                            entropy=b["ent"], truncated=b["trunc"])[0]))
     jx = {k: jnp.asarray(v) for k, v in x.items()}

@@ -23,7 +23,7 @@ import numpy as np
 
 from swerl_jax.data.loader import record_source, rl_dataset
 from swerl_jax.data.prompts import messages_for
-from swerl_jax.model.tokenizer import load_tokenizer
+from swerl_jax.tokenizer import load_tokenizer
 
 DEFAULT = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "pr_records_requests_flask.jsonl"
 

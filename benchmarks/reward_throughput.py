@@ -21,8 +21,8 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from swerl_jax.answer import SEARCH_REPLACE_REGEX  # noqa: E402
 from swerl_jax.reward import calculate_search_replace_reward  # noqa: E402
-from swerl_jax.reward.parse import SEARCH_REPLACE_REGEX  # noqa: E402
 from swerl_jax.reward.service import RewardService  # noqa: E402
 from tests.reward.helpers import answer, gold_block  # noqa: E402
 

@@ -59,9 +59,9 @@ sys.path.insert(0, str(REPO))
 from swerl_jax.model.config import LlamaConfig, get_model_config  # noqa: E402
 from swerl_jax.model.convert import llama_to_hf_config, load_hf  # noqa: E402
 from swerl_jax.model.smollm2 import smollm2_hf_dir  # noqa: E402
-from swerl_jax.model.tokenizer import load_tokenizer  # noqa: E402
 from swerl_jax.sampler import weights  # noqa: E402
 from swerl_jax.sampler.engine import SamplingEngine, SamplingParams  # noqa: E402
+from swerl_jax.tokenizer import load_tokenizer  # noqa: E402
 
 SYSTEM = ("A user will ask you to solve a task. You should first draft your thinking process (inner monologue). "
           "Then, generate the solution.")

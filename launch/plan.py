@@ -42,7 +42,7 @@ from ml_collections import config_flags
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from swerl_jax import sharding  # noqa: E402
-from swerl_jax.config import validate_config  # noqa: E402
+from swerl_jax.config import resolve_config  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
 from swerl_jax.model.config import LlamaConfig, get_model_config  # noqa: E402
 
@@ -293,7 +293,7 @@ def main(argv: list[str]) -> None:
     checked = config.copy_and_resolve_references()
     checked.mesh.name = FLAGS.mesh or checked.mesh.name  # checked on the mesh being planned
     if not FLAGS.all:
-        validate_config(checked, check_files=False)  # what the trainer refuses at load time fails here too
+        resolve_config(checked, check_files=False)  # what the trainer refuses at load time fails here too
     work = workload_from_config(config, FLAGS.mode)
     if FLAGS.all:
         print(f"{'mesh':<14}{'model':<15}{'train GiB':>10}{'sampler GiB':>12}{'HBM GiB':>9}  verdict")

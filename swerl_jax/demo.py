@@ -42,6 +42,7 @@ def reward_change(rows: list[dict], key: str = "reward_mean", frac: float = 0.1,
 def train_demo(args: argparse.Namespace) -> int:
     """Train tiny_cpu into `args.workdir` and summarise the run (how the reward moved, where the files are)."""
     sys.path.insert(0, str(REPO_ROOT))  # the experiments package sits at the repository root
+    # Each mode imports only what it runs (after JAX_PLATFORMS is set above): training here, torch for --parity.
     from experiments import tiny_cpu
     from swerl_jax.metrics import read_metrics
     from swerl_jax.train import run_experiment
@@ -86,8 +87,8 @@ def parity_demo(args: argparse.Namespace) -> int:
     from swerl_jax.data.synthetic import synthetic_records
     from swerl_jax.model.check_logits import check_logits
     from swerl_jax.model.smollm2 import smollm2_hf_dir
-    from swerl_jax.model.tokenizer import load_tokenizer
     from swerl_jax.reward import calculate_search_replace_reward
+    from swerl_jax.tokenizer import load_tokenizer
 
 
     t0 = time.time()

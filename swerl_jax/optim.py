@@ -20,11 +20,6 @@ import optax
 SCHEDULES = ("constant", "cosine")
 
 
-def _field(cfg: Any, name: str, default: Any) -> Any:
-    # Older configs may lack the fields added later (eps, final_lr_ratio); the default is the documented one.
-    return cfg[name] if name in cfg else default
-
-
 def make_schedule(optim_cfg: Any, num_steps: int, learning_rate: float | None = None) -> optax.Schedule:
     """Learning rate per optimizer update (count from 0): linear warmup lr * (count + 1) / warmup_steps for the
     first optim.warmup_steps updates, then constant, or cosine decay to lr * optim.final_lr_ratio at `num_steps`.
@@ -45,7 +40,7 @@ def make_schedule(optim_cfg: Any, num_steps: int, learning_rate: float | None = 
     else:
         if num_steps <= warmup:
             raise ValueError(f"optim.schedule='cosine' needs num_steps ({num_steps}) > optim.warmup_steps ({warmup})")
-        final = lr * float(_field(optim_cfg, "final_lr_ratio", 0.0))
+        final = lr * float(optim_cfg.final_lr_ratio)
         after = optax.cosine_decay_schedule(lr, decay_steps=num_steps - warmup, alpha=final / lr if lr else 0.0)
     if warmup == 0:
         return after
@@ -87,10 +82,10 @@ def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None =
         if not 0 <= float(optim_cfg[key]) < 1:
             raise ValueError(f"optim.{key} must be in [0, 1), got {optim_cfg[key]}")
     adamw = optax.adamw(make_schedule(optim_cfg, num_steps, learning_rate), b1=float(optim_cfg.b1),
-                        b2=float(optim_cfg.b2), eps=float(_field(optim_cfg, "eps", 1e-8)),
+                        b2=float(optim_cfg.b2), eps=float(optim_cfg.eps),
                         weight_decay=float(optim_cfg.weight_decay), mask=_decay_mask)
     tx = optax.chain(optax.clip_by_global_norm(clip), adamw) if clip > 0 else adamw
-    skips = int(_field(optim_cfg, "skip_nonfinite", 0))
+    skips = int(optim_cfg.skip_nonfinite)
     if skips < 0:
         raise ValueError(f"optim.skip_nonfinite must be >= 0 (0: off), got {skips}")
     if skips:

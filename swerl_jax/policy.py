@@ -11,6 +11,7 @@ caches one jitted train step per batch shape (the trainers bucket lengths, so a 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,8 @@ from jax.sharding import Mesh
 from swerl_jax import sharding
 from swerl_jax.checkpoint import abstract_like
 from swerl_jax.model.config import LlamaConfig, get_model_config
+from swerl_jax.model.convert import hf_config_to_llama, load_hf
+from swerl_jax.model.smollm2 import resolve_hf_dir
 from swerl_jax.optim import make_optimizer
 from swerl_jax.train_step import TrainState, create_train_state, make_train_step
 
@@ -32,11 +35,6 @@ def model_config_from(config: Any) -> LlamaConfig:
     overrides = {"param_dtype": str(m.param_dtype), "dtype": str(m.dtype), "remat": str(m.remat),
                  "attention_impl": m.attention_impl}
     if m.hf_dir:
-        import json
-
-        from swerl_jax.model.convert import hf_config_to_llama
-        from swerl_jax.model.smollm2 import resolve_hf_dir
-
         hf = json.loads((resolve_hf_dir(m.hf_dir) / "config.json").read_text())
         return hf_config_to_llama(hf, str(m.param_dtype)).replace(**overrides)
     return get_model_config(str(m.name), **overrides)
@@ -45,9 +43,6 @@ def model_config_from(config: Any) -> LlamaConfig:
 def initial_params(config: Any, model_config: LlamaConfig, mesh: Mesh, rules: sharding.Rules) -> Any:
     """Pretrained weights from `model.hf_dir` placed onto their shards, or a seeded random init in them."""
     if config.model.hf_dir:
-        from swerl_jax.model.convert import load_hf
-        from swerl_jax.model.smollm2 import resolve_hf_dir
-
         _, params = load_hf(str(resolve_hf_dir(config.model.hf_dir)), param_dtype=str(config.model.param_dtype))
         return jax.device_put(params, sharding.param_shardings(model_config, mesh, rules))
     return sharding.init_params_sharded(model_config, mesh, jax.random.key(int(config.seed)), rules)

@@ -21,9 +21,11 @@ import sys
 import time
 from typing import Any
 
-from swerl_jax import rundir
-from swerl_jax.config import unknown_config_keys, validate_config
+from swerl_jax import rundir, sharding
+from swerl_jax.config import resolve_config, unknown_config_keys
+from swerl_jax.rl.trainer import GRPOTrainer
 from swerl_jax.run_summary import summarize_run
+from swerl_jax.sft.trainer import SFTTrainer
 
 log = logging.getLogger("swerl_jax.train")
 
@@ -45,10 +47,8 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
 
     A workdir with checkpoints is resumed; its config must match `config` in every field that changes results
     unless `allow_config_change` (`rundir.record_config`)."""
-    validate_config(config)  # before anything starts or compiles; ValueError names the key
+    config = resolve_config(config)  # typed sections; before anything starts or compiles, errors name the key
     enable_compile_cache()
-    from swerl_jax import sharding
-
     sharding.initialize_distributed(config)
     workdir = pathlib.Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -65,15 +65,11 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
     params = None
     t0 = time.time()
     if sft_steps > 0:
-        from swerl_jax.sft.trainer import SFTTrainer
-
         sft = SFTTrainer(config, workdir / "sft")
         params = sft.run()
         summary["sft"] = {"steps": sft_steps, "metrics": str(workdir / "sft" / "metrics.jsonl"),
                           "checkpoints": sft.checkpointer.directory, "seconds": round(time.time() - t0, 1)}
     if rl_steps > 0:
-        from swerl_jax.rl.trainer import GRPOTrainer
-
         t1 = time.time()
         grpo = GRPOTrainer(config, workdir, initial_params=params)
         del params  # GRPO placed its own copy
@@ -133,15 +129,13 @@ def main(argv: list[str]) -> None:
     config = f.config
     workdir = f.workdir or rundir.default_workdir(f["config"].config_filename)
     try:
-        validate_config(config)  # bad values and missing files: one line naming the key, before anything starts
-    except (ValueError, KeyError, FileNotFoundError) as e:
+        config = resolve_config(config)  # bad keys, types, values, missing files: one line naming the key
+    except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
         raise SystemExit(f"swerl_jax.train: {str(e).strip(chr(39))}") from None
     try:
         summary = run_experiment(config, workdir, allow_config_change=f.allow_config_change)
     except rundir.ConfigChangeError as e:
         raise SystemExit(f"swerl_jax.train: {e}") from None
-    from swerl_jax import sharding
-
     if sharding.is_main_process():
         print(json.dumps(summary, indent=1), flush=True)  # stdout stays one JSON document for scripts
         print(summarize_run(summary["workdir"]), file=sys.stderr, flush=True)

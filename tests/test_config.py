@@ -1,9 +1,11 @@
 """swerl_jax.config: every wrong key or value fails before anything starts, naming the key."""
 
+import json
+
 import pytest
 
 from experiments import base, tiny_cpu
-from swerl_jax.config import unknown_config_keys, validate_config
+from swerl_jax.config import resolve_config, unknown_config_keys, validate_config
 
 
 def test_unknown_keys_name_the_closest_valid_one():
@@ -49,3 +51,77 @@ def test_the_planner_skips_the_file_checks():
     c = _set(tiny_cpu.get_config(), "data.train_files", "/no/such/records.jsonl")
     validate_config(c, check_files=False)
     validate_config(tiny_cpu.get_config())
+
+
+# --- typed sections at the entry point (swerl_jax.config.resolve_config, as python -m swerl_jax.train calls it) ---
+
+def _drop(c, dotted):
+    section, field = dotted.split(".")
+    d = c.to_dict()
+    del d[section][field]
+    return d
+
+
+def _add(c, dotted, value):
+    section, field = dotted.split(".")
+    d = c.to_dict()
+    d[section][field] = value
+    return d
+
+
+WRONG_CONFIGS = [
+    ("unknown key", lambda c: _add(c, "rl.num_step", 3), KeyError, "unknown config key rl.num_step; did you mean "
+                                                                    "rl.num_steps?"),
+    ("unknown section", lambda c: {**c.to_dict(), "optimizer": {}}, KeyError, "unknown config key optimizer"),
+    ("missing key", lambda c: _drop(c, "rl.kl_coef"), KeyError, "config key rl.kl_coef is missing"),
+    ("string for an int", lambda c: _add(c, "rl.num_samples", "8"), TypeError,
+     "config key rl.num_samples: expected an int, got str '8'"),
+    ("bool for an int", lambda c: _add(c, "sft.batch_size", True), TypeError,
+     "config key sft.batch_size: expected an int"),
+    ("string for a float", lambda c: _add(c, "rl.kl_coef", "0.04"), TypeError,
+     "config key rl.kl_coef: expected a number"),
+    ("None for a string", lambda c: _add(c, "model.hf_dir", None), TypeError,
+     "config key model.hf_dir: expected a string"),
+    ("bad enum", lambda c: _add(c, "rl.seq_mean_rows", "some"), ValueError, "rl.seq_mean_rows='some' is not one of"),
+    ("bad sampler mode", lambda c: _set(c, "sampler.mode", "threads"), ValueError, "sampler.mode='threads'"),
+    ("bad dtype", lambda c: _set(c, "model.dtype", "fp8"), ValueError, "model.dtype='fp8' is not one of"),
+    ("bad attention kernel", lambda c: _set(c, "model.attention_impl", "flash"), ValueError,
+     "model.attention_impl='flash'"),
+    ("negative KL", lambda c: _set(c, "rl.kl_coef", -0.1), ValueError, "rl.kl_coef must be >= 0"),
+    ("zero update epochs", lambda c: _set(c, "rl.update_epochs", 0), ValueError, "rl.update_epochs must be >= 1"),
+    ("mesh / batch", lambda c: _set(_set(c, "mesh.name", "h100x8"), "rl.micro_batch_size", 4), ValueError,
+     "rl.micro_batch_size: a micro-batch of 4 sequences does not split over the 8 batch shards"),
+    ("missing file", lambda c: _set(c, "data.train_files", "/no/such/prs.jsonl"), FileNotFoundError,
+     "data.train_files"),
+    ("missing tokenizer", lambda c: _set(c, "model.tokenizer", "/no/tok"), ValueError,
+     "model.tokenizer='/no/tok': no such directory"),
+]
+
+
+@pytest.mark.parametrize("what, make, error, message", WRONG_CONFIGS, ids=[w[0] for w in WRONG_CONFIGS])
+def test_entry_point_names_the_key_before_any_compile(what, make, error, message):
+    import time
+
+    import jax
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda event, duration, **kw: compiles.append(event) if "compile" in event else None)
+    t0 = time.perf_counter()
+    with pytest.raises(error) as err:
+        resolve_config(make(tiny_cpu.get_config()))
+    elapsed = time.perf_counter() - t0
+    assert message in str(err.value)
+    assert compiles == [], compiles  # nothing traced or compiled: the check is config-only
+    print(f"{what}: refused in {elapsed * 1e3:.1f} ms")  # reported, never asserted (machine load)
+
+
+def test_resolved_sections_are_typed_and_round_trip_through_json():
+    c = tiny_cpu.get_config()
+    c.rl.kl_coef = 0  # ConfigDict keeps float fields float; a plain dict from JSON may carry an int
+    d = c.to_dict()
+    d["rl"]["kl_coef"] = 0
+    exp = resolve_config(d)
+    assert exp.rl.kl_coef == 0.0 and isinstance(exp.rl.kl_coef, float)
+    assert resolve_config(json.loads(exp.to_json())) == exp
+    assert json.loads(exp.to_json()) == json.loads(resolve_config(tiny_cpu.get_config()).to_json())

@@ -6,10 +6,10 @@ import os
 import subprocess
 import sys
 
-from swerl_jax.data.curate.config import CurateConfig
-from swerl_jax.data.curate.runner import run_curation
+from swerl_jax.curate.config import CurateConfig
+from swerl_jax.curate.runner import run_curation
 from swerl_jax.metrics import read_metrics
-from tests.data.curate.builders import build_world
+from tests.curate.builders import build_world
 
 from .conftest import REPO_ROOT
 

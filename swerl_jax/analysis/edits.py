@@ -13,8 +13,9 @@ import re
 import string
 from collections.abc import Sequence
 
+from swerl_jax.answer import SEARCH_REPLACE_REGEX
+from swerl_jax.data.targets import oracle_solution
 from swerl_jax.reward import get_reward_fn
-from swerl_jax.reward.parse import SEARCH_REPLACE_REGEX
 
 _BLOCK = re.compile(SEARCH_REPLACE_REGEX)
 REGIONS = {"search": 2, "replace": 3}
@@ -139,8 +140,6 @@ def edit_curve(
     reward kind, format_error (the continuous reward's reason or None). Records whose change SEARCH/REPLACE
     cannot express (a new file) are skipped.
     """
-    from swerl_jax.data.synthetic import oracle_solution
-
     rng = random.Random(seed)
     fns = {kind: get_reward_fn(kind) for kind in kinds}
     rows = []

@@ -21,7 +21,11 @@ import tempfile
 
 import numpy as np
 
+from swerl_jax.analysis.advantages import compute_advantages, step_groups, zero_variance_fraction
 from swerl_jax.analysis.edits import perturb_answer
+from swerl_jax.answer import ANSWER_END, ANSWER_START, THINK_END, THINK_START
+from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.data.targets import oracle_solution
 from swerl_jax.metrics import MetricsWriter
 from swerl_jax.reward import calculate_search_replace_reward, compact_info
 
@@ -36,13 +40,13 @@ def _damage(gold: str, kind: str, strength: float, rng: random.Random) -> tuple[
         return perturb_answer(gold, k, rng, unit="char", region="replace")[0], False
     if kind == "truncate":
         # As if max_new_tokens ran out: the closing tags are lost.
-        return gold[: rng.randrange(len(gold) // 4, len(gold) - len("</solution>"))], True
+        return gold[: rng.randrange(len(gold) // 4, len(gold) - len(ANSWER_END))], True
     if kind == "drop_thought":
-        start, end = gold.index("<think>") + len("<think>"), gold.index("</think>")
+        start, end = gold.index(THINK_START) + len(THINK_START), gold.index(THINK_END)
         return gold[:start] + "\n" + gold[end:], False
     if kind == "prose":
-        head = gold[: gold.index("<solution>") + len("<solution>")]
-        return head + "\nChange the condition so that the function returns the right value.\n</solution>", False
+        head = gold[: gold.index(ANSWER_START) + len(ANSWER_START)]
+        return head + f"\nChange the condition so that the function returns the right value.\n{ANSWER_END}", False
     return perturb_answer(gold, max(1, int(8 * strength)), rng, unit="char", region="search")[0], False
 
 
@@ -50,8 +54,6 @@ def simulate_rollouts(
     records: list[dict], num_steps: int, prompts_per_step: int, num_samples: int, seed: int = 0
 ) -> dict[int, list[dict]]:
     """{step: rollout rows} of a scripted policy that damages the gold answer less as training goes on."""
-    from swerl_jax.data.synthetic import oracle_solution
-
     if not records:
         raise ValueError("simulate_rollouts needs at least one record")
     rng = random.Random(seed)
@@ -90,8 +92,6 @@ def simulate_rollouts(
 
 def step_metrics(step: int, rows: list[dict]) -> dict:
     """The trainer's per-step metrics that rollouts alone determine (no KL, entropy or timings)."""
-    from swerl_jax.analysis.advantages import step_groups, zero_variance_fraction
-
     rewards = np.array([r["reward"] for r in rows], dtype=np.float64)
     advs = np.array([r["advantage"] for r in rows if r["advantage"] is not None], dtype=np.float64)
     reasons = [r["format_error"] for r in rows if r["format_error"] is not None]
@@ -123,9 +123,6 @@ def simulate_run(
 
     Advantages are the trainer's estimator `advantage` over each step's [P, G] groups.
     """
-    from swerl_jax.analysis.advantages import compute_advantages, step_groups
-    from swerl_jax.data.synthetic import synthetic_records
-
     if num_steps < 1 or prompts_per_step < 1 or num_samples < 2:
         raise ValueError(f"need num_steps >= 1, prompts_per_step >= 1, num_samples >= 2; got {num_steps}, "
                          f"{prompts_per_step}, {num_samples}")

@@ -21,7 +21,9 @@ from collections.abc import Iterator
 import numpy as np
 
 from swerl_jax.data.paths import expand_record_paths
+from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import ErrorCounter, read_records, write_records
+from swerl_jax.data.swebench import import_swebench, load_instances
 
 
 def read_all(spec: str, on_error) -> Iterator[dict]:
@@ -58,8 +60,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 def cmd_import_swebench(args: argparse.Namespace) -> int:
     """SWE-bench instances + clones -> records; failures counted by reason (exit 1 when none imports)."""
-    from swerl_jax.data.swebench import import_swebench, load_instances
-
     instances = load_instances(args.instances)
     failures: list = []
     n = write_records(args.out, import_swebench(instances, args.clones, args.source, on_error=failures.append))
@@ -93,8 +93,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print("context chars:   ", _percentiles([sum(map(len, r["code_context"].values())) for r in records]))
     print("issue chars:     ", _percentiles([len(r["problem_statement"]) for r in records]))
     if args.tokenizer is not None:
-        from swerl_jax.data.prompts import build_prompt
-        from swerl_jax.model.tokenizer import load_tokenizer
+        from swerl_jax.tokenizer import load_tokenizer  # transformers: only `stats --tokenizer` needs it
 
         tok = load_tokenizer(args.tokenizer)
         prompts = [build_prompt(r, tok, args.max_prompt_len) for r in records]

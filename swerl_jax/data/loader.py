@@ -30,6 +30,9 @@ import numpy as np
 from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import RecordError, decode_record, validate_record
+from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.data.targets import oracle_solution
+from swerl_jax.tokenizer import load_tokenizer, tokenizer_path
 
 log = logging.getLogger("swerl_jax.data")
 
@@ -118,8 +121,6 @@ class RLPrepare(grain.transforms.Map):
 
     def map(self, raw: Any) -> dict:
         """Decode, validate, build and tokenize the prompt; a drop marker with the reason when unusable."""
-        from swerl_jax.model.tokenizer import load_tokenizer
-
         try:
             record = _record(raw)
         except RecordError as e:
@@ -148,9 +149,6 @@ class SFTPrepare(grain.transforms.Map):
 
     def map(self, raw: Any) -> dict:
         """Decode, validate, build prompt and target; a drop marker with the reason when unusable."""
-        from swerl_jax.data.synthetic import oracle_solution
-        from swerl_jax.model.tokenizer import load_tokenizer
-
         try:
             record = _record(raw)
             target = oracle_solution(record)
@@ -323,8 +321,6 @@ def source_from_config(config) -> Sequence:
     a record source, or synthetic records when empty."""
     if str(config.data.train_files).strip():
         return record_source(expand_record_paths(str(config.data.train_files)))
-    from swerl_jax.data.synthetic import synthetic_records
-
     repos = [r.strip() for r in str(config.data.synthetic_repos).split(",") if r.strip()]
     return synthetic_records(int(config.data.synthetic_num_records), seed=int(config.seed), repos=repos or None)
 
@@ -348,11 +344,6 @@ class FirstRecords(Sequence):
         return self.source[index % self.n]
 
 
-def tokenizer_from_config(config) -> str:
-    """`model.tokenizer`, else `model.hf_dir` (a converted checkpoint carries its tokenizer), else "" (SmolLM2)."""
-    return str(config.model.tokenizer or config.model.hf_dir or "")
-
-
 def rl_dataset_from_config(config, batch_size: int | None = None) -> grain.IterDataset:
     """The RL pipeline of an experiment config (data.*, model.tokenizer, rl.prompts_per_step per process);
     `data.rl_num_records` > 0 keeps only the source's first N records (the SFT stage still sees them all)."""
@@ -363,7 +354,7 @@ def rl_dataset_from_config(config, batch_size: int | None = None) -> grain.IterD
     source = source_from_config(config)
     if int(d.rl_num_records) > 0:
         source = FirstRecords(source, int(d.rl_num_records))
-    return rl_dataset(source, tokenizer=tokenizer_from_config(config), batch_size=per_process,
+    return rl_dataset(source, tokenizer=tokenizer_path(config.model), batch_size=per_process,
                       max_prompt_len=int(d.max_prompt_len), seed=int(config.seed), shuffle=bool(d.shuffle),
                       num_epochs=int(d.num_epochs), worker_count=int(d.worker_count),
                       prompt_style=str(d.prompt_style))
@@ -373,14 +364,11 @@ def answer_budget_warning(config, num_records: int = 8) -> str | None:
     """A warning when `sampler.max_new_tokens` is shorter than the oracle answer of every one of the first
     `num_records` RL records: then every completion is cut before `</solution>`, scores -1, every group has zero
     variance and GRPO learns nothing, by construction. None when some oracle answer fits (or none can be made)."""
-    from swerl_jax.data.synthetic import oracle_solution
-    from swerl_jax.model.tokenizer import load_tokenizer
-
     source = source_from_config(config)
     n = min(int(num_records), len(source))
     if int(config.data.rl_num_records) > 0:
         n = min(n, int(config.data.rl_num_records))
-    tok = load_tokenizer(tokenizer_from_config(config))
+    tok = load_tokenizer(tokenizer_path(config.model))
     lengths = []
     for i in range(n):
         try:
@@ -402,7 +390,7 @@ def sft_dataset_from_config(config, batch_size: int | None = None) -> grain.Iter
 
     d = config.data
     per_process = batch_size or max(1, int(config.sft.batch_size) // jax.process_count())
-    return sft_dataset(source_from_config(config), tokenizer=tokenizer_from_config(config), batch_size=per_process,
+    return sft_dataset(source_from_config(config), tokenizer=tokenizer_path(config.model), batch_size=per_process,
                        max_len=int(config.sft.max_len), max_prompt_len=int(d.max_prompt_len), seed=int(config.seed),
                        shuffle=bool(d.shuffle), num_epochs=int(d.num_epochs), worker_count=int(d.worker_count),
                        prompt_style=str(d.prompt_style))

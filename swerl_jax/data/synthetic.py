@@ -1,9 +1,8 @@
-"""Synthetic PR records: tiny Python repos with realistic single-file bug fixes, and their oracle answers.
+"""Synthetic PR records: tiny Python repos with realistic single-file bug fixes.
 
 Used by the tests and the CPU demo, so the project runs without ../shared/data. Files stay short (10-25 lines)
 so a full SWE-RL prompt stays far below 1024 SmolLM2 tokens and a tiny model can learn the fix.
-`oracle_solution(record)` writes the SWE-RL answer (``<think>..</think><solution>`` + SEARCH/REPLACE blocks)
-that the reward scores 1.0: the SFT target and a test oracle. It works for any record, not only synthetic ones.
+Their oracle answers (the SFT targets) come from `swerl_jax.data.targets.oracle_solution`, for any record.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ import hashlib
 import random
 from collections.abc import Sequence
 
-from swerl_jax.data.records import changed_paths, validate_record
+from swerl_jax.data.records import validate_record
 
 # Each bug: (module template, buggy snippet, fixed snippet, issue title, issue body). Names in {braces} are
 # filled from the word lists below so records differ in identifiers, not only in the bug kind.
@@ -125,67 +124,3 @@ def synthetic_records(n: int, seed: int = 0, repos: Sequence[str] | None = None)
         }
         records.append(validate_record(record, where=f"synthetic[{i}]"))
     return records
-
-
-def _search_replace_blocks(old: str, new: str, context: int = 1) -> list[tuple[str, str]]:
-    """(search, replace) pairs turning `old` into `new` under SWE-RL's rule ("\\n"+search -> "\\n"+replace).
-
-    One block per difflib hunk group; each search is widened by more context lines until it occurs exactly
-    once (str.replace replaces every occurrence).
-    """
-    a, b = old.split("\n"), new.split("\n")
-    blocks = []
-    for group in difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(context):
-        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
-        while True:
-            search, replace = "\n".join(a[i1:i2]), "\n".join(b[j1:j2])
-            if search.strip() and ("\n" + old).count("\n" + search) == 1 and search != replace:
-                break
-            # Widen both sides by one line; lines outside a hunk group are equal in old and new (a widening
-            # that runs into another group is caught by the reward check in oracle_solution).
-            grown = False
-            if i1 > 0 and j1 > 0:
-                i1, j1, grown = i1 - 1, j1 - 1, True
-            if i2 < len(a) and j2 < len(b):
-                i2, j2, grown = i2 + 1, j2 + 1, True
-            if not grown:
-                break
-        blocks.append((search, replace))
-    return blocks
-
-
-def oracle_solution(record: dict, thought: str | None = None) -> str:
-    """The SWE-RL answer whose reward is 1.0 for `record`: a thought and SEARCH/REPLACE blocks.
-
-    Raises:
-      ValueError: naming the record and path when the change cannot be written as SEARCH/REPLACE edits
-        (a new or emptied file: SWE-RL's format cannot create or delete files).
-    """
-    from swerl_jax.reward import calculate_search_replace_reward
-
-    rid = record.get("instance_id", "?")
-    paths = changed_paths(record)
-    edits = []
-    for path in paths:
-        old, new = record["code_context"].get(path), record["oracle_new_content"][path]
-        if not old:
-            raise ValueError(f"record {rid!r}: {path!r} is a new file, which SEARCH/REPLACE edits cannot create")
-        blocks = _search_replace_blocks(old, new)
-        edits.append((path, blocks))
-    if thought is None:
-        title = record["problem_statement"].strip().splitlines()[0]
-        thought = (f"The issue says: {title}. The code responsible is in {', '.join(paths)}. "
-                   f"I change the lines that cause it and keep the rest of the file as is.")
-    parts = [f"```python\n### {path}\n<<<<<<< SEARCH\n{s}\n=======\n{r}\n>>>>>>> REPLACE\n```"
-             for path, blocks in edits for s, r in blocks]
-    answer = f"<think>\n{thought}\n</think>\n<solution>\n" + "\n".join(parts) + "\n</solution>"
-    reward, meta = calculate_search_replace_reward(record["code_context"], record["oracle_new_content"], answer)
-    if reward != 1.0:
-        # Edits that interact (a replacement creating another block's search text) fall back to whole files.
-        parts = [f"```python\n### {p}\n<<<<<<< SEARCH\n{record['code_context'][p]}\n=======\n"
-                 f"{record['oracle_new_content'][p]}\n>>>>>>> REPLACE\n```" for p in paths]
-        answer = f"<think>\n{thought}\n</think>\n<solution>\n" + "\n".join(parts) + "\n</solution>"
-        reward, meta = calculate_search_replace_reward(record["code_context"], record["oracle_new_content"], answer)
-    if reward != 1.0:
-        raise ValueError(f"record {rid!r}: no SEARCH/REPLACE answer reproduces the oracle (reward {reward}, {meta})")
-    return answer

@@ -10,7 +10,7 @@ import pathlib
 import shutil
 
 from swerl_jax.model.convert import gguf_to_hf
-from swerl_jax.model.tokenizer import cache_root, smollm2_gguf_path
+from swerl_jax.tokenizer import cache_root, smollm2_gguf_path
 
 CACHE_NAME = "smollm2-135m-instruct"
 # The file written last by gguf_to_hf's caller; its presence means the directory is complete.

@@ -1,5 +1,6 @@
 """The SWE-RL reward: edit parsing/application, diff normalisation, similarity, reward functions, service."""
 
+from swerl_jax.answer import FormatError
 from swerl_jax.reward.functions import (
     REWARD_KINDS,
     calculate_discrete_reward,
@@ -10,7 +11,6 @@ from swerl_jax.reward.functions import (
     get_reward_fn,
     oracle_patch,
 )
-from swerl_jax.reward.parse import FormatError
 
 __all__ = [
     "REWARD_KINDS",

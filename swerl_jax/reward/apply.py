@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swerl_jax.reward.parse import FormatError
+from swerl_jax.answer import FormatError
 
 # A predicted file may not grow past this many characters. The official release has no limit; the only
 # way past it is an edit that multiplies (an empty search inserts the replacement after EVERY newline),

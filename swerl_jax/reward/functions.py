@@ -3,7 +3,7 @@
 ``calculate_search_replace_reward`` returns the release's float to the last bit. What makes it fast
 without changing a result:
 
-* block parsing is linear (swerl_jax/reward/parse.py);
+* block parsing is linear (swerl_jax/answer.py);
 * what the 16 samples of a GRPO group share is prepared once per (code_context, oracle_new_content) and
   cached: the oracle's normalised diff and its context files split into lines; a predicted file is split
   reusing those lines (diff.edited_lines) and a predicted file equal to the oracle's gets the oracle's diff;
@@ -17,6 +17,7 @@ import importlib
 import threading
 from collections.abc import Callable
 
+from swerl_jax.answer import FormatError, extract_thought_solution, parse_search_replace
 from swerl_jax.reward.apply import MAX_FILE_CHARS, apply_code_change
 from swerl_jax.reward.diff import (
     SplitText,
@@ -26,7 +27,6 @@ from swerl_jax.reward.diff import (
     get_filelevel_diff,
     mean_similarity,
 )
-from swerl_jax.reward.parse import FormatError, extract_thought_solution, parse_search_replace
 
 RewardFn = Callable[[dict, dict, str], tuple[float, dict]]
 

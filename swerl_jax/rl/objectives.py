@@ -238,18 +238,19 @@ def compact_filter_mask(mask: Array, truncated: Array) -> Array:
 
 @dataclasses.dataclass(frozen=True)
 class GRPOLossConfig:
-    """The `rl` fields the loss reads (hashable, so it can be a static jit argument)."""
+    """The `rl` fields the loss reads (hashable, so it can be a static jit argument). No defaults: an experiment's
+    come from `experiments/base.py` through `from_config`, so the loss and the config cannot disagree."""
 
-    clip_eps_low: float = 0.2
-    clip_eps_high: float = 0.2
-    dual_clip: float = 0.0
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    loss_agg: str = "token-mean"
-    loss_norm: float = 0.0
-    entropy_coef: float = 0.0
-    compact_filtering: bool = False
-    seq_mean_rows: str = "active"
+    clip_eps_low: float
+    clip_eps_high: float
+    dual_clip: float
+    kl_coef: float
+    kl_estimator: str
+    loss_agg: str
+    loss_norm: float
+    entropy_coef: float
+    compact_filtering: bool
+    seq_mean_rows: str
 
     @classmethod
     def from_config(cls, config: Any) -> GRPOLossConfig:

@@ -32,6 +32,7 @@ import numpy as np
 
 from swerl_jax import sharding
 from swerl_jax.checkpoint import Checkpointer
+from swerl_jax.config import resolve_config
 from swerl_jax.data.loader import answer_budget_warning, data_metrics, rl_dataset_from_config
 from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
@@ -41,7 +42,9 @@ from swerl_jax.rl.collect import InlineSampler, collect_rollouts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
 from swerl_jax.rl.rollouts import bucket_length, build_train_batch, reward_matrix, rollout_metrics
 from swerl_jax.sampler import weights
+from swerl_jax.sampler.client import SamplerClient
 from swerl_jax.sampler.engine import SamplingParams
+from swerl_jax.sampler.server import build_engine
 
 log = logging.getLogger("swerl_jax.rl")
 PROMPT_BUCKET, COMPLETION_BUCKET = 64, 32  # few distinct shapes, few train-step compilations
@@ -79,32 +82,24 @@ class GRPOTrainer(TrainLoop):
 
     def __init__(self, config: Any, workdir: str | pathlib.Path, initial_params: Any = None) -> None:
         """Set everything up (nothing is sampled yet). `initial_params` (e.g. from SFT) replaces model.hf_dir."""
-        self.config = config
+        # typed sections, every key checked (swerl_jax.config): rl.num_samples >= 2, the loss, sampler.mode, ...
+        self.config = config = resolve_config(config)
         self.workdir = pathlib.Path(workdir)
         rl = config.rl
         self.num_steps = int(rl.num_steps)
         self.num_samples = int(rl.num_samples)
-        if self.num_samples < 2:  # a group of one has no baseline: every advantage is 0 and nothing trains
-            raise ValueError(f"rl.num_samples must be >= 2 (GRPO compares the samples of a group), "
-                             f"got {rl.num_samples}")
         processes = jax.process_count()
         if int(rl.prompts_per_step) % processes:
             raise ValueError(f"rl.prompts_per_step={rl.prompts_per_step} is not divisible by the {processes} "
                              "processes (each samples its own share of the prompts)")
         self.local_prompts = int(rl.prompts_per_step) // processes
         self.loss_cfg = GRPOLossConfig.from_config(config)
-        group_advantages(np.zeros((1, self.num_samples), np.float32), str(rl.advantage), float(rl.std_eps),
-                         int(rl.std_ddof))  # an unknown estimator or a bad ddof fails here, before any work
-        if str(rl.old_logprobs) not in ("sampler", "recompute"):
-            raise ValueError(f"rl.old_logprobs must be 'sampler' or 'recompute', got {rl.old_logprobs!r}")
         self.sampling = sampling_params(config)
         self.temperature = float(config.sampler.temperature) or 1.0  # greedy rows report T = 1 log-probs
         rows = int(rl.prompts_per_step) * self.num_samples
         self.num_micro = micro_batches(rows, int(rl.micro_batch_size), "rl.micro_batch_size")
         # rl.update_epochs (GRPO's mu): optimizer updates per batch; the schedule counts updates
         self.update_epochs = int(rl.update_epochs)
-        if self.update_epochs < 1:
-            raise ValueError(f"rl.update_epochs must be >= 1, got {self.update_epochs}")
         # each micro-batch is what gets sharded over the batch axes: rl.micro_batch_size must split over them
         self.policy = Policy.create(config, self.num_steps * self.update_epochs, params=initial_params,
                                     global_batch=rows // self.num_micro)
@@ -132,16 +127,10 @@ class GRPOTrainer(TrainLoop):
         if mode == "inline":
             if jax.process_count() > 1:
                 raise ValueError("sampler.mode='inline' is single-process only; use sampler.mode='process'")
-            from swerl_jax.sampler.server import build_engine
-
             engine = build_engine(self.config)
             self.sampler = InlineSampler(engine)
             self.sampler.update(self.policy.host_params(), version)
             return
-        if mode != "process":
-            raise ValueError(f"sampler.mode must be 'process' or 'inline', got {mode!r}")
-        from swerl_jax.sampler.client import SamplerClient
-
         weights.reset(self.weights_dir)  # a resumed run starts over from its checkpoint's params
         weights.publish(self.weights_dir, self.policy.state.params, version)
         config_path = self.workdir / "config.json"

@@ -24,8 +24,7 @@ import time
 from collections.abc import Sequence
 
 from swerl_jax.sampler import protocol
-from swerl_jax.sampler.engine import Completion, SamplingParams
-from swerl_jax.sampler.server import SECRET_ENV
+from swerl_jax.sampler.types import SECRET_ENV, Completion, SamplingParams
 
 
 class SamplerError(RuntimeError):

@@ -17,7 +17,6 @@ step)`, so a row's samples do not depend on which other prompts share its batch 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from collections.abc import Sequence
 
 import jax
@@ -28,52 +27,9 @@ from swerl_jax.model.config import LlamaConfig
 from swerl_jax.model.llama import KVCache, Llama, positions_from_mask
 from swerl_jax.sampler.decode import decode_step, decode_weights, fill_cache, zeros_cache
 from swerl_jax.sampler.sampling import sample_tokens
+from swerl_jax.sampler.types import Completion, RequestTooLarge, SamplingParams
 
-
-class RequestTooLarge(ValueError):
-    """A request that does not fit the engine's buckets (prompt length, new tokens or samples per batch)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingParams:
-    """How to sample. `temperature=0` is greedy; `top_k=0` and `top_p=1` switch those filters off."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 256
-    stop_token_ids: tuple[int, ...] | None = None  # None: the engine's EOS ids
-    stop_strings: tuple[str, ...] = ()
-    include_stop_string: bool = False
-
-    def validate(self) -> SamplingParams:
-        """Return self, or raise ValueError naming the bad field."""
-        if not np.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"sampling.temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"sampling.top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"sampling.top_k must be >= 0, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if any(not s for s in self.stop_strings):
-            raise ValueError("sampling.stop_strings must not contain an empty string")
-        return self
-
-
-@dataclasses.dataclass
-class Completion:
-    """One generated sample. `tokens` include the stop token when one ended the row."""
-
-    prompt_index: int
-    sample_index: int
-    tokens: np.ndarray  # int32 [completion_length]
-    logprobs: np.ndarray  # float32 [completion_length], see the module docstring
-    text: str | None
-    finish_reason: str  # "stop" | "length"
-    prompt_length: int
-    completion_length: int
-    policy_version: int
+__all__ = ["Completion", "RequestTooLarge", "SamplingEngine", "SamplingParams", "default_buckets"]
 
 
 def default_buckets(limit: int, start: int) -> tuple[int, ...]:

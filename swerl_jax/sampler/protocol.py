@@ -45,7 +45,7 @@ import time
 
 import numpy as np
 
-from swerl_jax.sampler.engine import Completion, SamplingParams
+from swerl_jax.sampler.types import Completion, SamplingParams
 
 PROTOCOL_VERSION = 2
 MAGIC = b"SWRL"

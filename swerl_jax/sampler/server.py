@@ -24,16 +24,21 @@ import sys
 import threading
 
 import jax
-import ml_collections
 
-from swerl_jax.model.config import get_model_config
+from swerl_jax.config import resolve_config
+from swerl_jax.model.config import LlamaConfig
+from swerl_jax.model.convert import load_hf
 from swerl_jax.model.llama import init_params
+from swerl_jax.model.smollm2 import resolve_hf_dir
+from swerl_jax.policy import model_config_from
 from swerl_jax.sampler import protocol
-from swerl_jax.sampler.engine import RequestTooLarge, SamplingEngine
+from swerl_jax.sampler.engine import SamplingEngine
+from swerl_jax.sampler.types import SECRET_ENV, RequestTooLarge
 from swerl_jax.sampler.weights import WeightWatcher, latest_version, load
+from swerl_jax.sections import Experiment
+from swerl_jax.tokenizer import tokenizer_for
 
 log = logging.getLogger("swerl_jax.sampler")
-SECRET_ENV = "SWERL_SAMPLER_SECRET"
 
 
 def is_loopback(host: str) -> bool:
@@ -45,36 +50,43 @@ def is_loopback(host: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
 
 
-def load_policy(config: ml_collections.ConfigDict) -> tuple[object, dict]:
-    """(LlamaConfig, params) from `model.hf_dir` (via swerl_jax.model.convert) or a seeded random init."""
+def load_policy(config: Experiment, weights_dir: str = "") -> tuple[LlamaConfig, dict, int | None]:
+    """(model config, params, published version or None) for an experiment config, reading weights once.
+
+    The newest version published in `weights_dir` when there is one (only its shapes come from the model config,
+    `jax.eval_shape`: a 70B `model.hf_dir` is not loaded just to be replaced), else `model.hf_dir`'s weights,
+    else a seeded random init; the model config is the trainer's (`policy.model_config_from`).
+    """
+    model_config = model_config_from(config)
+    if weights_dir and (version := latest_version(weights_dir)) is not None:
+        device = jax.devices()[0]
+        shapes = jax.eval_shape(lambda: init_params(model_config, jax.random.PRNGKey(0)))
+        like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                           sharding=jax.sharding.SingleDeviceSharding(device)),
+                            shapes)
+        return model_config, load(weights_dir, version, like=like), version
     m = config.model
-    overrides = {"param_dtype": m.param_dtype, "dtype": m.dtype}
     if m.hf_dir:
-        from swerl_jax.model.convert import load_hf  # only needed with pretrained weights
-        from swerl_jax.model.smollm2 import resolve_hf_dir
-        hf_dir = str(resolve_hf_dir(m.hf_dir))
-        model_config, params = load_hf(hf_dir, param_dtype=m.param_dtype)
-        return model_config.replace(**overrides), params
-    model_config = get_model_config(m.name, **overrides)
-    return model_config, init_params(model_config, jax.random.PRNGKey(config.seed))
+        _, params = load_hf(str(resolve_hf_dir(m.hf_dir)), param_dtype=m.param_dtype)
+        return model_config, params, None
+    return model_config, init_params(model_config, jax.random.PRNGKey(config.seed)), None
 
 
-def load_tokenizer_for(config: ml_collections.ConfigDict):
-    """The tokenizer named by model.tokenizer / model.hf_dir (SmolLM2's when both are empty)."""
-    from swerl_jax.model.tokenizer import load_tokenizer
-    name = config.model.tokenizer or config.model.hf_dir
-    if name == "smollm2" and not config.model.tokenizer:
-        from swerl_jax.model.smollm2 import smollm2_hf_dir
-        name = str(smollm2_hf_dir())
-    return load_tokenizer(name if name != "smollm2" else "")
+def load_engine(config: Experiment, with_tokenizer: bool = True, weights_dir: str = ""
+                ) -> tuple[SamplingEngine, int | None]:
+    """(engine, the published version it holds or None) for an experiment config (model, sampler.* limits,
+    data.max_prompt_len), on the newest policy version in `weights_dir` when there is one (see `load_policy`)."""
+    model_config, params, version = load_policy(config, weights_dir)
+    tokenizer = tokenizer_for(config.model) if with_tokenizer else None
+    engine = SamplingEngine(model_config, params, tokenizer=tokenizer, max_batch=config.sampler.max_batch,
+                            max_prompt_len=config.data.max_prompt_len, max_new_tokens=config.sampler.max_new_tokens,
+                            policy_version=version or 0)
+    return engine, version
 
 
-def build_engine(config: ml_collections.ConfigDict, with_tokenizer: bool = True) -> SamplingEngine:
-    """The engine for an experiment config (model, sampler.* limits, data.max_prompt_len)."""
-    model_config, params = load_policy(config)
-    tokenizer = load_tokenizer_for(config) if with_tokenizer else None
-    return SamplingEngine(model_config, params, tokenizer=tokenizer, max_batch=config.sampler.max_batch,
-                          max_prompt_len=config.data.max_prompt_len, max_new_tokens=config.sampler.max_new_tokens)
+def build_engine(config: Experiment, with_tokenizer: bool = True) -> SamplingEngine:
+    """The engine for an experiment config on `model.hf_dir`'s weights or a seeded init (the inline sampler)."""
+    return load_engine(config, with_tokenizer)[0]
 
 
 class SamplerServer:
@@ -210,6 +222,16 @@ class SamplerServer:
         return "result", fields, arrays
 
 
+def server_from_config(config: Experiment, *, host: str, port: int, secret: bytes | None,
+                       weights_dir: str, with_tokenizer: bool = True) -> SamplerServer:
+    """The sampler process's server: the engine on the newest published version (read once), watching for more."""
+    engine, loaded = load_engine(config, with_tokenizer=with_tokenizer, weights_dir=weights_dir)
+    server = SamplerServer(engine, host, port, secret, weights_dir)
+    if server.watcher is not None and loaded is not None:
+        server.watcher.version = loaded  # already in memory: the first request must not read it again
+    return server
+
+
 def main(argv: list[str]) -> None:
     """absl entry point."""
     from absl import flags
@@ -217,19 +239,16 @@ def main(argv: list[str]) -> None:
     f = flags.FLAGS
     if bool(f.config) == bool(f.config_json):
         raise app_usage_error("give exactly one of --config (an experiment file) and --config_json (a saved config)")
-    config = f.config or ml_collections.ConfigDict(json.loads(open(f.config_json).read()))
+    # the typed sections (swerl_jax.config): a bad key or value fails here, naming it, before any weights load
+    config = resolve_config(f.config or json.loads(open(f.config_json).read()))
     if f.exit_with_parent:
         _exit_with_parent()
     host = f.host or config.sampler.host
     port = f.port if f.port >= 0 else config.sampler.port
     secret = os.environ.get(f.secret_env, "").encode() or None
     weights_dir = f.weights_dir or config.sampler.weights_dir
-    engine = build_engine(config, with_tokenizer=f.tokenizer)
-    if weights_dir and (v := latest_version(weights_dir)) is not None:
-        engine.update_params(load(weights_dir, v, like=engine.params), v)
-    server = SamplerServer(engine, host, port, secret, weights_dir)
-    if server.watcher is not None and engine.policy_version:
-        server.watcher.version = engine.policy_version
+    server = server_from_config(config, host=host, port=port, secret=secret, weights_dir=weights_dir,
+                                with_tokenizer=f.tokenizer)
     if f.port_file:
         tmp = f"{f.port_file}.tmp{os.getpid()}"
         with open(tmp, "w") as fh:

@@ -22,6 +22,7 @@ import numpy as np
 
 from swerl_jax import sharding
 from swerl_jax.checkpoint import Checkpointer
+from swerl_jax.config import resolve_config
 from swerl_jax.data.loader import data_metrics, sft_dataset_from_config
 from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
@@ -79,7 +80,7 @@ class SFTTrainer(TrainLoop):
     stage = "sft"
 
     def __init__(self, config: Any, workdir: str | pathlib.Path, initial_params: Any = None) -> None:
-        self.config = config
+        self.config = config = resolve_config(config)  # typed sections, every key checked (swerl_jax.config)
         self.workdir = pathlib.Path(workdir)
         s = config.sft
         self.num_steps = int(s.num_steps)

@@ -6,8 +6,9 @@ import re
 import pytest
 
 from swerl_jax.analysis.edits import edit_curve, levenshtein, perturb_answer
-from swerl_jax.data.synthetic import oracle_solution, synthetic_records
-from swerl_jax.reward.parse import SEARCH_REPLACE_REGEX
+from swerl_jax.answer import SEARCH_REPLACE_REGEX
+from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.data.targets import oracle_solution
 
 
 def _reference_levenshtein(a, b):

@@ -29,8 +29,9 @@ from swerl_jax.data.loader import (
 )
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import write_records
-from swerl_jax.data.synthetic import oracle_solution, synthetic_records
-from swerl_jax.model.tokenizer import load_tokenizer
+from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.data.targets import oracle_solution
+from swerl_jax.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 ONE = {"shard_index": 0, "shard_count": 1}

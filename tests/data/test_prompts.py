@@ -6,8 +6,9 @@ import re
 import pytest
 
 from swerl_jax.data.prompts import AGENTLESS_REPAIR, THINKING_SYSTEM, build_prompt, file_blocks
-from swerl_jax.data.synthetic import oracle_solution, synthetic_records
-from swerl_jax.model.tokenizer import load_tokenizer
+from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.data.targets import oracle_solution
+from swerl_jax.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ import re
 import pytest
 
 from swerl_jax.data.records import validate_record
-from swerl_jax.data.synthetic import oracle_solution, synthetic_records
+from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.data.targets import oracle_solution
 from swerl_jax.reward import calculate_search_replace_reward
 
 

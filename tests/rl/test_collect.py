@@ -7,7 +7,8 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from swerl_jax.data.synthetic import oracle_solution, synthetic_records
+from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.data.targets import oracle_solution
 from swerl_jax.reward import calculate_search_replace_reward
 from swerl_jax.reward.service import RewardService
 from swerl_jax.rl.collect import CollectTimes, RewardHangError, collect_rollouts, rollout_seed, wait_rewards

@@ -12,15 +12,15 @@ from swerl_jax.checkpoint import Checkpointer, abstract_like
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import init_params
 from swerl_jax.optim import make_optimizer
-from swerl_jax.rl.objectives import GRPOLossConfig
 from swerl_jax.rl.trainer import make_rl_loss
 from swerl_jax.train_step import create_train_state, make_train_step
+from tests.rl.loss_configs import loss_config
 
 MODEL = get_model_config("tiny", num_heads=4, num_kv_heads=2, hidden_size=32, intermediate_size=64,
                          vocab_size=128, num_layers=2)
 B, PROMPT, COMP = 8, 6, 6
-CFG = GRPOLossConfig(clip_eps_low=0.2, clip_eps_high=0.28, kl_coef=0.05, kl_estimator="k3",
-                     loss_agg="seq-mean-token-mean", entropy_coef=0.01, compact_filtering=True)
+CFG = loss_config(clip_eps_low=0.2, clip_eps_high=0.28, kl_coef=0.05, kl_estimator="k3",
+              loss_agg="seq-mean-token-mean", entropy_coef=0.01, compact_filtering=True)
 TEMPERATURE = 0.7  # the trainer scores log-probs at the sampler's temperature
 loss_fn = make_rl_loss(MODEL, CFG, PROMPT, COMP, TEMPERATURE)
 

@@ -9,6 +9,7 @@ import pytest
 
 from experiments.base import get_config
 from swerl_jax.rl import objectives as obj
+from tests.rl.loss_configs import loss_config
 
 TOL = dict(rtol=1e-6, atol=1e-6)
 
@@ -169,7 +170,7 @@ def test_compact_filter_mask():
 #   per-token = -A + 0.1 * 0.2 - 0.01 * 0.5 -> row 0: -0.985, row 1: 1.015; token-mean = 0.015
 #   d loss / d logp (token-mean over 4, unclipped at ratio 1): (-A + beta) / 4 -> -0.225, 0.275
 LOGP = jnp.array([[-1.0, -2.0], [-0.5, -3.0]])
-CFG = obj.GRPOLossConfig(kl_coef=0.1, kl_estimator="k1", entropy_coef=0.01)
+CFG = loss_config(kl_coef=0.1, kl_estimator="k1", entropy_coef=0.01)
 
 
 def _grpo(cfg=CFG, truncated=None, logp=LOGP):
@@ -189,14 +190,14 @@ def test_grpo_loss_value_metrics_and_grad():
 
 
 def test_grpo_loss_compact_filtering_and_padding():
-    cfg = obj.GRPOLossConfig(kl_coef=0.1, kl_estimator="k1", entropy_coef=0.01, compact_filtering=True)
+    cfg = loss_config(kl_coef=0.1, kl_estimator="k1", entropy_coef=0.01, compact_filtering=True)
     loss, m = _grpo(cfg, truncated=jnp.array([False, True]))
     assert float(loss) == pytest.approx(-0.985, abs=1e-6)  # only row 0 counts
     assert float(m["filtered_frac"]) == 0.5 and float(m["truncated_frac"]) == 0.5
     # -inf log-probs on padding: finite loss and gradient
     pad = jnp.array([[1.0, 0.0], [1.0, 1.0]])
     f = lambda lp: obj.grpo_loss(lp, LOGP, LOGP - 0.2, jnp.array([1.0, -1.0]), pad,
-                                 obj.GRPOLossConfig(kl_coef=0.1))[0]
+                                 loss_config(kl_coef=0.1))[0]
     lp = LOGP.at[0, 1].set(-jnp.inf)
     assert np.isfinite(float(f(lp))) and np.isfinite(np.asarray(jax.grad(f)(lp))).all()
 
@@ -214,6 +215,6 @@ def test_grpo_loss_config_from_base_and_errors():
     with pytest.raises(ValueError, match="rl.kl_estimator"):
         obj.GRPOLossConfig.from_config(c)
     with pytest.raises(ValueError, match="ref_logp"):
-        obj.grpo_loss(LOGP, LOGP, None, jnp.array([1.0, -1.0]), jnp.ones((2, 2)), obj.GRPOLossConfig(kl_coef=0.1))
+        obj.grpo_loss(LOGP, LOGP, None, jnp.array([1.0, -1.0]), jnp.ones((2, 2)), loss_config(kl_coef=0.1))
     with pytest.raises(ValueError, match="truncated"):
-        _grpo(obj.GRPOLossConfig(compact_filtering=True))
+        _grpo(loss_config(compact_filtering=True))

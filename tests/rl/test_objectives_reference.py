@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from swerl_jax.rl import objectives as obj
+from tests.rl.loss_configs import loss_config
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
@@ -179,7 +180,7 @@ def test_aggregations_match_reference(mode, rows):
 def test_grpo_loss_matches_reference(agg, rows, filt):
     logp, old, ref, adv, mask, truncated = _random_batch(np.random.default_rng(5))
     old[3] = logp[3] + 0.1  # keep the total finite-sized so the 1e-5 tolerance is meaningful
-    cfg = obj.GRPOLossConfig(clip_eps_low=0.2, clip_eps_high=0.28, kl_coef=0.04, loss_agg=agg, loss_norm=16.0,
+    cfg = loss_config(clip_eps_low=0.2, clip_eps_high=0.28, kl_coef=0.04, loss_agg=agg, loss_norm=16.0,
                              compact_filtering=filt, seq_mean_rows=rows)
     loss, metrics = obj.grpo_loss(logp, old, ref, adv, mask, cfg, truncated=truncated)
     m = mask * (~truncated)[:, None] if filt else mask

@@ -90,9 +90,11 @@ def test_constructor_names_the_bad_config_key(tmp_path, key, value, message):
         GRPOTrainer(c, tmp_path)
 
 
-def test_unknown_sampler_mode_is_named_and_nothing_is_left_running(tmp_path):
-    trainer = GRPOTrainer(tiny_config(num_steps=1), tmp_path)
-    trainer.config.sampler.mode = "threads"
-    with pytest.raises(ValueError, match="sampler.mode must be 'process' or 'inline', got 'threads'"):
-        trainer.run()
-    assert trainer.sampler is None and not (tmp_path / "metrics.jsonl").read_text().strip()
+def test_unknown_sampler_mode_is_named_before_anything_starts(tmp_path):
+    """sampler.mode is checked with the rest of the config when the trainer is built (it used to fail only when
+    the sampler started, after the policy was placed and compiled)."""
+    c = tiny_config(num_steps=1)
+    c.sampler.mode = "threads"
+    with pytest.raises(ValueError, match=r"sampler.mode='threads' is not one of \['process', 'inline'\]"):
+        GRPOTrainer(c, tmp_path)
+    assert not (tmp_path / "checkpoints").exists()

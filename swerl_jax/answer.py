@@ -1,4 +1,10 @@
-"""Parsing a model answer: the think/solution tags and the SEARCH/REPLACE edit blocks.
+"""The answer format, owned here: a thought in <think>...</think>, then SEARCH/REPLACE edits in <solution>.
+
+Written by `format_edit_block` / `format_answer` (SFT targets: `swerl_jax.data.targets`; scripted models in tests
+and evaluation) and read by `extract_thought_solution` / `find_blocks` / `parse_search_replace` (the reward, the
+analysis, Agentless Mini), so the two sides cannot drift. The prompt that asks for it is the release's text,
+quoted verbatim in `swerl_jax.data.prompts` (tests/test_answer.py checks that it names these markers). No JAX, no
+project imports: the reward service's workers import this module.
 
 The official SWE-RL reward extracts edit blocks with ``re.findall`` and this pattern (no flags)::
 
@@ -142,3 +148,14 @@ def parse_search_replace(text: str) -> dict[str, list[tuple[str, str]]]:
     for path, search, replace in find_blocks(text):
         grouped.setdefault(path, []).append((search, replace))
     return grouped
+
+
+def format_edit_block(path: str, search: str, replace: str, language: str = "python") -> str:
+    """One fenced SEARCH/REPLACE edit, as the prompt's example writes it; `find_blocks` reads it back exactly
+    when neither side contains the block's own markers on a line of their own."""
+    return f"{_FENCE}{language}{_PATH_PREFIX}{path}{_SEARCH_OPEN}{search}{_DIVIDER}{replace}{_TERMINATOR}"
+
+
+def format_answer(thought: str, edit_blocks: list[str]) -> str:
+    """A whole answer: the thought, then the edit blocks (one per line group) inside the solution tags."""
+    return f"{THINK_START}\n{thought}\n{THINK_END}\n{ANSWER_START}\n" + "\n".join(edit_blocks) + f"\n{ANSWER_END}"

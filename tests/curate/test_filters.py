@@ -2,8 +2,8 @@
 
 import pytest
 
-from swerl_jax.data.curate import filters
-from swerl_jax.data.curate.config import CurateConfig
+from swerl_jax.curate import filters
+from swerl_jax.curate.config import CurateConfig
 
 CFG = CurateConfig(max_changed_files=3, max_changed_lines=10, max_file_bytes=1000, max_context_bytes=5000)
 PATCH = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a = 1\n+a = 2\n"

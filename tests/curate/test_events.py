@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from swerl_jax.data.curate import events as ev
+from swerl_jax.curate import events as ev
 
 
 def pr_event(action, merged, time, number=4, title="T"):

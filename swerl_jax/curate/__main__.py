@@ -1,4 +1,4 @@
-"""Command line: ``python -m swerl_jax.data.curate --clones DIR --out DIR [options] [beam options]``.
+"""Command line: ``python -m swerl_jax.curate --clones DIR --out DIR [options] [beam options]``.
 
 Beam options pass through unchanged, e.g.
   DirectRunner (default), 2 processes: --direct_num_workers=2 --direct_running_mode=multi_processing
@@ -16,12 +16,12 @@ import dataclasses
 import glob
 import sys
 
-from swerl_jax.data.curate.config import CurateConfig
+from swerl_jax.curate.config import CurateConfig
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """Our flags (one per CurateConfig field) and the rest, which are Beam's."""
-    ap = argparse.ArgumentParser(prog="python -m swerl_jax.data.curate", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m swerl_jax.curate", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clones", required=True, help="folder of clones named owner__name or owner__name.git")
     ap.add_argument("--out", required=True, help="output folder (records/, rl_seeds/, meta/, dropped/, funnel.json)")
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         beam_args = [*beam_args, "--direct_running_mode=multi_processing"]
     if not any(a.startswith("--direct_num_workers") for a in beam_args):
         beam_args = [*beam_args, "--direct_num_workers=2"]
-    from swerl_jax.data.curate.runner import run_curation
+    from swerl_jax.curate.runner import run_curation
 
     run_curation(args.clones, args.out, config, events, issues, beam_args)
     return 0

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from swerl_jax.data.curate.__main__ import main, parse_args
-from tests.data.curate.builders import build_world
+from swerl_jax.curate.__main__ import main, parse_args
+from tests.curate.builders import build_world
 
 
 def test_flags_split_between_ours_and_beams():

@@ -1,6 +1,6 @@
 """Linked issues by GitHub's closing keywords; bug-report detection."""
 
-from swerl_jax.data.curate.linking import is_bug_report, linked_issues
+from swerl_jax.curate.linking import is_bug_report, linked_issues
 
 
 def test_keywords_forms_and_order():

@@ -9,11 +9,11 @@ import os
 import pytest
 import unidiff
 
-from swerl_jax.data.curate import pipeline, sinks
-from swerl_jax.data.curate.config import CurateConfig
-from swerl_jax.data.curate.runner import run_curation
+from swerl_jax.curate import pipeline, sinks
+from swerl_jax.curate.config import CurateConfig
+from swerl_jax.curate.runner import run_curation
 from swerl_jax.data.records import read_records, validate_record
-from tests.data.curate.builders import CORE_V0, CORE_V1, EXTRA, UTIL_V0, UTIL_V1, WIDGET_OUTCOMES, build_world
+from tests.curate.builders import CORE_V0, CORE_V1, EXTRA, UTIL_V0, UTIL_V1, WIDGET_OUTCOMES, build_world
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 RECORD_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "code_context", "oracle_new_content",

@@ -5,13 +5,20 @@ import re
 
 import pytest
 
-from swerl_jax.reward.parse import (
+from swerl_jax.answer import (
+    ANSWER_END,
+    ANSWER_START,
     SEARCH_REPLACE_REGEX,
+    THINK_END,
+    THINK_START,
     FormatError,
     extract_thought_solution,
     find_blocks,
+    format_answer,
+    format_edit_block,
     parse_search_replace,
 )
+from swerl_jax.data.prompts import AGENTLESS_REPAIR, COMPACT_REPAIR, COMPACT_SYSTEM, THINKING_SYSTEM
 from tests.reward.helpers import run_guarded
 
 PIECES = ["```", "```python", "\n", "### ", "a.py", "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE", "x", " ",
@@ -125,3 +132,39 @@ def test_tag_extraction_equals_the_release_on_random_texts():
             valid += 1
             assert extract_thought_solution(text) == want, text
     assert valid > 2_000
+
+
+# --- formatting (the SFT targets' and scripted models' side of the format) ------------------------------------
+
+
+def test_format_answer_is_the_documented_layout_and_round_trips():
+    blocks = [format_edit_block("pkg/a.py", "    x = 1", "    x = 2"), format_edit_block("b.py", "é\r", "é")]
+    answer = format_answer("the bug is in a.py", blocks)
+    assert answer == ("<think>\nthe bug is in a.py\n</think>\n<solution>\n"
+                      "```python\n### pkg/a.py\n<<<<<<< SEARCH\n    x = 1\n=======\n    x = 2\n>>>>>>> REPLACE\n```\n"
+                      "```python\n### b.py\n<<<<<<< SEARCH\né\r\n=======\né\n>>>>>>> REPLACE\n```\n</solution>")
+    thought, solution = extract_thought_solution(answer)
+    assert thought == "the bug is in a.py"
+    assert find_blocks(solution) == re.findall(SEARCH_REPLACE_REGEX, solution) == [
+        ("pkg/a.py", "    x = 1", "    x = 2"), ("b.py", "é\r", "é")]
+    assert parse_search_replace(solution) == {"pkg/a.py": [("    x = 1", "    x = 2")], "b.py": [("é\r", "é")]}
+
+
+def test_code_with_fences_and_dividers_inside_round_trips_when_not_on_own_line():
+    search, replace = 'doc = """```\n==== not a divider\n"""', 'doc = """```\n=======x\n"""'
+    solution = extract_thought_solution(format_answer("t", [format_edit_block("m.py", search, replace)]))[1]
+    assert find_blocks(solution) == re.findall(SEARCH_REPLACE_REGEX, solution) == [("m.py", search, replace)]
+
+
+def test_empty_thought_written_by_format_answer_is_a_format_error():
+    with pytest.raises(FormatError) as err:
+        extract_thought_solution(format_answer("  ", [format_edit_block("a.py", "x", "y")]))
+    assert err.value.reason == "empty_thought"
+
+
+def test_the_prompt_asks_for_exactly_this_format():
+    """The release's prompt text is quoted verbatim in data/prompts.py: every marker the parser needs is in it."""
+    markers = (THINK_START, THINK_END, ANSWER_START, ANSWER_END, "### ", "<<<<<<< SEARCH", "=======",
+               ">>>>>>> REPLACE", "```")
+    for text in (THINKING_SYSTEM + AGENTLESS_REPAIR, COMPACT_SYSTEM + COMPACT_REPAIR):
+        assert [m for m in markers if m not in text] == []

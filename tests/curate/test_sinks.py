@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from swerl_jax.data.curate import sinks
+from swerl_jax.curate import sinks
 from swerl_jax.data.records import RecordError
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-from swerl_jax.data.curate import filters
-from swerl_jax.data.curate.config import CurateConfig
-from swerl_jax.data.curate.git_source import GitError, GitRepo
-from swerl_jax.data.curate.linking import is_bug_report, linked_issues
+from swerl_jax.curate import filters
+from swerl_jax.curate.config import CurateConfig
+from swerl_jax.curate.git_source import GitError, GitRepo
+from swerl_jax.curate.linking import is_bug_report, linked_issues
 from swerl_jax.data.records import RecordError, validate_record
 
 SOURCE_ISSUE = "github-issue"

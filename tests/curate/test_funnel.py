@@ -2,8 +2,8 @@
 
 import pytest
 
-from swerl_jax.data.curate.config import CurateConfig
-from swerl_jax.data.curate.funnel import build_funnel, format_table
+from swerl_jax.curate.config import CurateConfig
+from swerl_jax.curate.funnel import build_funnel, format_table
 
 
 def test_funnel_order_and_table():

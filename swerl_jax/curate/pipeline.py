@@ -17,12 +17,13 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.typehints import with_output_types
 
-from swerl_jax.data.curate import events as ev
-from swerl_jax.data.curate import sinks
-from swerl_jax.data.curate.config import CurateConfig
-from swerl_jax.data.curate.extract import extract_pr, is_binary, rl_seed_reason
-from swerl_jax.data.curate.git_source import GitError, GitRepo, discover_clones, repo_name_from_dir
-from swerl_jax.data.curate.relevant import HeuristicPredictor, LLMPredictor, add_relevant_files
+from swerl_jax.curate import events as ev
+from swerl_jax.curate import sinks
+from swerl_jax.curate.config import CurateConfig
+from swerl_jax.curate.extract import extract_pr, is_binary, rl_seed_reason
+from swerl_jax.curate.git_source import GitError, GitRepo, discover_clones, repo_name_from_dir
+from swerl_jax.curate.relevant import HeuristicPredictor, LLMPredictor, add_relevant_files
+from swerl_jax.sampler.types import SECRET_ENV
 
 FUNNEL = "funnel"
 DROPPED = "dropped"  # {"instance_id", "reason"} per dropped PR: the funnel's audit trail
@@ -197,8 +198,6 @@ class AddRelevant(_RepoCache):
         if c.relevant_predictor == "heuristic":
             self.predictor = HeuristicPredictor()
         elif c.relevant_predictor == "llm":
-            from swerl_jax.sampler.server import SECRET_ENV  # JAX: imported only when the LLM predictor runs
-
             secret = os.environ.get(SECRET_ENV, "").encode() or None  # the server's own secret variable
             self.predictor = LLMPredictor.from_sampler(c.sampler_address, tokenizer=c.sampler_tokenizer,
                                                        secret=secret, max_files=c.max_relevant_files)
@@ -282,7 +281,7 @@ def build(
     issue_files: list[str] = (),
 ) -> None:
     """Add the curation graph to ``p``: outputs land in ``staging_dir`` (records/, rl_seeds/, meta/,
-    dropped/, funnel_counts.json); ``swerl_jax.data.curate.runner`` publishes them."""
+    dropped/, funnel_counts.json); ``swerl_jax.curate.runner`` publishes them."""
     funnel = []
     named = []
     for name, path in discover_clones(clones_dir):

@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from swerl_jax.data.curate.git_source import GitError, GitRepo, discover_clones, repo_name_from_dir
-from tests.data.curate.builders import Repo, build_integration_history
+from swerl_jax.curate.git_source import GitError, GitRepo, discover_clones, repo_name_from_dir
+from tests.curate.builders import Repo, build_integration_history
 
 
 def test_repo_names():
@@ -106,7 +106,7 @@ def test_pr_candidates_behind_merges_and_repeated_numbers(tmp_path):
 
 def test_extract_pr_behind_merges(tmp_path):
     """The recovered PRs extract to their own change: #10 from its squash, #13 from its merge's second parent."""
-    from swerl_jax.data.curate.extract import resolve_base_head
+    from swerl_jax.curate.extract import resolve_base_head
 
     info = build_integration_history(tmp_path / "o__r")
     g = GitRepo(str(tmp_path / "o__r"))

@@ -1,4 +1,4 @@
-"""Run the curation pipeline and publish its outputs atomically (used by ``python -m swerl_jax.data.curate``)."""
+"""Run the curation pipeline and publish its outputs atomically (used by ``python -m swerl_jax.curate``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from swerl_jax.data.curate import pipeline, sinks
-from swerl_jax.data.curate.config import CurateConfig
-from swerl_jax.data.curate.funnel import build_funnel, format_table
+from swerl_jax.curate import pipeline, sinks
+from swerl_jax.curate.config import CurateConfig
+from swerl_jax.curate.funnel import build_funnel, format_table
 
 
 def run_curation(

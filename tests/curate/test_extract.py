@@ -2,10 +2,10 @@
 
 import pytest
 
-from swerl_jax.data.curate.config import CurateConfig
-from swerl_jax.data.curate.extract import content_hash, extract_pr, rl_seed_reason
-from swerl_jax.data.curate.git_source import GitRepo
-from tests.data.curate.builders import Repo
+from swerl_jax.curate.config import CurateConfig
+from swerl_jax.curate.extract import content_hash, extract_pr, rl_seed_reason
+from swerl_jax.curate.git_source import GitRepo
+from tests.curate.builders import Repo
 
 CFG = CurateConfig()
 

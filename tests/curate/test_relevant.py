@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from swerl_jax.data.curate.relevant import (
+from swerl_jax.curate.relevant import (
     HeuristicPredictor,
     LLMPredictor,
     SamplerGenerate,
@@ -103,7 +103,7 @@ def sampler(tmp_path_factory):
 
 
 def test_sampler_generate_tokenizes_and_fits(sampler):
-    from swerl_jax.model.tokenizer import load_tokenizer
+    from swerl_jax.tokenizer import load_tokenizer
 
     gen = SamplerGenerate(sampler)
     try:
@@ -129,9 +129,9 @@ def test_sampler_generate_tokenizes_and_fits(sampler):
 
 
 def test_run_curation_with_llm_predictor(sampler, tmp_path):
-    from swerl_jax.data.curate.config import CurateConfig
-    from swerl_jax.data.curate.runner import run_curation
-    from tests.data.curate.builders import build_world
+    from swerl_jax.curate.config import CurateConfig
+    from swerl_jax.curate.runner import run_curation
+    from tests.curate.builders import build_world
 
     build_world(tmp_path)
     config = CurateConfig(num_shards=1, formats=("jsonl",), relevant_predictor="llm", sampler_address=sampler)
@@ -146,7 +146,7 @@ def test_run_curation_with_llm_predictor(sampler, tmp_path):
 
 
 def test_bad_sampler_address_names_the_key():
-    from swerl_jax.data.curate.config import CurateConfig
+    from swerl_jax.curate.config import CurateConfig
 
     for bad in ("localhost", "127.0.0.1:http", ":7000", "127.0.0.1:70000"):
         with pytest.raises(ValueError, match="sampler_address must be host:port"):

@@ -10,7 +10,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Sequence
 
-from swerl_jax.data.curate.config import CurateConfig
+from swerl_jax.curate.config import CurateConfig
 
 # The order the funnel reports; "duplicate" runs later (it needs every PR's content hash).
 # docs_only precedes version_bump: a changelog edit that only mentions versions is a docs change.

