@@ -98,7 +98,7 @@ def abstract_train_state(model_config: LlamaConfig, mesh: Any, rules: sharding.R
 def train_batch(config: Any, mode: str) -> tuple[dict[str, jax.ShapeDtypeStruct], int, int]:
     """The trainer's batch at the config's longest shapes: (batch, prompt_len, completion_len).
 
-    RL rows are `rollouts.build_train_batch`'s (+ sampler / reference log-probs); SFT rows `sft.relayout`'s with
+    RL rows are `rollouts.build_train_batch`'s (+ sampler / reference log-probs); SFT rows `sft.sft_rows`'s with
     the prompt at `data.max_prompt_len` and the target filling `sft.max_len`.
     """
     f32, i32, b = jnp.float32, jnp.int32, jnp.bool_
@@ -126,7 +126,7 @@ def train_info(config: Any, mode: str) -> dict[str, int]:
     batch, p, c = train_batch(config, mode)
     rows = batch["tokens"].shape[0]
     key = "sft.micro_batch_size" if mode == "sft" else "rl.micro_batch_size"
-    size = int(config.sft.get("micro_batch_size", 0)) if mode == "sft" else int(config.rl.micro_batch_size)
+    size = int(config.sft.micro_batch_size) if mode == "sft" else int(config.rl.micro_batch_size)
     return {"rows": rows, "prompt_len": p, "loss_len": c, "num_micro_batches": micro_batches(rows, size, key)}
 
 
@@ -140,7 +140,7 @@ def lower_train(config: Any, mode: str, model_config: LlamaConfig, mesh: Any, ru
         steps, lr = int(config.sft.num_steps), float(config.sft.learning_rate)
         loss_fn = make_sft_loss(model_config, p, c)
     else:
-        steps, lr = int(config.rl.num_steps) * int(config.rl.get("update_epochs", 1)), None
+        steps, lr = int(config.rl.num_steps) * int(config.rl.update_epochs), None
         loss_fn = make_rl_loss(model_config, GRPOLossConfig.from_config(config), p, c,
                                float(config.sampler.temperature) or 1.0)
     optimizer = make_optimizer(config.optim, max(1, steps), lr)

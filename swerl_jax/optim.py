@@ -79,8 +79,8 @@ def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None =
     if clip < 0:
         raise ValueError(f"optim.grad_clip must be >= 0 (0: off), got {clip}")
     for key in ("b1", "b2"):
-        if not 0 <= float(optim_cfg[key]) < 1:
-            raise ValueError(f"optim.{key} must be in [0, 1), got {optim_cfg[key]}")
+        if not 0 <= float(getattr(optim_cfg, key)) < 1:
+            raise ValueError(f"optim.{key} must be in [0, 1), got {getattr(optim_cfg, key)}")
     adamw = optax.adamw(make_schedule(optim_cfg, num_steps, learning_rate), b1=float(optim_cfg.b1),
                         b2=float(optim_cfg.b2), eps=float(optim_cfg.eps),
                         weight_decay=float(optim_cfg.weight_decay), mask=_decay_mask)

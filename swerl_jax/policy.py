@@ -112,15 +112,6 @@ def check_finite(metrics: dict, step: int, stage: str, skip_nonfinite: int) -> b
     return finite
 
 
-def global_max(value: int) -> int:
-    """The largest `value` over all processes (e.g. a batch's longest row, so every process pads to one shape)."""
-    if jax.process_count() == 1:
-        return int(value)
-    from jax.experimental import multihost_utils
-
-    return int(np.max(multihost_utils.process_allgather(np.asarray(value, np.int32))))
-
-
 def micro_batches(rows: int, micro_batch_size: int, what: str) -> int:
     """How many micro-batches split `rows` into `micro_batch_size` (0: one); raises naming the config key."""
     if micro_batch_size <= 0 or micro_batch_size >= rows:

@@ -75,7 +75,7 @@ def _mesh_axes(value: Any) -> tuple[str, ...]:
 
 def logical_axis_rules(config: Any) -> Rules:
     """DEFAULT_RULES with `config.mesh.logical_axis_rules` entries ((name, axis|[axes]|None), ...) replacing theirs."""
-    overrides = tuple(getattr(config.mesh, "logical_axis_rules", ()) or ())
+    overrides = tuple(config.mesh.logical_axis_rules or ())
     rules = dict(DEFAULT_RULES)
     for i, entry in enumerate(overrides):
         if len(entry) != 2 or not isinstance(entry[0], str):
@@ -99,7 +99,7 @@ def resolve_mesh_shape(config: Any, n_devices: int) -> tuple[dict[str, int], dic
     """
     spec = get_mesh_spec(config.mesh.name)
     shape = {a: int(v) for a, v in dict(config.mesh.shape).items()}
-    dcn = {a: int(v) for a, v in dict(getattr(config.mesh, "dcn_shape", None) or _BASE_DCN).items()}
+    dcn = {a: int(v) for a, v in dict(config.mesh.dcn_shape or _BASE_DCN).items()}
     for key, given in (("mesh.shape", shape), ("mesh.dcn_shape", dcn)):
         unknown = set(given) - set(AXES)
         if unknown:
@@ -314,10 +314,10 @@ def initialize_distributed(config: Any | None = None) -> bool:
     """
     if jax.distributed.is_initialized():
         return True
-    mesh_cfg = getattr(config, "mesh", None)
-    address = getattr(mesh_cfg, "coordinator_address", "") or os.environ.get("JAX_COORDINATOR_ADDRESS", "")
-    num = getattr(mesh_cfg, "num_processes", 0) or _env_int("JAX_NUM_PROCESSES") or 0
-    pid = getattr(mesh_cfg, "process_id", -1)
+    m = config.mesh if config is not None else None  # no config: the environment decides
+    address = (m.coordinator_address if m else "") or os.environ.get("JAX_COORDINATOR_ADDRESS", "")
+    num = (m.num_processes if m else 0) or _env_int("JAX_NUM_PROCESSES") or 0
+    pid = m.process_id if m else -1
     pid = pid if pid is not None and pid >= 0 else _env_int("JAX_PROCESS_ID")
     if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")

@@ -162,7 +162,9 @@ def test_rl_loader_position_round_trip(tmp_path):
                               data_iterator=iter(loader.rl_dataset_from_config(c, batch_size=2)))
     got = next(r.data_iterator)
     assert list(got["instance_id"]) == list(want["instance_id"])
-    np.testing.assert_array_equal(got["prompt_ids"], want["prompt_ids"])
+    assert len(got["prompt_ids"]) == len(want["prompt_ids"]) == 2
+    for g, w in zip(got["prompt_ids"], want["prompt_ids"], strict=True):
+        np.testing.assert_array_equal(g, w)
 
 
 def _three_steps(root) -> None:

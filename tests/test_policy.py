@@ -2,7 +2,8 @@
 
 import pytest
 
-from swerl_jax.policy import check_finite, global_max, micro_batches
+from swerl_jax.batching import global_max
+from swerl_jax.policy import check_finite, micro_batches
 
 
 def test_non_finite_steps_stop_the_run_unless_skipped():

@@ -1,17 +1,18 @@
-"""Grain pipelines that stream PR records into fixed-shape RL and SFT batches, deterministically and resumably.
+"""Grain pipelines that stream PR records into RL and SFT batches of token ids, deterministically and resumably.
 
     records (JSONL / ArrayRecord / in memory) -> MapDataset: shard by process -> seeded shuffle -> repeat
-    -> map: decode, validate, SWE-RL prompt, tokenize, pad (in `worker_count` Grain worker processes)
+    -> map: decode, validate, SWE-RL prompt, tokenize (in `worker_count` Grain worker processes)
     -> IterDataset: length/validity filter with per-reason counts (main process) -> batch
 
 The filter runs after the worker stage so the output never depends on the number of workers, and its counts
 are part of the iterator state. The iterator state (saved through Orbax with Grain's checkpoint handler, see
 `save_iterator` / `restore_iterator`) restores to exactly the next batch.
 
-RL batches: ``prompt_ids`` int32 [B, max_prompt_len] padded on the LEFT (generation appends on the right),
-``prompt_mask`` bool, ``prompt_len`` int32 [B], and the fields the reward needs (``instance_id``,
-``code_context``, ``oracle_new_content``: lists of length B). SFT batches: ``tokens`` int32 [B, max_len]
-(prompt + target + end-of-turn, padded on the right), ``mask`` bool, ``loss_mask`` bool (target tokens only).
+Token ids are not padded here: `swerl_jax.batching` pads them once, in the layout both trainers use. RL batches:
+``prompt_ids`` (B unpadded int32 arrays, at most max_prompt_len tokens), ``prompt_len`` int32 [B], and the
+fields the reward needs (``instance_id``, ``code_context``, ``oracle_new_content``: lists of length B). SFT
+batches: ``prompt_ids`` and ``target_ids`` (B unpadded int32 arrays each: the prompt, and the oracle answer +
+end of turn that the loss scores; together at most max_len), ``prompt_len`` int32 [B], ``instance_id``.
 """
 
 from __future__ import annotations
@@ -102,15 +103,6 @@ def _record(raw: Any) -> dict:
     return decode_record(raw, where="")
 
 
-def _left_pad(ids: np.ndarray, length: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
-    out = np.full((length,), pad_id, np.int32)
-    mask = np.zeros((length,), bool)
-    if len(ids):
-        out[-len(ids):] = ids
-        mask[-len(ids):] = True
-    return out, mask
-
-
 @dataclasses.dataclass(frozen=True)
 class RLPrepare(grain.transforms.Map):
     """Record -> RL example (runs in the worker processes; holds the tokenizer's path, not the tokenizer)."""
@@ -129,9 +121,8 @@ class RLPrepare(grain.transforms.Map):
         prompt = build_prompt(record, tok, self.max_prompt_len, self.prompt_style)
         if not prompt.fits:
             return {DROP: "prompt longer than max_prompt_len", "error": record["instance_id"]}
-        ids, mask = _left_pad(prompt.ids, self.max_prompt_len, _pad_id(tok))
         return {
-            "prompt_ids": ids, "prompt_mask": mask, "prompt_len": np.int32(prompt.num_tokens),
+            "prompt_ids": np.asarray(prompt.ids, np.int32), "prompt_len": np.int32(prompt.num_tokens),
             "prompt_cut": np.bool_(any(d.action != "kept" for d in prompt.decisions)),
             "instance_id": record["instance_id"], "code_context": record["code_context"],
             "oracle_new_content": record["oracle_new_content"],
@@ -140,7 +131,7 @@ class RLPrepare(grain.transforms.Map):
 
 @dataclasses.dataclass(frozen=True)
 class SFTPrepare(grain.transforms.Map):
-    """Record -> SFT example: prompt + the oracle SWE-RL answer + end of turn, right-padded to `max_len`."""
+    """Record -> SFT example: the prompt and the oracle SWE-RL answer + end of turn, at most `max_len` together."""
 
     tokenizer: str
     max_len: int
@@ -161,17 +152,8 @@ class SFTPrepare(grain.transforms.Map):
         prompt = build_prompt(record, tok, budget, self.prompt_style) if budget > 0 else None
         if prompt is None or not prompt.fits:
             return {DROP: "prompt + target longer than max_len", "error": record["instance_id"]}
-        n = prompt.num_tokens + len(target_ids)
-        tokens = np.full((self.max_len,), _pad_id(tok), np.int32)
-        tokens[:n] = np.concatenate([prompt.ids, target_ids])
-        mask = np.arange(self.max_len) < n
-        loss_mask = mask & (np.arange(self.max_len) >= prompt.num_tokens)
-        return {"tokens": tokens, "mask": mask, "loss_mask": loss_mask, "prompt_len": np.int32(prompt.num_tokens),
-                "instance_id": record["instance_id"]}
-
-
-def _pad_id(tok) -> int:
-    return int(tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0))
+        return {"prompt_ids": np.asarray(prompt.ids, np.int32), "target_ids": target_ids,
+                "prompt_len": np.int32(prompt.num_tokens), "instance_id": record["instance_id"]}
 
 
 class _CountingFilterIterator(grain.DatasetIterator):
@@ -226,12 +208,17 @@ class CountingFilter(grain.IterDataset):
         return _CountingFilterIterator(self._parent.__iter__(), self._pass_size)
 
 
+RAGGED = ("prompt_ids", "target_ids")  # unpadded token ids: lists of B arrays (swerl_jax.batching pads them)
+
+
 def collate(examples: Sequence[dict]) -> dict:
-    """Stack array fields into [B, ...]; keep the others (ids, file dicts) as lists of length B."""
+    """Stack scalar/array fields into [B, ...]; keep token ids (`RAGGED`) and the others (ids, file dicts) as
+    lists of length B."""
     out = {}
     for key in examples[0]:
         values = [e[key] for e in examples]
-        out[key] = np.stack(values) if isinstance(values[0], (np.ndarray, np.generic)) else values
+        stack = key not in RAGGED and isinstance(values[0], (np.ndarray, np.generic))
+        out[key] = np.stack(values) if stack else values
     return out
 
 
@@ -309,7 +296,7 @@ def sft_dataset(source, *, tokenizer: str = "", batch_size: int, max_len: int, m
                 seed: int = 0, shuffle: bool = True, num_epochs: int = -1, shard_index: int | None = None,
                 shard_count: int | None = None, worker_count: int = 0, drop_remainder: bool = True,
                 prompt_style: str = "swe_rl") -> grain.IterDataset:
-    """SFT batches (prompt + oracle answer, loss on the answer only), right-padded to `max_len`."""
+    """SFT batches: prompt and oracle answer token ids (the loss scores the answer), at most `max_len` together."""
     prepare = SFTPrepare(tokenizer, max_len, max_prompt_len or max_len, prompt_style)
     return _pipeline(source, prepare, batch_size=batch_size, seed=seed, shuffle=shuffle, num_epochs=num_epochs,
                      shard_index=shard_index, shard_count=shard_count, worker_count=worker_count,

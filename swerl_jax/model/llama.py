@@ -13,7 +13,7 @@ RoPE uses explicit `positions`, which is what left-padded batches need.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -64,12 +64,26 @@ def rope_cos_sin(config: LlamaConfig, positions: Array) -> tuple[Array, Array]:
     return jnp.cos(emb), jnp.sin(emb)
 
 
+def rotate_half_rope(x: Array, cos: Array, sin: Array, axis: int = -1) -> Array:
+    """HF's rotate-half RoPE along `axis` (the head dim) of `x`; cos/sin broadcast to `x`, cast to its dtype.
+    The one RoPE both the model (`apply_rope`) and the sampler's feature-major decode step use."""
+    half = x.shape[axis] // 2
+    rotated = jnp.concatenate([-jax.lax.slice_in_dim(x, half, x.shape[axis], axis=axis),
+                               jax.lax.slice_in_dim(x, 0, half, axis=axis)], axis=axis)
+    return x * cos.astype(x.dtype) + rotated * sin.astype(x.dtype)
+
+
 def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
     """Rotate `x` [batch, seq, heads, head_dim] with HF's rotate-half convention."""
-    half = x.shape[-1] // 2
-    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    cos, sin = cos[:, :, None, :].astype(x.dtype), sin[:, :, None, :].astype(x.dtype)
-    return x * cos + rotated * sin
+    return rotate_half_rope(x, cos[:, :, None, :], sin[:, :, None, :])
+
+
+def rms_normalize(x: Array, scale: Array, eps: float, dtype: Any, axis: int = -1) -> Array:
+    """HF's LlamaRMSNorm along `axis`: mean square in fp32, then `scale * normed` in `dtype`. The one RMSNorm both
+    the model and the sampler's feature-major decode step use."""
+    x32 = x.astype(jnp.float32)
+    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=axis, keepdims=True) + eps)
+    return scale * normed.astype(dtype)
 
 
 def _param(module: nn.Module, name: str, shape: tuple[int, ...], axes: tuple[str, ...], init, dtype) -> Array:
@@ -85,9 +99,7 @@ class RMSNorm(nn.Module):
     def __call__(self, x: Array) -> Array:
         cfg = self.config
         scale = _param(self, "scale", (cfg.hidden_size,), ("norm",), nn.initializers.ones, cfg.param_dtype)
-        x32 = x.astype(jnp.float32)
-        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + cfg.rms_norm_eps)
-        return scale.astype(cfg.dtype) * normed.astype(cfg.dtype)
+        return rms_normalize(x, scale.astype(cfg.dtype), cfg.rms_norm_eps, cfg.dtype)
 
 
 class Attention(nn.Module):

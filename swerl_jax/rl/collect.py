@@ -25,7 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
-from swerl_jax.rl.rollouts import Rollout
+from swerl_jax.rl.rollouts import Rollout, RolloutGroups, flatten_groups
 from swerl_jax.sampler.engine import Completion, SamplingEngine, SamplingParams
 
 
@@ -105,14 +105,9 @@ def rollout_seed(seed: int, step: int, request: int) -> int:
     return int((int(seed) * 1_000_003 + int(step) * 7_919 + int(request) * 104_729) % (2**31 - 1))
 
 
-def prompt_token_lists(prompt_ids: np.ndarray, prompt_mask: np.ndarray) -> list[np.ndarray]:
-    """The unpadded token ids of each left-padded prompt row."""
-    return [np.asarray(ids[mask], np.int32) for ids, mask in zip(prompt_ids, prompt_mask)]
-
-
 def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: SamplingParams, num_samples: int,
                      step: int, seed: int, policy_version: int, prompts_per_request: int = 0,
-                     hang_guard_s: float | None = None) -> tuple[list[Rollout], CollectTimes]:
+                     hang_guard_s: float | None = None) -> tuple[RolloutGroups, CollectTimes]:
     """Sample `num_samples` completions for each prompt of `batch` (a loader RL batch) and score them.
 
     Args:
@@ -123,27 +118,28 @@ def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: Sa
       hang_guard_s: raise RewardHangError when no reward resolves for this long (None: the service's
         `hang_guard_s`, else DEFAULT_HANG_GUARD_S).
 
-    Returns the rollouts in (group, sample) order with rewards filled in, and the timings.
+    Returns P groups (one per prompt) of G rollouts in sample order, rewards filled in, and the timings.
     """
-    prompts = prompt_token_lists(batch["prompt_ids"], batch["prompt_mask"])
+    prompts = [np.asarray(ids, np.int32) for ids in batch["prompt_ids"]]  # the loader's unpadded ids
     per_request = prompts_per_request if prompts_per_request > 0 else len(prompts)
     times = CollectTimes()
-    rollouts: list[Rollout] = []
+    groups: RolloutGroups = []
     futures: list[Future] = []
     first_submit = None
     finished: list[float] = []  # when each reward was scored (the service's thread resolves the futures)
     for r, start in enumerate(range(0, len(prompts), per_request)):
         chunk = prompts[start:start + per_request]
         t0 = time.perf_counter()
-        groups = sampler.generate(chunk, sampling, num_samples=num_samples, seed=rollout_seed(seed, step, r),
+        generated = sampler.generate(chunk, sampling, num_samples=num_samples, seed=rollout_seed(seed, step, r),
                                   min_policy_version=policy_version)
         times.generate_s += time.perf_counter() - t0
         items = []
-        for i, group in enumerate(groups):
+        for i, completions in enumerate(generated):
             p = start + i
-            for c in group:
+            groups.append([])
+            for c in completions:
                 text = c.text if c.text is not None else ""
-                rollouts.append(Rollout(prompt_id=str(batch["instance_id"][p]), group=p,
+                groups[p].append(Rollout(prompt_id=str(batch["instance_id"][p]), group=p,
                                         sample=c.sample_index, prompt_tokens=prompts[p], completion_tokens=c.tokens,
                                         sampler_logprobs=c.logprobs, finish_reason=c.finish_reason,
                                         completion=text, policy_version=c.policy_version))
@@ -157,7 +153,7 @@ def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: Sa
         hang_guard_s = float(getattr(reward_service, "hang_guard_s", DEFAULT_HANG_GUARD_S))
     t_wait = time.perf_counter()
     results = wait_rewards(futures, hang_guard_s, what=f"rewards of step {step}")
-    for rollout, (reward, info) in zip(rollouts, results, strict=True):
+    for rollout, (reward, info) in zip(flatten_groups(groups), results, strict=True):
         rollout.reward, rollout.reward_info = reward, info
     t_done = time.perf_counter()
     times.reward_wait_s = t_done - t_wait
@@ -166,4 +162,4 @@ def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: Sa
         # yet: then the end of the wait bounds them.
         last = max(finished) if len(finished) == len(futures) else t_done
         times.reward_wall_s = last - first_submit
-    return rollouts, times
+    return groups, times

@@ -1,9 +1,9 @@
-"""Rollouts: what the sampler returned for one step, and the padded arrays the policy update consumes.
+"""Rollouts: what the sampler returned for one step, kept as [P][G] groups, and the rows the update consumes.
 
-A step has P prompts x G samples. Row n of every array is rollout (group n // G, sample n % G). The
-training sequence of a rollout is its prompt, left-padded to `prompt_len`, followed by its completion,
-right-padded to `completion_len`; completion token j sits at column prompt_len + j and its log-prob is
-predicted from column prompt_len + j - 1, so the loss scores the window [prompt_len - 1, prompt_len - 1 + C).
+A step has P prompts x G samples: `collect.collect_rollouts` returns P groups of G rollouts, rewards and advantages
+are [P, G] matrices over them, and `build_train_batch` packs them once into rows (row n = group n // G, sample
+n % G) in `swerl_jax.batching`'s layout: the prompt left-padded to `prompt_len`, the completion right-padded to
+`completion_len`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from swerl_jax.batching import pack_rows
 from swerl_jax.reward.worker import FAILURE_REASONS
 
 
@@ -64,57 +65,49 @@ class Rollout:
         }
 
 
-def bucket_length(length: int, multiple: int, cap: int) -> int:
-    """The smallest of multiple * 2^k (k >= 0) and `cap` that holds `length`: a few shapes per run (each one a
-    train-step compilation), at most 2x padding."""
-    if length > cap:
-        raise ValueError(f"length {length} exceeds the cap {cap}")
-    size = multiple
-    while size < length:
-        size *= 2
-    return min(cap, size)
+RolloutGroups = list[list["Rollout"]]  # [P][G]: a step's rollouts, prompt by prompt, samples in order
 
 
-def build_train_batch(rollouts: list[Rollout], prompt_len: int, completion_len: int,
-                      pad_id: int) -> dict[str, np.ndarray]:
-    """Pack rollouts into fixed-shape arrays for the policy update.
+def flatten_groups(groups: RolloutGroups) -> list[Rollout]:
+    """Rows in (group, sample) order: row n is group n // G, sample n % G."""
+    return [r for group in groups for r in group]
+
+
+def build_train_batch(groups: RolloutGroups, prompt_len: int, completion_len: int) -> dict[str, np.ndarray]:
+    """Pack a step's [P][G] rollouts into the rows the policy update consumes (`swerl_jax.batching.pack_rows`:
+    the one place prompts are padded), in (group, sample) order.
 
     Returns:
       tokens [N, prompt_len + completion_len] int32, attention_mask (same shape, bool), loss_mask [N, C] fp32
       (1 on real completion tokens), old_logp [N, C] fp32 (the sampler's log-probs, 0 on padding),
       advantages [N] fp32, truncated [N] bool.
     """
-    n = len(rollouts)
-    width = prompt_len + completion_len
-    tokens = np.full((n, width), pad_id, np.int32)
-    attention = np.zeros((n, width), bool)
-    loss_mask = np.zeros((n, completion_len), np.float32)
-    old_logp = np.zeros((n, completion_len), np.float32)
+    rollouts = flatten_groups(groups)
+    for r in rollouts:  # name the rollout (pack_rows can only name the row)
+        if len(r.prompt_tokens) > prompt_len or len(r.completion_tokens) > completion_len:
+            raise ValueError(f"rollout {r.prompt_id}/{r.sample}: prompt {len(r.prompt_tokens)} or completion "
+                             f"{len(r.completion_tokens)} tokens exceed the batch shape ({prompt_len}, "
+                             f"{completion_len})")
+    rows = pack_rows([r.prompt_tokens for r in rollouts], [r.completion_tokens for r in rollouts], prompt_len,
+                     completion_len)
+    old_logp = np.zeros((len(rollouts), completion_len), np.float32)
     for i, r in enumerate(rollouts):
-        p, c = len(r.prompt_tokens), len(r.completion_tokens)
-        if p > prompt_len or c > completion_len:
-            raise ValueError(f"rollout {r.prompt_id}/{r.sample}: prompt {p} or completion {c} tokens exceed "
-                             f"the batch shape ({prompt_len}, {completion_len})")
-        tokens[i, prompt_len - p:prompt_len] = r.prompt_tokens
-        tokens[i, prompt_len:prompt_len + c] = r.completion_tokens
-        attention[i, prompt_len - p:prompt_len + c] = True
-        loss_mask[i, :c] = 1.0
+        c = len(r.completion_tokens)
         old_logp[i, :c] = r.sampler_logprobs[:c]
     return {
-        "tokens": tokens,
-        "attention_mask": attention,
-        "loss_mask": loss_mask,
+        **rows,
         "old_logp": old_logp,
         "advantages": np.asarray([r.advantage for r in rollouts], np.float32),
         "truncated": np.asarray([r.truncated for r in rollouts], bool),
     }
 
 
-def reward_matrix(rollouts: list[Rollout], num_prompts: int, num_samples: int) -> np.ndarray:
+def reward_matrix(groups: RolloutGroups, num_samples: int) -> np.ndarray:
     """Rewards as [P, G] in (group, sample) order; raises if a rollout is missing or unscored."""
-    rewards = np.full((num_prompts, num_samples), np.nan, np.float64)  # advantages are float64 host math
-    for r in rollouts:
-        rewards[r.group, r.sample] = r.reward
+    rewards = np.full((len(groups), num_samples), np.nan, np.float64)  # advantages are float64 host math
+    for p, group in enumerate(groups):
+        for r in group:
+            rewards[p, r.sample] = r.reward
     if np.isnan(rewards).any():
         missing = [(int(g), int(s)) for g, s in zip(*np.nonzero(np.isnan(rewards)))]
         raise ValueError(f"rollouts without a reward (group, sample): {missing[:8]}")

@@ -31,16 +31,17 @@ import jax
 import numpy as np
 
 from swerl_jax import sharding
+from swerl_jax.batching import row_shape
 from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.config import resolve_config
 from swerl_jax.data.loader import answer_budget_warning, data_metrics, rl_dataset_from_config
 from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
-from swerl_jax.policy import Policy, check_finite, global_max, micro_batches
+from swerl_jax.policy import Policy, check_finite, micro_batches
 from swerl_jax.reward.service import RewardService
 from swerl_jax.rl.collect import InlineSampler, collect_rollouts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
-from swerl_jax.rl.rollouts import bucket_length, build_train_batch, reward_matrix, rollout_metrics
+from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, reward_matrix, rollout_metrics
 from swerl_jax.sampler import weights
 from swerl_jax.sampler.client import SamplerClient
 from swerl_jax.sampler.engine import SamplingParams
@@ -169,27 +170,30 @@ class GRPOTrainer(TrainLoop):
         batch = next(self.data_iter)
         t_data = time.perf_counter() - t_step
         # Groups are numbered within this process (its prompts); only process 0 writes rollout files.
-        rollouts, times = collect_rollouts(
+        groups, times = collect_rollouts(
             self.sampler, self.reward_service, batch, self.sampling, self.num_samples, step, int(self.config.seed),
             policy_version=step - 1, prompts_per_request=int(self.config.sampler.prompts_per_request))
-        rewards = reward_matrix(rollouts, self.local_prompts, self.num_samples)
+        rewards = reward_matrix(groups, self.num_samples)  # [P, G]
         valid = None  # rl.baseline_excludes_filtered: truncated samples stay out of the group baseline (DeepSWE)
         if rl.compact_filtering and rl.baseline_excludes_filtered:
             valid = np.ones(rewards.shape, bool)
-            for r in rollouts:
-                valid[r.group, r.sample] = not r.truncated
+            for p, group in enumerate(groups):
+                for r in group:
+                    valid[p, r.sample] = not r.truncated
         advantages = np.asarray(group_advantages(rewards, str(rl.advantage), float(rl.std_eps), int(rl.std_ddof),
                                                  valid))
-        for r in rollouts:
-            r.advantage = float(advantages[r.group, r.sample])
+        for p, group in enumerate(groups):
+            for r in group:
+                r.advantage = float(advantages[p, r.sample])
+        rollouts = flatten_groups(groups)
 
         # one shape on every process (the longest row anywhere), bucketed so a run compiles a few programs
-        prompt_len = bucket_length(global_max(max(len(r.prompt_tokens) for r in rollouts)), PROMPT_BUCKET,
-                                   int(self.config.data.max_prompt_len))
-        longest = global_max(max(1, max(len(r.completion_tokens) for r in rollouts)))
-        completion_len = bucket_length(longest, COMPLETION_BUCKET,
-                                       max(COMPLETION_BUCKET, int(self.config.sampler.max_new_tokens)))
-        batch_np = build_train_batch(rollouts, prompt_len, completion_len, pad_id=0)
+        prompt_len, completion_len = row_shape(
+            [r.prompt_tokens for r in rollouts], [r.completion_tokens for r in rollouts],
+            prompt_bucket=PROMPT_BUCKET, completion_bucket=COMPLETION_BUCKET,
+            prompt_cap=int(self.config.data.max_prompt_len),
+            completion_cap=max(COMPLETION_BUCKET, int(self.config.sampler.max_new_tokens)))
+        batch_np = build_train_batch(groups, prompt_len, completion_len)
         batch_np["sampler_logp"] = batch_np["old_logp"]
         t0 = time.perf_counter()
         if str(rl.old_logprobs) == "recompute":

@@ -4,8 +4,9 @@
 gate/up fused into one matrix each; `decode_step` runs the layers unrolled over them, so XLA:CPU reads every
 weight and cache slot in place (a fori_loop over stacked layers copied each layer's weights and K/V slice before
 every library matmul). Keys are cached transposed ([rows, kv_heads, head_dim, slots]) so that on CPU attention
-is two loop fusions that stream the cache once. This repeats llama.py's attention math for decode: the engine's
-parity tests (HF greedy, trainer log-probs) catch drift.
+is two loop fusions that stream the cache once. RMSNorm and RoPE are llama.py's own functions applied along the
+feature-major axes; the grouped attention over the transposed cache is decode's own, and the engine's parity tests
+(HF greedy, trainer log-probs) catch drift.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from swerl_jax.model.config import LlamaConfig
-from swerl_jax.model.llama import KVCache, rope_cos_sin
+from swerl_jax.model.llama import KVCache, rms_normalize, rope_cos_sin, rotate_half_rope
 
 
 def zeros_cache(config: LlamaConfig, rows: int, slots: int) -> tuple[KVCache, ...]:
@@ -60,17 +61,13 @@ def decode_weights(config: LlamaConfig, params: dict) -> dict:
 
 
 def _rms_norm(config: LlamaConfig, scale: jax.Array, x: jax.Array) -> jax.Array:
-    """RMSNorm over axis 0 of feature-major x [embed, rows]; the arithmetic of llama.RMSNorm."""
-    x32 = x.astype(jnp.float32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=0, keepdims=True) + config.rms_norm_eps)
-    return scale * normed.astype(x.dtype)
+    """llama's RMSNorm over axis 0 of feature-major x [embed, rows]."""
+    return rms_normalize(x, scale, config.rms_norm_eps, x.dtype, axis=0)
 
 
 def _rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """llama.apply_rope for feature-major x [heads, head_dim, rows] and cos/sin [head_dim, rows]."""
-    half = x.shape[1] // 2
-    rotated = jnp.concatenate([-x[:, half:], x[:, :half]], axis=1)
-    return x * cos.astype(x.dtype) + rotated * sin.astype(x.dtype)
+    """llama's RoPE for feature-major x [heads, head_dim, rows] and cos/sin [head_dim, rows]."""
+    return rotate_half_rope(x, cos, sin, axis=1)
 
 
 def _attend(q: jax.Array, keys_t: jax.Array, values: jax.Array, visible: jax.Array) -> jax.Array:

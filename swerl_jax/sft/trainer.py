@@ -3,11 +3,11 @@
     params = SFTTrainer(config, workdir / "sft").run()   # resumes from its own checkpoints
 
 The paper's SFT baseline (36.2% vs RL's 41.0% on SWE-bench Verified) and the CPU demo's warm start both use it.
-Batches come from the Grain SFT loader (prompt + target + end of turn, right-padded to sft.max_len) and are
-re-laid out like GRPO rows: the prompt left-padded to a bucketed length P, the target right-padded to a
-bucketed C, so the vocabulary projection runs on the C target positions only (`token_logprobs(start=P-1)`),
-not on the whole padded sequence. Metrics go to `workdir/metrics.jsonl` and TensorBoard, checkpoints to
-`workdir/checkpoints` (same `Checkpointer` and `MetricsWriter` as GRPO).
+Batches come from the Grain SFT loader (unpadded prompt and target + end-of-turn ids, at most sft.max_len
+together) and are laid out by `swerl_jax.batching` exactly like GRPO rows: the prompt left-padded to a bucketed
+length P, the target right-padded to a bucketed C, so the vocabulary projection runs on the C target positions
+only (`token_logprobs(start=P-1)`), not on the whole padded sequence. Metrics go to `workdir/metrics.jsonl` and
+TensorBoard, checkpoints to `workdir/checkpoints` (the loop both trainers share: `swerl_jax.loop`).
 """
 
 from __future__ import annotations
@@ -21,42 +21,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from swerl_jax import sharding
+from swerl_jax.batching import pack_rows, row_shape
 from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.config import resolve_config
 from swerl_jax.data.loader import data_metrics, sft_dataset_from_config
 from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
-from swerl_jax.policy import Policy, check_finite, global_max, micro_batches
-from swerl_jax.rl.rollouts import bucket_length
+from swerl_jax.policy import Policy, check_finite, micro_batches
 
 PROMPT_BUCKET, TARGET_BUCKET = 64, 48
 
 
-def relayout(batch: dict[str, np.ndarray], prompt_bucket: int = PROMPT_BUCKET, target_bucket: int = TARGET_BUCKET
+def sft_rows(batch: dict, max_len: int, prompt_bucket: int = PROMPT_BUCKET, target_bucket: int = TARGET_BUCKET
              ) -> tuple[dict[str, np.ndarray], int, int]:
-    """Loader SFT rows (right-padded prompt + target) -> ([left-padded prompt | right-padded target], P, C).
+    """Loader SFT batch (unpadded prompt and target ids) -> (rows, P, C) in `swerl_jax.batching`'s layout: the
+    prompt left-padded to a bucketed P, the target right-padded to a bucketed C (both capped by `max_len`).
 
     Returns tokens/attention_mask [B, P + C] and loss_mask [B, C] (1 on target tokens, the end of turn included).
     """
-    tokens, mask, loss = batch["tokens"], batch["mask"].astype(bool), batch["loss_mask"].astype(bool)
-    plen = batch["prompt_len"].astype(np.int64)
-    tlen = loss.sum(axis=1)
-    # one shape on every process: the longest prompt / target anywhere
-    p = bucket_length(global_max(int(plen.max())), prompt_bucket, max(prompt_bucket, tokens.shape[1]))
-    c = bucket_length(global_max(max(1, int(tlen.max()))), target_bucket, max(target_bucket, tokens.shape[1]))
-    b = tokens.shape[0]
-    out = np.zeros((b, p + c), np.int32)
-    attn = np.zeros((b, p + c), bool)
-    loss_mask = np.zeros((b, c), np.float32)
-    for i in range(b):
-        n, t = int(plen[i]), int(tlen[i])
-        out[i, p - n:p] = tokens[i, :n]
-        out[i, p:p + t] = tokens[i, n:n + t]
-        attn[i, p - n:p + t] = True
-        loss_mask[i, :t] = 1.0
-        if not mask[i, :n + t].all():
-            raise ValueError(f"SFT row {i}: prompt + target tokens are not contiguous from the start")
-    return {"tokens": out, "attention_mask": attn, "loss_mask": loss_mask}, p, c
+    prompts, targets = batch["prompt_ids"], batch["target_ids"]
+    p, c = row_shape(prompts, targets, prompt_bucket=prompt_bucket, completion_bucket=target_bucket,
+                     prompt_cap=max(prompt_bucket, max_len), completion_cap=max(target_bucket, max_len))
+    return pack_rows(prompts, targets, p, c), p, c
 
 
 def make_sft_loss(model_config: Any, prompt_len: int, target_len: int):
@@ -84,6 +70,7 @@ class SFTTrainer(TrainLoop):
         self.workdir = pathlib.Path(workdir)
         s = config.sft
         self.num_steps = int(s.num_steps)
+        self.max_len = int(s.max_len)
         self.num_micro = micro_batches(int(s.batch_size), int(s.micro_batch_size), "sft.micro_batch_size")
         self.policy = Policy.create(config, self.num_steps, learning_rate=float(s.learning_rate),
                                     params=initial_params, global_batch=int(s.batch_size))
@@ -96,7 +83,7 @@ class SFTTrainer(TrainLoop):
         t0 = time.perf_counter()
         raw = next(self.data_iter)
         t_data = time.perf_counter() - t0
-        batch, p, c = relayout(raw)
+        batch, p, c = sft_rows(raw, self.max_len)
         loss_fn = make_sft_loss(self.policy.model_config, p, c)
         step_fn = self.policy.train_step(loss_fn, batch, self.num_micro, key=("sft", p, c))
         self.policy.state, m = step_fn(self.policy.state, self.policy.shard(batch))

@@ -41,22 +41,29 @@ def _ids(batches) -> list[str]:
     return [i for b in batches for i in b["instance_id"]]
 
 
+def _equal(x, y) -> bool:
+    if isinstance(x, np.ndarray):
+        return np.array_equal(x, y)
+    if isinstance(x, list) and x and isinstance(x[0], np.ndarray):  # unpadded token ids, one array per row
+        return len(x) == len(y) and all(np.array_equal(u, v) for u, v in zip(x, y))
+    return x == y
+
+
 def _same(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(
-        np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k] for k in a)
+    return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
 
 
-def test_rl_batch_left_padded_with_reward_fields():
+def test_rl_batch_unpadded_prompts_with_reward_fields():
     records = synthetic_records(6, seed=0)
     tok = load_tokenizer()
     batch = next(iter(rl_dataset(records, batch_size=3, max_prompt_len=1024, shuffle=False, **ONE)))
-    assert batch["prompt_ids"].shape == (3, 1024) and batch["prompt_ids"].dtype == np.int32
+    assert len(batch["prompt_ids"]) == 3 and "prompt_mask" not in batch  # padding is swerl_jax.batching's job
     for row, r in enumerate(records[:3]):
         want = build_prompt(r, tok, 1024).ids
         n = len(want)
         assert batch["prompt_len"][row] == n
-        assert np.array_equal(batch["prompt_ids"][row, -n:], want)  # left padded: the prompt ends the row
-        assert not batch["prompt_mask"][row, :-n].any() and batch["prompt_mask"][row, -n:].all()
+        assert batch["prompt_ids"][row].dtype == np.int32
+        assert np.array_equal(batch["prompt_ids"][row], want)  # exactly the prompt's tokens, no padding
         assert batch["instance_id"][row] == r["instance_id"]
         assert batch["code_context"][row] == r["code_context"]
         assert batch["oracle_new_content"][row] == r["oracle_new_content"]
@@ -67,12 +74,11 @@ def test_sft_batch_loss_on_target_only():
     tok = load_tokenizer()
     batch = next(iter(sft_dataset(records, batch_size=2, max_len=1024, shuffle=False, **ONE)))
     for row, r in enumerate(records[:2]):
-        tokens, mask, loss = batch["tokens"][row], batch["mask"][row], batch["loss_mask"][row]
+        prompt, target = batch["prompt_ids"][row], batch["target_ids"][row]  # unpadded; the loss scores target
         p = build_prompt(r, tok, 1024)
-        assert np.array_equal(tokens[:p.num_tokens], p.ids) and not loss[:p.num_tokens].any()
-        assert tok.decode(tokens[loss]) == oracle_solution(r) + "<|im_end|>"
-        n = int(mask.sum())
-        assert mask[:n].all() and not mask[n:].any() and loss[p.num_tokens:n].all()  # right padded
+        assert np.array_equal(prompt, p.ids) and batch["prompt_len"][row] == p.num_tokens
+        assert tok.decode(target) == oracle_solution(r) + "<|im_end|>"
+        assert len(prompt) + len(target) <= 1024 and prompt.dtype == target.dtype == np.int32
 
 
 def test_filter_counts_reasons_and_streams_the_rest(tmp_path, caplog):
@@ -230,7 +236,7 @@ def test_from_config_uses_synthetic_records_and_process_shard():
     c.data.synthetic_num_records = 6
     c.rl.prompts_per_step = 3
     batch = next(iter(rl_dataset_from_config(c)))
-    assert batch["prompt_ids"].shape == (3, c.data.max_prompt_len)
+    assert len(batch["prompt_ids"]) == 3 and max(len(x) for x in batch["prompt_ids"]) <= c.data.max_prompt_len
 
 
 def test_rl_num_records_keeps_the_first_records_every_epoch():

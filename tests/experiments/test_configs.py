@@ -193,3 +193,38 @@ def test_no_code_reads_a_key_base_lacks():
                 missing.append(f"{path.relative_to(REPO)}: {section}.{key}")
     assert total > 50  # the scan sees the trainers' reads
     assert not missing, missing
+
+
+def defaulted_reads(tree: ast.AST, sections: set[str]) -> list[str]:
+    """Config reads that supply their own default (`config.S.get("K", d)`, `getattr(config.S, "K", d)`,
+    `getattr(config, "S", d)`): a second place for a default that experiments/base.py owns."""
+    found = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        if (isinstance(n.func, ast.Attribute) and n.func.attr == "get" and len(n.args) + len(n.keywords) >= 2
+                and (ch := _chain(n.func.value)) and ch[0] in sections):
+            found.append(f"line {n.lineno}: {'.'.join(ch)}.get(...) with a default")
+        if isinstance(n.func, ast.Name) and n.func.id == "getattr" and len(n.args) == 3:
+            ch = _chain(n.args[0])
+            on_root = isinstance(n.args[0], ast.Name) and n.args[0].id in ("config", "cfg")
+            if on_root or (ch and ch[0] in sections):
+                found.append(f"line {n.lineno}: getattr({ast.unparse(n.args[0])}, ...) with a default")
+    return found
+
+
+def test_defaulted_reads_finder_sees_both_patterns():
+    tree = ast.parse("def f(config):\n    a = config.rl.get('kl_coef', 0.0)\n"
+                     "    b = getattr(config.mesh, 'dcn_shape', None)\n    c = getattr(config, 'mesh', None)\n"
+                     "    d = record.get('x', 1)\n")
+    assert len(defaulted_reads(tree, {"rl", "mesh"})) == 3
+
+
+def test_no_config_section_is_read_with_a_default_outside_the_config_module():
+    sections = {k for k, v in base.get_config().items() if isinstance(v, ml_collections.ConfigDict)}
+    found = []
+    for path in sorted([*(REPO / "swerl_jax").rglob("*.py"), *(REPO / "launch").glob("*.py")]):
+        if path.name in ("config.py", "sections.py") and path.parent.name == "swerl_jax":
+            continue
+        found += [f"{path.relative_to(REPO)} {hit}" for hit in defaulted_reads(ast.parse(path.read_text()), sections)]
+    assert not found, found

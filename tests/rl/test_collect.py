@@ -12,6 +12,7 @@ from swerl_jax.data.targets import oracle_solution
 from swerl_jax.reward import calculate_search_replace_reward
 from swerl_jax.reward.service import RewardService
 from swerl_jax.rl.collect import CollectTimes, RewardHangError, collect_rollouts, rollout_seed, wait_rewards
+from swerl_jax.rl.rollouts import flatten_groups
 from swerl_jax.sampler.engine import Completion, SamplingParams
 
 
@@ -42,13 +43,9 @@ class ScriptedSampler:
 
 
 def _batch(records):
-    n = len(records)
-    ids = np.zeros((n, 6), np.int32)
-    mask = np.zeros((n, 6), bool)
-    for i in range(n):
-        ids[i, 6 - (i + 2):] = i  # the first real token names the record; lengths differ
-        mask[i, 6 - (i + 2):] = True
-    return {"prompt_ids": ids, "prompt_mask": mask, "instance_id": [r["instance_id"] for r in records],
+    # what the RL loader yields: unpadded prompt ids (the first token names the record; lengths differ)
+    ids = [np.full((i + 2,), i, np.int32) for i in range(len(records))]
+    return {"prompt_ids": ids, "instance_id": [r["instance_id"] for r in records],
             "code_context": [r["code_context"] for r in records],
             "oracle_new_content": [r["oracle_new_content"] for r in records]}
 
@@ -57,8 +54,10 @@ def test_collect_scores_every_rollout_in_order():
     records = synthetic_records(4, seed=3)
     sampler = ScriptedSampler({i: oracle_solution(r) for i, r in enumerate(records)})
     with RewardService(num_workers=2) as service:
-        rollouts, times = collect_rollouts(sampler, service, _batch(records), SamplingParams(), num_samples=4,
-                                           step=7, seed=11, policy_version=6, prompts_per_request=3)
+        groups, times = collect_rollouts(sampler, service, _batch(records), SamplingParams(), num_samples=4,
+                                         step=7, seed=11, policy_version=6, prompts_per_request=3)
+    assert [[r.group for r in g] for g in groups] == [[p] * 4 for p in range(4)]  # [P][G]
+    rollouts = flatten_groups(groups)
     assert [(r.group, r.sample) for r in rollouts] == [(g, s) for g in range(4) for s in range(4)]
     assert sampler.calls == [(3, rollout_seed(11, 7, 0), 6), (1, rollout_seed(11, 7, 1), 6)]
     for r in rollouts:
@@ -99,8 +98,9 @@ def test_reward_time_hides_behind_generation():
     sampler = ScriptedSampler({i: oracle_solution(r) for i, r in enumerate(records)}, before_return=generating)
     with RewardService(num_workers=2) as real:
         service = RecordingService(real, events)
-        rollouts, times = collect_rollouts(sampler, service, _batch(records), SamplingParams(), num_samples=4,
-                                           step=1, seed=0, policy_version=0, prompts_per_request=1)
+        groups, times = collect_rollouts(sampler, service, _batch(records), SamplingParams(), num_samples=4,
+                                         step=1, seed=0, policy_version=0, prompts_per_request=1)
+    rollouts = flatten_groups(groups)
     # each request's rewards are submitted as soon as it returns, before the next request is sent, and are
     # scored before that next request returns: only the last request's rewards are waited for
     assert events == [("generate", 0), ("submit", 0), ("generate", 1), ("scored", 0), ("submit", 1),

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from swerl_jax.rl.rollouts import Rollout, bucket_length, build_train_batch, reward_matrix, rollout_metrics
+from swerl_jax.batching import bucket_length
+from swerl_jax.rl.rollouts import Rollout, build_train_batch, flatten_groups, reward_matrix, rollout_metrics
 
 
 def _rollout(group, sample, prompt, completion, reward, finish="stop", info=None):
@@ -16,7 +17,7 @@ def _rollout(group, sample, prompt, completion, reward, finish="stop", info=None
 def test_train_batch_layout():
     rs = [_rollout(0, 0, [5, 6, 7], [8, 9], 0.5), _rollout(0, 1, [5], [1, 2, 3], -1.0, "length")]
     rs[0].advantage, rs[1].advantage = 1.5, -1.5
-    b = build_train_batch(rs, prompt_len=4, completion_len=3, pad_id=0)
+    b = build_train_batch([rs], prompt_len=4, completion_len=3)  # one group of two samples
     np.testing.assert_array_equal(b["tokens"], [[0, 5, 6, 7, 8, 9, 0], [0, 0, 0, 5, 1, 2, 3]])
     np.testing.assert_array_equal(b["attention_mask"], [[0, 1, 1, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1, 1]])
     np.testing.assert_array_equal(b["loss_mask"], [[1, 1, 0], [1, 1, 1]])
@@ -27,14 +28,15 @@ def test_train_batch_layout():
     # predicts exactly the completion tokens
     assert (b["tokens"][:, 4:] == np.asarray([[8, 9, 0], [1, 2, 3]])).all()
     with pytest.raises(ValueError, match="exceed the batch shape"):
-        build_train_batch(rs, prompt_len=2, completion_len=3, pad_id=0)
+        build_train_batch([rs], prompt_len=2, completion_len=3)
 
 
 def test_reward_matrix_and_missing():
-    rs = [_rollout(g, s, [1], [2], float(g + s)) for g in range(2) for s in range(3)]
-    np.testing.assert_array_equal(reward_matrix(rs, 2, 3), [[0, 1, 2], [1, 2, 3]])
+    groups = [[_rollout(g, s, [1], [2], float(g + s)) for s in range(3)] for g in range(2)]
+    np.testing.assert_array_equal(reward_matrix(groups, 3), [[0, 1, 2], [1, 2, 3]])
+    assert [(r.group, r.sample) for r in flatten_groups(groups)] == [(g, s) for g in range(2) for s in range(3)]
     with pytest.raises(ValueError, match=r"\(1, 2\)"):
-        reward_matrix(rs[:-1], 2, 3)
+        reward_matrix([groups[0], groups[1][:-1]], 3)
 
 
 def test_rollout_metrics_counts_reasons():

@@ -71,7 +71,7 @@ def test_switches_kl_recompute_and_micro_batches(runs):
 @pytest.mark.parametrize("key,value,message", [
     ("rl.advantage", "nope", r"rl.advantage='nope' is not one of"),
     ("rl.std_ddof", 8, r"rl.std_ddof=8 needs more than 8 samples per prompt"),
-    ("rl.old_logprobs", "x", r"rl.old_logprobs must be 'sampler' or 'recompute', got 'x'"),
+    ("rl.old_logprobs", "x", r"rl.old_logprobs='x' is not one of \['sampler', 'recompute'\]"),
     ("rl.micro_batch_size", 3, r"rl.micro_batch_size=3 does not divide the step's 16 rows"),
     ("rl.update_epochs", 0, r"rl.update_epochs must be >= 1"),
     ("rl.kl_estimator", "k9", r"rl.kl_estimator='k9' is not one of"),

@@ -1,4 +1,4 @@
-"""The SFT stage: the re-layout keeps every target token in place, the loss is the hand-computed NLL."""
+"""The SFT stage: the row layout keeps every target token in place, the loss is the hand-computed NLL."""
 
 import jax
 import numpy as np
@@ -6,28 +6,25 @@ import pytest
 
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import forward, init_params
-from swerl_jax.sft.trainer import make_sft_loss, relayout
+from swerl_jax.sft.trainer import make_sft_loss, sft_rows
 
 MODEL = get_model_config("tiny")
 
 
 def _loader_batch():
-    # what SFTPrepare yields: prompt + target + eot, right-padded; loss on the target only
+    # what the SFT loader yields: unpadded prompt ids and target (answer + eot) ids; loss on the target only
     rows = [([3, 4, 5], [6, 7]), ([9], [10, 11, 12, 13]), ([1, 2, 3, 4, 5, 6], [7])]
-    width = 12
-    tokens = np.zeros((3, width), np.int32)
-    mask = np.zeros((3, width), bool)
-    loss = np.zeros((3, width), bool)
-    for i, (p, t) in enumerate(rows):
-        tokens[i, :len(p) + len(t)] = p + t
-        mask[i, :len(p) + len(t)] = True
-        loss[i, len(p):len(p) + len(t)] = True
-    return {"tokens": tokens, "mask": mask, "loss_mask": loss, "prompt_len": np.asarray([3, 1, 6], np.int32)}, rows
+    return {"prompt_ids": [np.asarray(p, np.int32) for p, _ in rows],
+            "target_ids": [np.asarray(t, np.int32) for _, t in rows],
+            "prompt_len": np.asarray([3, 1, 6], np.int32)}, rows
 
 
-def test_relayout_puts_prompt_left_and_target_right():
+MAX_LEN = 12  # sft.max_len: caps both buckets
+
+
+def test_sft_rows_put_prompt_left_and_target_right():
     batch, rows = _loader_batch()
-    out, p, c = relayout(batch, prompt_bucket=4, target_bucket=2)
+    out, p, c = sft_rows(batch, MAX_LEN, prompt_bucket=4, target_bucket=2)
     assert (p, c) == (8, 4)
     for i, (prompt, target) in enumerate(rows):
         assert out["tokens"][i, p - len(prompt):p].tolist() == prompt
@@ -38,7 +35,7 @@ def test_relayout_puts_prompt_left_and_target_right():
 
 def test_sft_loss_is_the_target_nll():
     batch, rows = _loader_batch()
-    out, p, c = relayout(batch, prompt_bucket=4, target_bucket=2)
+    out, p, c = sft_rows(batch, MAX_LEN, prompt_bucket=4, target_bucket=2)
     params = init_params(MODEL, jax.random.key(0))
     loss, aux = jax.jit(make_sft_loss(MODEL, p, c))(params, out)
     # reference: full logits of each unpadded row, log-softmax at each target position
@@ -55,11 +52,11 @@ def test_sft_loss_is_the_target_nll():
     np.testing.assert_allclose(float(loss), total / n, rtol=1e-5)
 
 
-def test_relayout_rejects_holes():
+def test_sft_rows_reject_a_row_longer_than_max_len():
     batch, _ = _loader_batch()
-    batch["mask"][0, 1] = False
-    with pytest.raises(ValueError, match="row 0"):
-        relayout(batch)
+    batch["target_ids"][1] = np.arange(13, dtype=np.int32)  # 13 target tokens > sft.max_len
+    with pytest.raises(ValueError, match="length 13 exceeds the cap 12"):
+        sft_rows(batch, MAX_LEN, prompt_bucket=4, target_bucket=2)
 
 
 
