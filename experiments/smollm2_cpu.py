@@ -15,7 +15,7 @@ def get_config(arg: str | None = None):
     c.data.max_prompt_len = 1024
     # Oracle answers of these records are 134-1,030 SmolLM2 tokens: 384 new tokens hold the shorter half, so a
     # correct answer can be sampled (48, the old value, cut every answer: reward -1 and loss 0 by construction;
-    # the trainer now warns when no oracle answer fits, `data.loader.answer_budget_warning`).
+    # the trainer now warns when no oracle answer fits, `data.budget.answer_budget_warning`).
     c.sampler.max_new_tokens = 384
     c.sampler.max_batch = 4
     c.rl.num_steps = 3

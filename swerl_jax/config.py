@@ -143,3 +143,23 @@ def unknown_config_keys(config: Any, argv: list[str]) -> list[str]:
             hint = f"; did you mean {close[0]}?" if close else ""
             out.append(f"unknown config key {m.group(1)!r}{hint}")
     return out
+
+
+def load_experiment_config(config_arg: str) -> Any:
+    """The ConfigDict of `experiments/NAME.py[:arg]` (`get_config(arg)`), as `--config` names it on any command line;
+    FileNotFoundError names a missing file. The repository root goes on sys.path (experiments import
+    `experiments.base`)."""
+    import importlib.util
+    import pathlib
+    import sys
+
+    repo_root = str(pathlib.Path(__file__).resolve().parents[1])
+    if repo_root not in sys.path:
+        sys.path.insert(0, repo_root)
+    path, _, arg = config_arg.partition(":")
+    spec = importlib.util.spec_from_file_location("_swerl_experiment", path)
+    if spec is None or not os.path.exists(path):
+        raise FileNotFoundError(f"--config={config_arg}: no such config file {path!r}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()

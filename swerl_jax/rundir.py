@@ -77,6 +77,11 @@ def latest_steps(workdir: str | os.PathLike) -> dict[str, int]:
     return out
 
 
+def is_finished(steps: dict[str, int], sft_steps: int, rl_steps: int) -> bool:
+    """Whether a run whose newest checkpoints are `steps` (`latest_steps`) has nothing left to train."""
+    return bool(steps) and steps.get("grpo", 0) >= rl_steps and (rl_steps > 0 or steps.get("sft", 0) >= sft_steps)
+
+
 def record_config(workdir: str | os.PathLike, config_json: str, allow_change: bool = False) -> dict[str, int]:
     """Check `config_json` (the resolved config) against the run in `workdir`, then keep it.
 

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from swerl_jax import rundir, sharding
-from swerl_jax.config import resolve_config, unknown_config_keys
+from swerl_jax.config import load_experiment_config, resolve_config, unknown_config_keys
 from swerl_jax.rl.trainer import GRPOTrainer
 from swerl_jax.run_summary import summarize_run
 from swerl_jax.sft.trainer import SFTTrainer
@@ -58,7 +58,7 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
         steps = rundir.latest_steps(workdir)
     summary: dict[str, Any] = {"workdir": str(workdir)}
     sft_steps, rl_steps = int(config.sft.num_steps), int(config.rl.num_steps)
-    if steps and steps.get("grpo", 0) >= rl_steps and (rl_steps > 0 or steps.get("sft", 0) >= sft_steps):
+    if rundir.is_finished(steps, sft_steps, rl_steps):
         log.warning("%s already finished (checkpoints at %s): nothing to train; delete it or choose another "
                     "--workdir for a new run", workdir, steps)
         summary["already_finished"] = steps
@@ -78,15 +78,10 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
 
 
 def _load_config_file(config_arg: str) -> Any:
-    import importlib.util
-
-    path, _, arg = config_arg.partition(":")
-    spec = importlib.util.spec_from_file_location("_swerl_config_check", path)
-    if spec is None or not os.path.exists(path):
-        raise SystemExit(f"swerl_jax.train: --config={config_arg}: no such config file {path!r}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config(arg) if arg else module.get_config()
+    try:
+        return load_experiment_config(config_arg)
+    except FileNotFoundError as e:
+        raise SystemExit(f"swerl_jax.train: {e}") from None
 
 
 def _config_arg(argv: list[str]) -> str | None:

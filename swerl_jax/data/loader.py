@@ -97,7 +97,8 @@ def record_source(files: Sequence[str]) -> Sequence:
     raise ValueError(f"data.train_files {files}: use only .jsonl or only .arrayrecord/.array_record files")
 
 
-def _record(raw: Any) -> dict:
+def decode_any(raw: Any) -> dict:
+    """A record from what a source yields (a dict, or JSON / ArrayRecord bytes), validated."""
     if isinstance(raw, dict):
         return validate_record(raw)
     return decode_record(raw, where="")
@@ -114,7 +115,7 @@ class RLPrepare(grain.transforms.Map):
     def map(self, raw: Any) -> dict:
         """Decode, validate, build and tokenize the prompt; a drop marker with the reason when unusable."""
         try:
-            record = _record(raw)
+            record = decode_any(raw)
         except RecordError as e:
             return {DROP: f"invalid record: {e.reason}", "error": str(e)}
         tok = load_tokenizer(self.tokenizer)
@@ -141,7 +142,7 @@ class SFTPrepare(grain.transforms.Map):
     def map(self, raw: Any) -> dict:
         """Decode, validate, build prompt and target; a drop marker with the reason when unusable."""
         try:
-            record = _record(raw)
+            record = decode_any(raw)
             target = oracle_solution(record)
         except (RecordError, ValueError) as e:
             return {DROP: f"invalid record: {getattr(e, 'reason', 'no search/replace oracle')}", "error": str(e)}
@@ -345,30 +346,6 @@ def rl_dataset_from_config(config, batch_size: int | None = None) -> grain.IterD
                       max_prompt_len=int(d.max_prompt_len), seed=int(config.seed), shuffle=bool(d.shuffle),
                       num_epochs=int(d.num_epochs), worker_count=int(d.worker_count),
                       prompt_style=str(d.prompt_style))
-
-
-def answer_budget_warning(config, num_records: int = 8) -> str | None:
-    """A warning when `sampler.max_new_tokens` is shorter than the oracle answer of every one of the first
-    `num_records` RL records: then every completion is cut before `</solution>`, scores -1, every group has zero
-    variance and GRPO learns nothing, by construction. None when some oracle answer fits (or none can be made)."""
-    source = source_from_config(config)
-    n = min(int(num_records), len(source))
-    if int(config.data.rl_num_records) > 0:
-        n = min(n, int(config.data.rl_num_records))
-    tok = load_tokenizer(tokenizer_path(config.model))
-    lengths = []
-    for i in range(n):
-        try:
-            answer = oracle_solution(_record(source[i]))
-        except (RecordError, ValueError):
-            continue
-        lengths.append(len(tok(answer, add_special_tokens=False)["input_ids"]) + 1)  # + the end of turn
-    budget = int(config.sampler.max_new_tokens)
-    if not lengths or budget >= min(lengths):
-        return None
-    return (f"sampler.max_new_tokens={budget} is shorter than the oracle answer of each of the first {len(lengths)} "
-            f"RL records (shortest {min(lengths)} tokens, longest {max(lengths)}): a completion that answers correctly "
-            "cannot fit, so every completion is cut before </solution> and scored -1; raise sampler.max_new_tokens")
 
 
 def sft_dataset_from_config(config, batch_size: int | None = None) -> grain.IterDataset:

@@ -34,7 +34,8 @@ from swerl_jax import sharding
 from swerl_jax.batching import row_shape
 from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.config import resolve_config
-from swerl_jax.data.loader import answer_budget_warning, data_metrics, rl_dataset_from_config
+from swerl_jax.data.budget import answer_budget_warning
+from swerl_jax.data.loader import data_metrics, rl_dataset_from_config
 from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, micro_batches

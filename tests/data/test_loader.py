@@ -293,7 +293,7 @@ if __name__ == "__main__":
 
 def test_a_config_whose_answers_cannot_fit_says_so():
     from experiments import tiny_cpu
-    from swerl_jax.data.loader import answer_budget_warning
+    from swerl_jax.data.budget import answer_budget_warning
 
     config = tiny_cpu.get_config()
     assert answer_budget_warning(config) is None  # 192 new tokens hold the 104-168-token oracle answers

@@ -1,0 +1,171 @@
+"""The paper's oracle-file repair metric: each PR record's SWE-RL prompt (its oracle files shown), the policy's
+answer, scored by the SWE-RL reward. The paper reports it greedy (base 12.2% format / 5.4 score, SFT 96.2 / 29.6,
+RL 95.6 / 34.8; discrete-reward RL 94.2 / 29.0).
+
+    python -m swerl_jax.eval.repair_score --config=experiments/tiny_cpu.py --records FILE --out DIR \\
+        [--weights WORKDIR/policy [--version N]] [--samples 1] [--temperature 0]
+
+    format_rate  share of answers that are well formed (reward != -1)
+    score        100 x the mean reward with malformed answers counted 0 (the paper's base model: 12.2% format,
+                 score 5.4, so malformed answers cannot count -1 there); `mean_reward` keeps the -1s
+    exact_rate   share of answers whose edits reproduce the PR (reward 1)
+
+The policy is the config's model (random init or `model.hf_dir`) or, with `--weights`, a published policy
+version (the newest unless `--version`); `--address HOST:PORT` asks a running sampler server instead. Records whose
+prompt does not fit `data.max_prompt_len` are skipped and counted by reason. `DIR/repair.jsonl` gets one row per
+answer, `DIR/summary.json` the figures, and the last line printed is the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from swerl_jax.data.prompts import build_prompt
+from swerl_jax.data.records import read_records
+from swerl_jax.reward import get_reward_fn
+from swerl_jax.sampler.types import SamplingParams
+
+# prompts (token ids) -> for each prompt, its answers (texts)
+Generate = Callable[[list[np.ndarray]], list[list[str]]]
+
+
+@dataclasses.dataclass
+class RepairScore:
+    """The metric over a set of records (see the module docstring)."""
+
+    records: int
+    scored: int
+    answers: int
+    format_rate: float
+    score: float
+    mean_reward: float
+    exact_rate: float
+    skipped: dict[str, int]
+
+    def line(self) -> str:
+        """One line: what the paper's table shows, plus the counts."""
+        return (f"repair: format {100 * self.format_rate:.1f}% score {self.score:.1f} exact "
+                f"{100 * self.exact_rate:.1f}% ({self.answers} answers to {self.scored} of {self.records} records)")
+
+
+def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_prompt_len: int,
+                 prompt_style: str = "swe_rl", reward_kind: str = "continuous",
+                 rows_out: list[dict] | None = None) -> RepairScore:
+    """Prompt every record, generate, score each answer with the reward `reward_kind`; `rows_out` collects one
+    dict per answer (instance_id, sample, reward, format_error, answer)."""
+    reward_fn = get_reward_fn(reward_kind)
+    prompts, kept, skipped = [], [], {}
+    for record in records:
+        prompt = build_prompt(record, tokenizer, max_prompt_len, prompt_style)
+        if not prompt.fits:
+            skipped["prompt longer than data.max_prompt_len"] = skipped.get(
+                "prompt longer than data.max_prompt_len", 0) + 1
+            continue
+        prompts.append(np.asarray(prompt.ids, np.int32))
+        kept.append(record)
+    rewards = []
+    for record, answers in zip(kept, generate(prompts) if prompts else [], strict=True):
+        for sample, answer in enumerate(answers):
+            reward, info = reward_fn(record["code_context"], record["oracle_new_content"], answer)
+            rewards.append(float(reward))
+            if rows_out is not None:
+                rows_out.append({"instance_id": record["instance_id"], "sample": sample, "reward": float(reward),
+                                 "format_error": info.get("reason") if reward == -1.0 else None, "answer": answer})
+    r = np.asarray(rewards, np.float64)
+    n = max(1, len(r))
+    return RepairScore(records=len(records), scored=len(kept), answers=len(r),
+                       format_rate=float((r != -1.0).sum() / n), score=float(100 * np.maximum(r, 0.0).sum() / n),
+                       mean_reward=float(r.sum() / n), exact_rate=float((r >= 1.0).sum() / n), skipped=skipped)
+
+
+def engine_generate(engine, sampling: SamplingParams, num_samples: int, seed: int = 0) -> Generate:
+    """A `Generate` over an in-process `SamplingEngine`, in chunks of at most `max_batch` rows."""
+    per_call = max(1, engine.max_batch // num_samples)
+
+    def generate(prompts: list[np.ndarray]) -> list[list[str]]:
+        out = []
+        for start in range(0, len(prompts), per_call):
+            groups = engine.generate(prompts[start:start + per_call], sampling, num_samples, seed + start)
+            out += [[c.text or "" for c in group] for group in groups]
+        return out
+
+    return generate
+
+
+def client_generate(client, tokenizer, sampling: SamplingParams, num_samples: int, seed: int = 0) -> Generate:
+    """A `Generate` over a running sampler server (`SamplerClient`); texts decoded with the run's tokenizer."""
+    def generate(prompts: list[np.ndarray]) -> list[list[str]]:
+        groups = client.generate([p.tolist() for p in prompts], sampling, num_samples=num_samples, seed=seed)
+        return [[c.text if c.text is not None else tokenizer.decode(c.tokens, skip_special_tokens=True)
+                 for c in group] for group in groups]
+
+    return generate
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.repair_score", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="experiment file (experiments/NAME.py[:arg]): model, tokenizer, "
+                   "prompt budget, sampler limits, reward kind")
+    p.add_argument("--records", required=True, help="PR records (file, directory, glob or comma-separated list)")
+    p.add_argument("--out", required=True, help="directory for repair.jsonl and summary.json")
+    p.add_argument("--weights", default="", help="a published policy directory (WORKDIR/policy)")
+    p.add_argument("--version", type=int, default=None, help="policy version in --weights (default: the newest)")
+    p.add_argument("--address", default="", help="HOST:PORT of a running sampler server instead of a local engine")
+    p.add_argument("--samples", type=int, default=1, help="answers per record (the paper: 1, greedy)")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max_new_tokens", type=int, default=0, help="default: sampler.max_new_tokens")
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> RepairScore:
+    """CLI entry point; returns the score (tests call it in-process)."""
+    args = _parser().parse_args(argv)
+    from swerl_jax.config import load_experiment_config, resolve_config  # JAX: config checks, the local engine
+    from swerl_jax.data.paths import expand_record_paths
+    from swerl_jax.tokenizer import tokenizer_for
+
+    config = resolve_config(load_experiment_config(args.config), check_files=True)
+    records = [r for path in expand_record_paths(args.records, key="--records") for r in read_records(path)]
+    tokenizer = tokenizer_for(config.model)
+    sampling = SamplingParams(temperature=args.temperature, top_p=config.sampler.top_p, top_k=config.sampler.top_k,
+                              max_new_tokens=args.max_new_tokens or config.sampler.max_new_tokens).validate()
+    policy_version = None
+    if args.address:
+        from swerl_jax.curate.config import parse_address
+        from swerl_jax.sampler.client import SamplerClient
+
+        client = SamplerClient(parse_address(args.address), timeout_s=config.sampler.request_timeout_s)
+        generate = client_generate(client, tokenizer, sampling, args.samples, args.seed)
+    else:
+        from swerl_jax.sampler.server import load_engine
+        from swerl_jax.sampler.weights import load
+
+        engine, _ = load_engine(config, weights_dir=args.weights)
+        if args.weights and args.version is not None:
+            engine.update_params(load(args.weights, args.version, like=engine.params), args.version)
+        generate = engine_generate(engine, sampling, args.samples, args.seed)
+        policy_version = engine.policy_version if args.weights else None
+    rows: list[dict] = []
+    result = repair_score(records, generate, tokenizer, config.data.max_prompt_len, config.data.prompt_style,
+                          config.reward.kind, rows)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "repair.jsonl", "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    summary = {**dataclasses.asdict(result), "samples": args.samples, "temperature": args.temperature,
+               "config": args.config, "weights": args.weights, "policy_version": policy_version}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(result.line(), flush=True)
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,204 @@
+"""Seeded sweeps: variants x seeds of one experiment, run one after another (resumable) or emitted as launch commands.
+
+    python -m swerl_jax.sweep --config=experiments/tiny_cpu.py --sweep reward.kind=continuous,discrete \\
+        --seeds 0,1,2 --workdir sweeps/reward [--set rl.num_steps=8] [--emit launch/local.sh] [--dry-run]
+
+Variants are the product of every `--sweep KEY=V1,V2` axis, or what the experiment file declares in
+`get_sweep(arg) -> list[dict]` (big_vision style; `--sweep` then adds axes to each). Each (variant, seed) is one
+run: exactly `python -m swerl_jax.train --config=FILE --workdir=DIR/runs/NAME --config.KEY=VALUE ...
+--config.seed=SEED` in a subprocess, its output in `DIR/runs/NAME/train.log`. Every override is checked against the
+config (types, values, keys; `swerl_jax.config.resolve_config`) before the first run starts. A finished run
+(`rundir.is_finished`) is skipped, an interrupted one resumes, a failed one is recorded and the sweep goes on.
+`DIR/index.json` lists every run: name, overrides, seed, status (done | failed | pending), workdir, log, the last
+logged metrics. `--emit SCRIPT` writes `DIR/commands.sh`, one launcher line per run, instead of running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+from typing import Any
+
+from swerl_jax import rundir
+from swerl_jax.config import load_experiment_config, resolve_config
+from swerl_jax.metrics import read_metrics
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def parse_value(config: Any, key: str, text: str) -> Any:
+    """`text` as the type of `config`'s field `key` (int, float, bool, str, None for an unset optional string)."""
+    node = config
+    *path, last = key.split(".")
+    for part in path:
+        if part not in node:
+            raise KeyError(f"unknown config key {key}")
+        node = node[part]
+    if last not in node:
+        raise KeyError(f"unknown config key {key}")
+    current = node[last]
+    if isinstance(current, bool):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"{key}={text!r}: expected a bool (true/false)")
+        return text.lower() in ("true", "1")
+    if isinstance(current, int):
+        return int(text)
+    if isinstance(current, float):
+        return float(text)
+    return None if text == "None" else text
+
+
+def parse_axes(config: Any, specs: list[str]) -> list[tuple[str, list[Any]]]:
+    """`["reward.kind=continuous,discrete", ...]` -> [(key, typed values), ...]; errors name the key."""
+    axes = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        if not sep or not values:
+            raise ValueError(f"--sweep {spec!r}: expected KEY=V1,V2,...")
+        axes.append((key, [parse_value(config, key, v) for v in values.split(",")]))
+    return axes
+
+
+def run_name(overrides: dict[str, Any], seed: int) -> str:
+    """A directory name: `reward.kind-discrete__seed-1` (the overrides in order, then the seed)."""
+    parts = [f"{k}-{v}" for k, v in overrides.items()] + [f"seed-{seed}"]
+    return "__".join(parts).replace("/", "_").replace(" ", "_")
+
+
+def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[int], fixed: dict[str, Any]
+              ) -> list[dict]:
+    """Every (variant, seed) run with its overrides, each checked by `resolve_config` before anything runs."""
+    path, _, arg = config_arg.partition(":")
+    declared = [{}]
+    module_sweep = _module_attr(path, "get_sweep")
+    if module_sweep is not None:
+        declared = list(module_sweep(arg or None))
+    runs = []
+    for base_overrides in declared:
+        for combo in itertools.product(*[[(k, v) for v in values] for k, values in axes]):
+            overrides = {**fixed, **base_overrides, **dict(combo)}
+            for seed in seeds:
+                config = load_experiment_config(config_arg)
+                for key, value in {**overrides, "seed": seed}.items():
+                    _set(config, key, value)
+                resolve_config(config, check_files=True)  # a bad override fails here, naming the key
+                runs.append({"name": run_name(overrides, seed), "overrides": overrides, "seed": seed,
+                             "sft_steps": int(config.sft.num_steps), "rl_steps": int(config.rl.num_steps)})
+    names = [r["name"] for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError("two runs of the sweep have the same overrides and seed")
+    return runs
+
+
+def train_command(config_arg: str, workdir: pathlib.Path, overrides: dict[str, Any], seed: int,
+                  launcher: str = "") -> list[str]:
+    """The command of one run: `python -m swerl_jax.train ...`, or `LAUNCHER CONFIG ...` for a launch script."""
+    flags = [f"--workdir={workdir}"] + [f"--config.{k}={v}" for k, v in {**overrides, "seed": seed}.items()]
+    path = config_arg
+    if launcher:
+        return [launcher, path, *flags]
+    return [sys.executable, "-m", "swerl_jax.train", f"--config={path}", *flags]
+
+
+def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str, list[Any]]], seeds: list[int],
+              fixed: dict[str, Any] | None = None, emit: str = "", dry_run: bool = False,
+              runner=subprocess.run) -> dict:
+    """Run (or emit) every run of the sweep; returns the index (also written to `workdir/index.json`)."""
+    root = pathlib.Path(workdir).resolve()
+    runs = plan_runs(config_arg, axes, seeds, fixed or {})
+    root.mkdir(parents=True, exist_ok=True)
+    index = {"config": config_arg, "axes": [[k, v] for k, v in axes], "seeds": seeds, "runs": []}
+    if emit:
+        lines = [shlex.join(train_command(config_arg, root / "runs" / r["name"], r["overrides"], r["seed"], emit))
+                 for r in runs]
+        (root / "commands.sh").write_text("#!/usr/bin/env bash\n# one line per run of the sweep\n"
+                                          + "\n".join(lines) + "\n")
+    for r in runs:
+        run_dir = root / "runs" / r["name"]
+        entry = {**{k: r[k] for k in ("name", "overrides", "seed")}, "workdir": str(run_dir),
+                 "log": str(run_dir / "train.log"), "status": "pending"}
+        index["runs"].append(entry)
+        if rundir.is_finished(rundir.latest_steps(run_dir), r["sft_steps"], r["rl_steps"]):
+            entry["status"] = "done"
+        elif not (emit or dry_run):
+            run_dir.mkdir(parents=True, exist_ok=True)
+            t0 = time.time()
+            with open(run_dir / "train.log", "a") as log:
+                proc = runner(train_command(config_arg, run_dir, r["overrides"], r["seed"]), cwd=REPO,
+                              stdout=log, stderr=subprocess.STDOUT, check=False)
+            entry["status"] = "done" if proc.returncode == 0 else "failed"
+            entry["returncode"], entry["seconds"] = proc.returncode, round(time.time() - t0, 1)
+        entry["final"] = _last_metrics(run_dir)
+        _write_index(root, index)
+    _write_index(root, index)
+    return index
+
+
+def _last_metrics(run_dir: pathlib.Path) -> dict:
+    path = run_dir / "metrics.jsonl"
+    rows = read_metrics(path) if path.exists() else []
+    return {k: v for k, v in rows[-1].items() if isinstance(v, int | float)} if rows else {}
+
+
+def _write_index(root: pathlib.Path, index: dict) -> None:
+    tmp = root / f"index.json.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(index, indent=1))
+    os.replace(tmp, root / "index.json")  # a reader never sees half an index
+
+
+def _set(config: Any, key: str, value: Any) -> None:
+    *path, last = key.split(".")
+    node = config
+    for part in path:
+        node = node[part]
+    node[last] = value
+
+
+def _module_attr(path: str, name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_swerl_sweep_experiment", path)
+    if spec is None or not os.path.exists(path):
+        raise FileNotFoundError(f"--config={path}: no such config file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name, None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; exit status 1 when a run failed."""
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.sweep", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="experiments/NAME.py[:arg]")
+    p.add_argument("--workdir", required=True, help="the sweep's directory (runs/, index.json)")
+    p.add_argument("--sweep", action="append", default=[], help="KEY=V1,V2,...: one axis (repeatable)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (config.seed of each run)")
+    p.add_argument("--set", action="append", default=[], help="KEY=VALUE applied to every run (repeatable)")
+    p.add_argument("--emit", default="", help="write DIR/commands.sh with this launcher (e.g. launch/local.sh)")
+    p.add_argument("--dry-run", action="store_true", help="check and index the runs, run nothing")
+    args = p.parse_args(argv)
+    try:
+        base = load_experiment_config(args.config)
+        axes = parse_axes(base, args.sweep)
+        fixed = {}
+        for spec in args.set:
+            key, _, text = spec.partition("=")
+            fixed[key] = parse_value(base, key, text)
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        index = run_sweep(args.config, args.workdir, axes, seeds, fixed, emit=args.emit, dry_run=args.dry_run)
+    except (KeyError, ValueError, TypeError, FileNotFoundError) as e:
+        raise SystemExit(f"swerl_jax.sweep: {str(e).strip(chr(39))}") from None
+    statuses = [r["status"] for r in index["runs"]]
+    print(f"sweep {args.workdir}: {len(statuses)} runs, {statuses.count('done')} done, "
+          f"{statuses.count('failed')} failed, {statuses.count('pending')} pending", flush=True)
+    return int("failed" in statuses)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

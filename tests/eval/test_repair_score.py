@@ -1,0 +1,76 @@
+"""The oracle-file repair metric: hand-checked figures on scripted answers, and the CLI end to end on the tiny model
+(a real engine, a published policy version, the real reward)."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+
+from swerl_jax.data.records import write_records
+from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.data.targets import oracle_solution
+from swerl_jax.eval import repair_score as rs
+from swerl_jax.model.config import get_model_config
+from swerl_jax.model.llama import init_params
+from swerl_jax.sampler import weights
+from swerl_jax.tokenizer import load_tokenizer
+
+RECORDS = synthetic_records(4, seed=9)
+
+
+def _scripted(answers_per_record):
+    def generate(prompts):
+        assert all(isinstance(p, np.ndarray) and p.dtype == np.int32 for p in prompts)
+        return [answers_per_record(i) for i in range(len(prompts))]
+    return generate
+
+
+def test_gold_answers_score_100_and_malformed_score_0():
+    rows: list = []
+    gold = rs.repair_score(RECORDS, _scripted(lambda i: [oracle_solution(RECORDS[i])]), load_tokenizer(), 1024,
+                           rows_out=rows)
+    assert (gold.format_rate, gold.score, gold.mean_reward, gold.exact_rate) == (1.0, 100.0, 1.0, 1.0)
+    assert gold.scored == gold.answers == 4 and [r["reward"] for r in rows] == [1.0] * 4
+    bad = rs.repair_score(RECORDS, _scripted(lambda i: ["no tags at all"]), load_tokenizer(), 1024)
+    assert (bad.format_rate, bad.score, bad.mean_reward, bad.exact_rate) == (0.0, 0.0, -1.0, 0.0)
+
+
+def test_mixed_answers_by_hand():
+    # record 0: gold (1.0); 1: malformed (-1 -> 0 in the score); 2 and 3: a well-formed edit that changes nothing
+    # the oracle changes (search text found, replaced by itself plus a comment): reward in (0, 1)
+    def answers(i):
+        if i == 0:
+            return [oracle_solution(RECORDS[0])]
+        if i == 1:
+            return ["<think>x</think><solution>nothing</solution>"]
+        path, content = next(iter(RECORDS[i]["code_context"].items()))
+        line = content.splitlines()[0]
+        return [f"<think>t</think>\n<solution>\n```python\n### {path}\n<<<<<<< SEARCH\n{line}\n=======\n"
+                f"{line}  # touched\n>>>>>>> REPLACE\n```\n</solution>"]
+    rows: list = []
+    got = rs.repair_score(RECORDS, _scripted(answers), load_tokenizer(), 1024, rows_out=rows)
+    r = [row["reward"] for row in rows]
+    assert r[0] == 1.0 and r[1] == -1.0 and all(0.0 <= x < 1.0 for x in r[2:])
+    assert got.format_rate == 0.75 and got.exact_rate == 0.25
+    assert got.score == 100 * (1.0 + r[2] + r[3]) / 4 and got.mean_reward == (1.0 - 1.0 + r[2] + r[3]) / 4
+    assert rows[1]["format_error"] == "no_blocks"
+
+
+def test_prompts_over_budget_are_skipped_and_counted():
+    got = rs.repair_score(RECORDS, _scripted(lambda i: [oracle_solution(RECORDS[i])]), load_tokenizer(), 8)
+    assert got.scored == 0 and got.skipped == {"prompt longer than data.max_prompt_len": 4}
+
+
+def test_cli_on_a_published_policy_version(tmp_path):
+    write_records(tmp_path / "recs.jsonl", RECORDS[:2])
+    params = init_params(get_model_config("demo-7m"), jax.random.PRNGKey(3))
+    weights.publish(tmp_path / "policy", params, 5)
+    result = rs.main(["--config=experiments/tiny_cpu.py", f"--records={tmp_path / 'recs.jsonl'}",
+                      f"--out={tmp_path / 'out'}", f"--weights={tmp_path / 'policy'}", "--max_new_tokens=8"])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    rows = [json.loads(line) for line in (tmp_path / "out" / "repair.jsonl").read_text().splitlines()]
+    assert result.scored == summary["scored"] == len(rows) == 2 and summary["policy_version"] == 5
+    # an untrained 7M model writes 8 tokens of noise: every answer is malformed, exactly as the reward says
+    assert summary["format_rate"] == 0.0 and all(row["reward"] == -1.0 for row in rows)
