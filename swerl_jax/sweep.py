@@ -72,9 +72,11 @@ def run_name(overrides: dict[str, Any], seed: int) -> str:
     return "__".join(parts).replace("/", "_").replace(" ", "_")
 
 
-def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[int], fixed: dict[str, Any]
-              ) -> list[dict]:
-    """Every (variant, seed) run with its overrides, each checked by `resolve_config` before anything runs."""
+def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[int], fixed: dict[str, Any],
+              check_files: bool = True) -> list[dict]:
+    """Every (variant, seed) run with its overrides, each checked by `resolve_config` before anything runs
+    (`check_files`: also that its data and model files exist here; off when only emitting commands)."""
+    load_experiment_config(config_arg)  # the file exists; the repository root is importable
     path, _, arg = config_arg.partition(":")
     declared = [{}]
     module_sweep = _module_attr(path, "get_sweep")
@@ -88,7 +90,7 @@ def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[in
                 config = load_experiment_config(config_arg)
                 for key, value in {**overrides, "seed": seed}.items():
                     _set(config, key, value)
-                resolve_config(config, check_files=True)  # a bad override fails here, naming the key
+                resolve_config(config, check_files=check_files)  # a bad override fails here, naming the key
                 runs.append({"name": run_name(overrides, seed), "overrides": overrides, "seed": seed,
                              "sft_steps": int(config.sft.num_steps), "rl_steps": int(config.rl.num_steps)})
     names = [r["name"] for r in runs]
@@ -112,7 +114,7 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
               runner=subprocess.run) -> dict:
     """Run (or emit) every run of the sweep; returns the index (also written to `workdir/index.json`)."""
     root = pathlib.Path(workdir).resolve()
-    runs = plan_runs(config_arg, axes, seeds, fixed or {})
+    runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not (emit or dry_run))
     root.mkdir(parents=True, exist_ok=True)
     index = {"config": config_arg, "axes": [[k, v] for k, v in axes], "seeds": seeds, "runs": []}
     if emit:

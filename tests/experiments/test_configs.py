@@ -228,3 +228,34 @@ def test_no_config_section_is_read_with_a_default_outside_the_config_module():
             continue
         found += [f"{path.relative_to(REPO)} {hit}" for hit in defaulted_reads(ast.parse(path.read_text()), sections)]
     assert not found, found
+
+
+# ------------------------------------------------------------------- the ablation sweeps (experiments/ablations/)
+
+ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp"]
+
+
+def test_every_ablation_file_is_listed():
+    assert {p.stem for p in (REPO / "experiments" / "ablations").glob("*.py")} - {"__init__"} == set(ABLATIONS)
+
+
+@pytest.mark.parametrize("name", ABLATIONS)
+@pytest.mark.parametrize("arg", [None, "cpu"])
+def test_ablation_sweep_variants_resolve_and_plan(name, arg, tmp_path):
+    from swerl_jax import sweep
+
+    config_arg = f"experiments/ablations/{name}.py" + (f":{arg}" if arg else "")
+    index = sweep.run_sweep(str(REPO / config_arg), tmp_path, [], [0, 1, 2], dry_run=True,
+                            runner=lambda *a, **k: pytest.fail("a dry run runs nothing"))
+    variants = importlib.import_module(f"experiments.ablations.{name}").get_sweep(arg)
+    assert len(index["runs"]) == 3 * len(variants) >= 6
+    for v in variants:  # each variant's config is a valid, planned run at its scale
+        c = importlib.import_module(f"experiments.ablations.{name}").get_config(arg)
+        for key, value in v.items():
+            section, field = key.split(".")
+            c[section][field] = value
+        validate_config(c, check_files=False)
+        mode = "sft" if int(c.rl.num_steps) == 0 else "rl"
+        p = plan.make_plan(c, c.mesh.name, mode=mode)
+        if c.mesh.name == "h100x512":
+            assert p.fits, (name, v, plan.format_plan(p, plan.workload_from_config(c, mode)))
