@@ -137,6 +137,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sft.learning_rate = 1e-5
     c.sft.micro_batch_size = 0  # sequences per micro-batch (gradient accumulation); 0: the whole batch at once
 
+    # Held-out evaluation during GRPO: the oracle-file repair metric (swerl_jax/eval/repair_score.py: format rate,
+    # score, exact fixes), greedy, on records the run does not train on; logged as eval/* every N steps and at the
+    # last step. It changes nothing the run computes (rundir treats eval.* as operational).
+    c.eval = ml_collections.ConfigDict()
+    c.eval.every_steps = 0  # 0: off
+    c.eval.records = ""  # PR record files (paths as data.train_files); empty: synthetic records of another seed
+    c.eval.num_records = 16  # the first N of them
+    c.eval.heldout_seed = 1000  # synthetic held-out records use seed + this (never the training records' seed)
+
     # Checkpoints.
     c.checkpoint = ml_collections.ConfigDict()
     c.checkpoint.every_steps = 50

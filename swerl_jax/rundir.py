@@ -21,7 +21,7 @@ from typing import Any
 
 # Fields that do not change what a run computes, so a resume may change them without a flag.
 OPERATIONAL_KEYS = (
-    "logging.", "checkpoint.every_steps", "checkpoint.max_to_keep", "checkpoint.async_save",
+    "logging.", "eval.", "checkpoint.every_steps", "checkpoint.max_to_keep", "checkpoint.async_save",
     "sampler.host", "sampler.port", "sampler.request_timeout_s", "sampler.weights_dir",
     "data.worker_count", "reward.num_workers",
     "mesh.coordinator_address", "mesh.num_processes", "mesh.process_id",

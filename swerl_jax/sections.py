@@ -148,6 +148,16 @@ class SFTSection:
 
 
 @dataclasses.dataclass(frozen=True)
+class EvalSection:
+    """`eval.*`: held-out repair evaluation during GRPO."""
+
+    every_steps: int
+    records: str
+    num_records: int
+    heldout_seed: int
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckpointSection:
     """`checkpoint.*`: how often and how many Orbax steps are kept."""
 
@@ -179,6 +189,7 @@ class Experiment:
     rl: RLSection
     optim: OptimSection
     sft: SFTSection
+    eval: EvalSection
     checkpoint: CheckpointSection
     logging: LoggingSection
 

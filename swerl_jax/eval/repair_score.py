@@ -27,8 +27,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import read_records
+from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.reward import get_reward_fn
 from swerl_jax.sampler.types import SamplingParams
 
@@ -85,6 +87,21 @@ def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_pro
                        mean_reward=float(r.sum() / n), exact_rate=float((r >= 1.0).sum() / n), skipped=skipped)
 
 
+def heldout_records(config) -> list[dict]:
+    """The first `eval.num_records` records of `eval.records`, or synthetic records of seed `seed + eval.heldout_seed`
+    (the training records are seed `seed`: these are instances the run never trains on)."""
+    e = config.eval
+    if str(e.records).strip():
+        records = []
+        for path in expand_record_paths(str(e.records), key="eval.records"):
+            records += read_records(path)
+            if len(records) >= e.num_records:
+                break
+        return records[:e.num_records]
+    repos = [r.strip() for r in str(config.data.synthetic_repos).split(",") if r.strip()]
+    return synthetic_records(int(e.num_records), seed=int(config.seed) + int(e.heldout_seed), repos=repos or None)
+
+
 def engine_generate(engine, sampling: SamplingParams, num_samples: int, seed: int = 0) -> Generate:
     """A `Generate` over an in-process `SamplingEngine`, in chunks of at most `max_batch` rows."""
     per_call = max(1, engine.max_batch // num_samples)
@@ -129,7 +146,6 @@ def main(argv: list[str] | None = None) -> RepairScore:
     """CLI entry point; returns the score (tests call it in-process)."""
     args = _parser().parse_args(argv)
     from swerl_jax.config import load_experiment_config, resolve_config  # JAX: config checks, the local engine
-    from swerl_jax.data.paths import expand_record_paths
     from swerl_jax.tokenizer import tokenizer_for
 
     config = resolve_config(load_experiment_config(args.config), check_files=True)

@@ -21,6 +21,7 @@ reward_wall, logprobs, train, sync (publish), step. They are the only metrics a 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import pathlib
@@ -36,6 +37,7 @@ from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.config import resolve_config
 from swerl_jax.data.budget import answer_budget_warning
 from swerl_jax.data.loader import data_metrics, rl_dataset_from_config
+from swerl_jax.eval.repair_score import heldout_records, repair_score
 from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, micro_batches
@@ -47,6 +49,7 @@ from swerl_jax.sampler import weights
 from swerl_jax.sampler.client import SamplerClient
 from swerl_jax.sampler.engine import SamplingParams
 from swerl_jax.sampler.server import build_engine
+from swerl_jax.tokenizer import tokenizer_for
 
 log = logging.getLogger("swerl_jax.rl")
 PROMPT_BUCKET, COMPLETION_BUCKET = 64, 32  # few distinct shapes, few train-step compilations
@@ -120,6 +123,9 @@ class GRPOTrainer(TrainLoop):
         self._logprob_fns: dict = {}
         self.is_main = sharding.is_main_process()
         self.save_rollouts = bool(config.logging.save_rollouts)
+        # held-out repair evaluation (eval.*): greedy answers to records the run never trains on, on process 0
+        self.eval_every = int(config.eval.every_steps)
+        self.eval_records = heldout_records(config) if self.eval_every > 0 and self.is_main else []
 
     # --- sampler ----------------------------------------------------------------------------------------------
 
@@ -223,7 +229,8 @@ class GRPOTrainer(TrainLoop):
             finite &= check_finite(later, step, "GRPO (last epoch)", skip)
 
         t0 = time.perf_counter()
-        if step < self.num_steps:  # the last step's policy is in the checkpoint; nobody samples from it
+        eval_due = self.eval_every > 0 and (step % self.eval_every == 0 or step == self.num_steps)
+        if step < self.num_steps or eval_due:  # else the last step's policy is only in the checkpoint
             self._publish(step)
         t_sync = time.perf_counter() - t0
 
@@ -237,11 +244,41 @@ class GRPOTrainer(TrainLoop):
         metrics["reward_service"] = {k: v for k, v in self.reward_service.metrics().items()
                                      if k in ("items", "timeouts", "crashes", "exceptions", "nonfinite",
                                               "format_error_total")}
+        t_eval = None
+        if eval_due:
+            t0 = time.perf_counter()
+            metrics.update(self.evaluate(step))
+            t_eval = time.perf_counter() - t0
         metrics["time"] = {"data_s": t_data, "generate_s": times.generate_s, "reward_wall_s": times.reward_wall_s,
                            "reward_wait_s": times.reward_wait_s, "reward_hidden_frac": times.reward_hidden_frac,
                            "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
                            "step_s": time.perf_counter() - t_step}
+        if t_eval is not None:
+            metrics["time"]["eval_s"] = t_eval
         return metrics, rollouts
+
+    def evaluate(self, version: int) -> dict:
+        """The repair metric of policy `version` on the held-out records (greedy): eval/format_rate, eval/score,
+        eval/exact_rate, eval/mean_reward. Process 0 only (the others return {})."""
+        if not self.eval_records:
+            return {}
+        greedy = dataclasses.replace(self.sampling, temperature=0.0)
+        chunk = max(1, int(self.config.sampler.max_batch))
+
+        def generate(prompts: list[np.ndarray]) -> list[list[str]]:
+            out = []
+            for start in range(0, len(prompts), chunk):
+                groups = self.sampler.generate(prompts[start:start + chunk], greedy, num_samples=1, seed=0,
+                                               min_policy_version=version)
+                out += [[c.text or "" for c in group] for group in groups]
+            return out
+
+        d = self.config.data
+        result = repair_score(self.eval_records, generate, tokenizer_for(self.config.model), d.max_prompt_len,
+                              d.prompt_style, self.config.reward.kind)
+        return {"eval/format_rate": result.format_rate, "eval/score": result.score,
+                "eval/exact_rate": result.exact_rate, "eval/mean_reward": result.mean_reward,
+                "eval/answers": result.answers}
 
     # --- the loop (swerl_jax.loop.TrainLoop) -----------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import math
 import pytest
 
 from experiments import base
+from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.metrics import read_metrics
 from swerl_jax.rl.trainer import GRPOTrainer
 
@@ -44,6 +45,25 @@ def runs(tmp_path_factory):
         summary = trainer.run()
         out[name] = (read_metrics(summary["metrics"]), has_reference, num_micro)
     return out
+
+
+def test_heldout_repair_evaluation_every_step_and_at_the_end(tmp_path):
+    """eval.every_steps=1: each step's metrics carry the greedy repair metric of the policy it just published, on
+    held-out synthetic records (another seed than the training records)."""
+    c = tiny_config(num_steps=2)
+    c.eval.update(every_steps=1, num_records=3)
+    trainer = GRPOTrainer(c, tmp_path)
+    train_ids = {r["instance_id"] for r in synthetic_records(4, seed=c.seed, repos=None)}
+    assert len(trainer.eval_records) == 3 and not train_ids & {r["instance_id"] for r in trainer.eval_records}
+    rows = read_metrics(trainer.run()["metrics"])
+    for r in rows:
+        assert r["eval/answers"] == 3 and r["time/eval_s"] > 0
+        assert 0.0 <= r["eval/exact_rate"] <= r["eval/format_rate"] <= 1.0 and 0.0 <= r["eval/score"] <= 100.0
+        assert -1.0 <= r["eval/mean_reward"] <= r["eval/score"] / 100
+
+
+def test_no_evaluation_by_default(runs):
+    assert not [k for r in runs["plain"][0] for k in r if k.startswith("eval/")]
 
 
 def test_switches_kl_recompute_and_micro_batches(runs):
