@@ -168,3 +168,21 @@ def load_experiment_config(config_arg: str) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config(arg) if arg else module.get_config()
+
+
+def load_run_config(workdir: str | os.PathLike) -> Experiment:
+    """A run directory's resolved config (`WORKDIR/config.json`), typed. Keys added to experiments/base.py since
+    the run started are filled with base's values (they did not exist for it); everything it wrote is kept."""
+    import pathlib
+
+    path = pathlib.Path(workdir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not a run directory (no config.json)")
+    merged = json.loads(load_experiment_config(
+        str(pathlib.Path(__file__).resolve().parents[1] / "experiments" / "base.py")).to_json())
+    for section, value in json.loads(path.read_text()).items():
+        if isinstance(value, dict) and isinstance(merged.get(section), dict):
+            merged[section].update(value)
+        else:
+            merged[section] = value
+    return resolve_config(merged, check_files=False)

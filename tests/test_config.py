@@ -5,7 +5,7 @@ import json
 import pytest
 
 from experiments import base, tiny_cpu
-from swerl_jax.config import resolve_config, unknown_config_keys, validate_config
+from swerl_jax.config import load_run_config, resolve_config, unknown_config_keys, validate_config
 
 
 def test_unknown_keys_name_the_closest_valid_one():
@@ -125,3 +125,18 @@ def test_resolved_sections_are_typed_and_round_trip_through_json():
     assert exp.rl.kl_coef == 0.0 and isinstance(exp.rl.kl_coef, float)
     assert resolve_config(json.loads(exp.to_json())) == exp
     assert json.loads(exp.to_json()) == json.loads(resolve_config(tiny_cpu.get_config()).to_json())
+
+
+def test_a_run_directory_from_before_a_new_key_still_loads(tmp_path):
+    """load_run_config: an older run's config.json lacks keys added since (here the eval section): base's values
+    fill them, everything the run wrote is kept, and a typo the run could not have written still fails."""
+    old = json.loads(tiny_cpu.get_config().to_json())
+    del old["eval"]
+    old["rl"]["kl_coef"] = 0.5
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    exp = load_run_config(tmp_path)
+    assert exp.eval.every_steps == base.get_config().eval.every_steps and exp.rl.kl_coef == 0.5
+    old["rl"]["kl_coeff"] = 1.0
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    with pytest.raises(KeyError, match="unknown config key rl.kl_coeff"):
+        load_run_config(tmp_path)

@@ -1,0 +1,95 @@
+"""Export a run's policy to a Hugging Face directory that transformers (and so vLLM or any OpenAI-compatible server)
+loads: a training checkpoint (Orbax) or a policy version published to the sampler.
+
+    python -m swerl_jax.eval.export --run WORKDIR --out HF_DIR [--step N | --version N] [--dtype bfloat16]
+
+The model config comes from the run's own `WORKDIR/config.json` (the trainer's `policy.model_config_from`), the
+weights from `WORKDIR/checkpoints/<step>/state` (the newest step by default; its integrity manifest is verified
+first) or from `WORKDIR/policy/` version N (`--version`; `-1` is the newest). The directory gets config.json,
+safetensors and the run's tokenizer with its chat template.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+from swerl_jax.config import load_run_config
+from swerl_jax.integrity import has_manifest, verify_manifest
+from swerl_jax.model.convert import save_hf
+from swerl_jax.policy import model_config_from
+from swerl_jax.sampler import weights
+from swerl_jax.tokenizer import tokenizer_for
+
+
+def checkpoint_params(checkpoints: pathlib.Path, step: int | None = None) -> tuple[int, dict]:
+    """(step, params as host numpy) of a training checkpoint: `step`, or the newest finished one."""
+    steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.is_dir() and p.name.isdigit()) \
+        if checkpoints.is_dir() else []
+    if not steps:
+        raise FileNotFoundError(f"no checkpoint steps in {checkpoints}")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise FileNotFoundError(f"checkpoint step {step} is not in {checkpoints} (steps: {steps})")
+    path = checkpoints / str(step)
+    if has_manifest(path):
+        verify_manifest(path)  # CorruptCheckpointError names the file
+    checkpointer = ocp.StandardCheckpointer()
+    try:
+        state = checkpointer.restore(path / "state")  # no target: the saved tree, as host arrays
+    finally:
+        checkpointer.close()
+    return step, jax.tree.map(np.asarray, state["params"])
+
+
+def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | None = None,
+               version: int | None = None, dtype: str = "") -> dict:
+    """Write the run's policy (checkpoint `step`, or published `version`) as an HF directory; returns what was
+    exported (source, step or version, dtype, path)."""
+    run = pathlib.Path(run)
+    config = load_run_config(run)
+    model_config = model_config_from(config)
+    if version is not None:
+        policy_dir = config.sampler.weights_dir or str(run / "policy")
+        version = weights.latest_version(policy_dir) if version < 0 else version
+        if version is None:
+            raise FileNotFoundError(f"no published policy version in {policy_dir}")
+        params = jax.tree.map(np.asarray, weights.load(policy_dir, version))
+        source = {"policy_version": version}
+    else:
+        step, params = checkpoint_params(run / "checkpoints", step)
+        source = {"checkpoint_step": step}
+    if dtype:
+        params = jax.tree.map(lambda x: np.asarray(x).astype(jnp.dtype(dtype)), params)
+    model_config = model_config.replace(param_dtype=str(next(iter(jax.tree.leaves(params))).dtype))
+    path = save_hf(model_config, params, out)
+    tokenizer_for(config.model).save_pretrained(str(path))
+    return {**source, "dtype": model_config.param_dtype, "path": str(path)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """CLI entry point; prints and returns what was exported."""
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.export", description=__doc__.split("\n")[0])
+    p.add_argument("--run", required=True, help="the run's workdir (config.json, checkpoints/, policy/)")
+    p.add_argument("--out", required=True, help="the Hugging Face directory to write")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
+    p.add_argument("--version", type=int, default=None, help="export published policy version N instead (-1: newest)")
+    p.add_argument("--dtype", default="", help="cast the weights (e.g. bfloat16); default: as stored")
+    args = p.parse_args(argv)
+    try:
+        done = export_run(args.run, args.out, step=args.step, version=args.version, dtype=args.dtype)
+    except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"swerl_jax.eval.export: {e}") from None
+    print(json.dumps(done), flush=True)
+    return done
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

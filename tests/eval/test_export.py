@@ -1,0 +1,56 @@
+"""Export to Hugging Face: a real run's newest checkpoint and newest published policy version load in transformers
+(the independent reference) with logits equal to our model's on the exported weights (fp32, the project's 1e-4),
+and the run's tokenizer with its chat template comes along."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, LlamaForCausalLM
+
+from swerl_jax.config import load_run_config
+from swerl_jax.eval import export
+from swerl_jax.model.llama import forward
+from swerl_jax.policy import model_config_from
+from swerl_jax.sampler import weights
+
+TOL = 1e-4  # the project's float32 logit bound (swerl_jax.model.check_logits)
+
+
+def _hf_logits(path, tokens: np.ndarray) -> np.ndarray:
+    model = LlamaForCausalLM.from_pretrained(str(path), torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(torch.as_tensor(tokens, dtype=torch.long)).logits.numpy()
+
+
+def _ours(run, params, tokens):
+    return np.asarray(forward(model_config_from(load_run_config(run)), params, tokens))
+
+
+def test_newest_checkpoint_exports_to_a_directory_transformers_loads(tiny_cpu_short_run, tmp_path):
+    run, _ = tiny_cpu_short_run
+    done = export.main(["--run", str(run), "--out", str(tmp_path / "hf")])
+    assert done["checkpoint_step"] == 16 and done["dtype"] == "float32"
+    _, params = export.checkpoint_params(run / "checkpoints", 16)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert tok.chat_template and tok.eos_token == "<|im_end|>"
+    tokens = np.asarray([tok("def f(x):\n    return x + 1\n")["input_ids"]], np.int32)
+    np.testing.assert_allclose(_hf_logits(tmp_path / "hf", tokens), _ours(run, params, tokens), atol=TOL, rtol=0)
+
+
+def test_published_policy_version_exports(tiny_cpu_short_run, tmp_path):
+    run, _ = tiny_cpu_short_run
+    newest = weights.latest_version(run / "policy")
+    done = export.main(["--run", str(run), "--out", str(tmp_path / "hf"), "--version", "-1"])
+    assert done["policy_version"] == newest == 15  # the 16th step's policy is only in the checkpoint
+    params = jax.tree.map(np.asarray, weights.load(run / "policy", newest))
+    tokens = np.asarray([[1, 2, 3, 4, 5, 6, 7]], np.int32)
+    np.testing.assert_allclose(_hf_logits(tmp_path / "hf", tokens), _ours(run, params, tokens), atol=TOL, rtol=0)
+
+
+def test_missing_step_is_named(tiny_cpu_short_run, tmp_path):
+    run, _ = tiny_cpu_short_run
+    with pytest.raises(SystemExit, match="checkpoint step 7 is not in"):
+        export.main(["--run", str(run), "--out", str(tmp_path / "hf"), "--step", "7"])
