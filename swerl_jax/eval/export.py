@@ -1,12 +1,13 @@
 """Export a run's policy to a Hugging Face directory that transformers (and so vLLM or any OpenAI-compatible server)
 loads: a training checkpoint (Orbax) or a policy version published to the sampler.
 
-    python -m swerl_jax.eval.export --run WORKDIR --out HF_DIR [--step N | --version N] [--dtype bfloat16]
+    python -m swerl_jax.eval.export --run WORKDIR --out HF_DIR [--step N | --version N] [--stage sft] [--dtype bfloat16]
 
 The model config comes from the run's own `WORKDIR/config.json` (the trainer's `policy.model_config_from`), the
 weights from `WORKDIR/checkpoints/<step>/state` (the newest step by default; its integrity manifest is verified
-first) or from `WORKDIR/policy/` version N (`--version`; `-1` is the newest). The directory gets config.json,
-safetensors and the run's tokenizer with its chat template.
+first) or from `WORKDIR/policy/` version N (`--version`; `-1` is the newest); `--stage sft` takes the SFT stage's
+checkpoints (`WORKDIR/sft/checkpoints`: the SFT baseline). The directory gets config.json, safetensors and the run's
+tokenizer with its chat template; `repair_score --hf_dir` evaluates it.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def checkpoint_params(checkpoints: pathlib.Path, step: int | None = None) -> tup
 
 
 def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | None = None,
-               version: int | None = None, dtype: str = "") -> dict:
+               version: int | None = None, dtype: str = "", stage: str = "grpo") -> dict:
     """Write the run's policy (checkpoint `step`, or published `version`) as an HF directory; returns what was
     exported (source, step or version, dtype, path)."""
     run = pathlib.Path(run)
@@ -64,8 +65,8 @@ def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
         params = jax.tree.map(np.asarray, weights.load(policy_dir, version))
         source = {"policy_version": version}
     else:
-        step, params = checkpoint_params(run / "checkpoints", step)
-        source = {"checkpoint_step": step}
+        step, params = checkpoint_params(run / "sft" / "checkpoints" if stage == "sft" else run / "checkpoints", step)
+        source = {"stage": stage, "checkpoint_step": step}
     if dtype:
         params = jax.tree.map(lambda x: np.asarray(x).astype(jnp.dtype(dtype)), params)
     model_config = model_config.replace(param_dtype=str(next(iter(jax.tree.leaves(params))).dtype))
@@ -82,9 +83,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")
     p.add_argument("--version", type=int, default=None, help="export published policy version N instead (-1: newest)")
     p.add_argument("--dtype", default="", help="cast the weights (e.g. bfloat16); default: as stored")
+    p.add_argument("--stage", choices=("grpo", "sft"), default="grpo", help="whose checkpoints (sft: WORKDIR/sft)")
     args = p.parse_args(argv)
     try:
-        done = export_run(args.run, args.out, step=args.step, version=args.version, dtype=args.dtype)
+        done = export_run(args.run, args.out, step=args.step, version=args.version, dtype=args.dtype,
+                          stage=args.stage)
     except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"swerl_jax.eval.export: {e}") from None
     print(json.dumps(done), flush=True)

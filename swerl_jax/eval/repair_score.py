@@ -134,6 +134,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="directory for repair.jsonl and summary.json")
     p.add_argument("--weights", default="", help="a published policy directory (WORKDIR/policy)")
     p.add_argument("--version", type=int, default=None, help="policy version in --weights (default: the newest)")
+    p.add_argument("--hf_dir", default="", help="a Hugging Face directory to evaluate (sets model.hf_dir and "
+                   "model.tokenizer; e.g. an `eval.export` of an SFT checkpoint)")
     p.add_argument("--address", default="", help="HOST:PORT of a running sampler server instead of a local engine")
     p.add_argument("--samples", type=int, default=1, help="answers per record (the paper: 1, greedy)")
     p.add_argument("--temperature", type=float, default=0.0)
@@ -148,7 +150,10 @@ def main(argv: list[str] | None = None) -> RepairScore:
     from swerl_jax.config import load_experiment_config, resolve_config  # JAX: config checks, the local engine
     from swerl_jax.tokenizer import tokenizer_for
 
-    config = resolve_config(load_experiment_config(args.config), check_files=True)
+    config = load_experiment_config(args.config)
+    if args.hf_dir:
+        config.model.hf_dir = config.model.tokenizer = args.hf_dir
+    config = resolve_config(config, check_files=True)
     records = [r for path in expand_record_paths(args.records, key="--records") for r in read_records(path)]
     tokenizer = tokenizer_for(config.model)
     sampling = SamplingParams(temperature=args.temperature, top_p=config.sampler.top_p, top_k=config.sampler.top_k,

@@ -54,3 +54,26 @@ def test_missing_step_is_named(tiny_cpu_short_run, tmp_path):
     run, _ = tiny_cpu_short_run
     with pytest.raises(SystemExit, match="checkpoint step 7 is not in"):
         export.main(["--run", str(run), "--out", str(tmp_path / "hf"), "--step", "7"])
+
+
+def test_sft_checkpoint_exports_and_scores_its_training_records(tiny_cpu_short_run, tmp_path):
+    """The SFT baseline evaluated the paper's way: its checkpoint exported (`--stage sft`), then the repair metric
+    on two of the records it was fine-tuned on, greedy, through the exported Hugging Face directory (measured on
+    this machine: one exact fix, one malformed answer; the figures depend on XLA's CPU numerics, so only their
+    consistency is asserted)."""
+    from swerl_jax.data.records import write_records
+    from swerl_jax.data.synthetic import synthetic_records
+    from swerl_jax.eval import repair_score
+
+    run, _ = tiny_cpu_short_run
+    done = export.main(["--run", str(run), "--out", str(tmp_path / "sft-hf"), "--stage", "sft"])
+    assert done["stage"] == "sft" and done["checkpoint_step"] == 100
+    config = load_run_config(run)
+    records = synthetic_records(config.data.synthetic_num_records, seed=config.seed,
+                                repos=[config.data.synthetic_repos])[:2]
+    write_records(tmp_path / "train2.jsonl", records)
+    result = repair_score.main(["--config=experiments/tiny_cpu.py", f"--records={tmp_path / 'train2.jsonl'}",
+                                f"--out={tmp_path / 'repair'}", f"--hf_dir={tmp_path / 'sft-hf'}"])
+    rows = (tmp_path / "repair" / "repair.jsonl").read_text().splitlines()
+    assert result.scored == result.answers == len(rows) == 2
+    assert 0.0 <= result.exact_rate <= result.format_rate <= 1.0 and result.score <= 100 * result.format_rate
