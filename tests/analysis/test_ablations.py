@@ -1,0 +1,66 @@
+"""Sweep analysis against hand-computed values: t-intervals, paired differences by seed, variant tables read from a
+sweep directory laid out as swerl_jax.sweep writes it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from swerl_jax.analysis import ablations as ab
+
+# t quantile at 0.975 with 2 degrees of freedom, closed form: F(t) = 1/2 + t / (2 sqrt(t^2 + 2)) = 0.975
+T_0975_2 = math.sqrt(2 * 0.95 ** 2 / (1 - 0.95 ** 2))
+
+
+def test_t_interval_by_hand():
+    got = ab.t_interval([1.0, 2.0, 3.0])  # mean 2, sample sd 1
+    half = T_0975_2 * 1.0 / math.sqrt(3)
+    assert (got.mean, got.n) == (2.0, 3) and got.lo == pytest.approx(2 - half, abs=1e-12)
+    assert got.hi == pytest.approx(2 + half, abs=1e-12)
+    assert ab.t_interval([5.0]) == ab.Interval(5.0, 5.0, 5.0, 1)
+    assert ab.t_interval([math.nan]).n == 0
+
+
+def test_paired_difference_by_hand():
+    a, b = {0: 1.0, 1: 2.0, 2: 4.0, 3: 9.0}, {0: 0.0, 1: 1.0, 2: 2.0}  # seed 3 has no pair
+    diff, p = ab.paired_difference(a, b)  # diffs 1, 1, 2: mean 4/3, sd 1/sqrt(3)
+    sd = math.sqrt(((1 - 4 / 3) ** 2 * 2 + (2 - 4 / 3) ** 2) / 2)
+    assert diff.n == 3 and diff.mean == pytest.approx(4 / 3)
+    assert diff.hi - diff.mean == pytest.approx(T_0975_2 * sd / math.sqrt(3))
+    # t = (4/3) / (sd / sqrt(3)) = 4 with 2 degrees of freedom: two-sided p = 2 (1 - F(4)) = 1 - 4 / sqrt(18)
+    assert p == pytest.approx(2 * (1 - (0.5 + 4 / (2 * math.sqrt(4 ** 2 + 2)))), abs=1e-9)
+
+
+def _sweep(tmp_path, values):
+    runs = []
+    for (kind, seed), rows in values.items():
+        wd = tmp_path / "runs" / f"{kind}-{seed}"
+        wd.mkdir(parents=True)
+        (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        runs.append({"name": wd.name, "overrides": {"reward.kind": kind, "rl.num_steps": 2}, "seed": seed,
+                     "workdir": str(wd), "status": "done"})
+    runs.append({"name": "x", "overrides": {"reward.kind": "discrete", "rl.num_steps": 2}, "seed": 9,
+                 "workdir": str(tmp_path / "none"), "status": "failed"})
+    (tmp_path / "index.json").write_text(json.dumps({"runs": runs}))
+    return ab.load_sweep(tmp_path)
+
+
+def test_variant_table_reads_a_sweep(tmp_path):
+    index = _sweep(tmp_path, {
+        ("continuous", 0): [{"step": 1, "r": 0.0}, {"step": 2, "r": 0.5, "eval/score": 10.0}],
+        ("continuous", 1): [{"step": 1, "r": 0.0}, {"step": 2, "r": 0.7, "eval/score": 20.0}],
+        ("discrete", 0): [{"step": 1, "r": 0.0}, {"step": 2, "r": 0.1, "eval/score": 4.0}],
+        ("discrete", 1): [{"step": 1, "r": 0.2}, {"step": 2, "r": 0.3, "eval/score": 8.0}],
+    })
+    assert ab.varying_keys(index) == ["reward.kind"]  # rl.num_steps is the same everywhere
+    values = ab.final_values(index, "eval/score")
+    assert values == {"reward.kind=continuous": {0: 10.0, 1: 20.0}, "reward.kind=discrete": {0: 4.0, 1: 8.0}}
+    assert ab.final_values(index, "r", last=2)["reward.kind=discrete"] == {0: 0.05, 1: 0.25}
+    rows = ab.variant_table(index, ["eval/score"])
+    assert [r["variant"] for r in rows] == ["reward.kind=continuous", "reward.kind=discrete"]
+    assert rows[0]["seeds"] == 2 and rows[0]["eval/score"].startswith("15.000 [")
+    diff, _ = ab.paired_difference(values["reward.kind=discrete"], values["reward.kind=continuous"])
+    assert diff.mean == -9.0
+    assert ab.to_markdown(rows).splitlines()[0] == "| variant | seeds | eval/score |"
