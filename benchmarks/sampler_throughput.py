@@ -92,8 +92,9 @@ def build_prompts(tokenizer, batch: int, prompt_tokens: int) -> list[list[int]]:
                    f"    out = {{}}\n    for n, item in enumerate(data):\n        if n >= limit - {i % 3}:\n"
                    f"            break\n        out[item.key] = item.value.strip()\n    return out or None\n```\n"
                    f"--- END FILE ---\nPlease first localize the bug based on the issue statement, and then "
-                   f"generate *SEARCH/REPLACE* edits to fix the issue.") * 4
+                   f"generate *SEARCH/REPLACE* edits to fix the issue.")
         body = tokenizer.encode(content, add_special_tokens=False)
+        body = body * (room // max(len(body), 1) + 1)  # long prompts repeat the issue (cut to `room` below)
         if len(body) < room:
             raise ValueError(f"content has {len(body)} tokens, {room} needed: lower --prompt-tokens")
         prompts.append(head + body[:room] + tail)
@@ -222,7 +223,7 @@ def main() -> None:
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
-    tokenizer = load_tokenizer(str(smollm2_hf_dir()))
+    tokenizer = load_tokenizer("")  # SmolLM2's tokenizer (cached; prompt ids only, whatever the model)
     scratch = tempfile.TemporaryDirectory()  # random-weight models live here until the process ends
     hf_dir = smollm2_hf_dir() if args.model == "smollm2" else random_hf_dir(args.model, pathlib.Path(scratch.name))
     config, params = load_hf(hf_dir, param_dtype=args.dtype)

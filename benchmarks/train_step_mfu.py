@@ -87,6 +87,10 @@ def torch_step(m: LlamaConfig, args: argparse.Namespace, tokens: np.ndarray) -> 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     model = LlamaForCausalLM(hf).to(device=device, dtype=dtype)
+    if args.remat != "none":  # the fair peer of our remat: recompute each layer in the backward pass
+        model.gradient_checkpointing_enable()
+    if args.attention == "cudnn":
+        model.config._attn_implementation = "sdpa"  # torch's sdpa picks its flash/cuDNN kernel on CUDA
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.as_tensor(tokens, dtype=torch.long, device=device)
     times, loss = [], 0.0
@@ -117,6 +121,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--no-peer", action="store_true", help="skip the PyTorch step")
+    p.add_argument("--peer-only", action="store_true",
+                   help="only the PyTorch step (on a GPU, run each side in its own process: JAX holds its memory)")
     args = p.parse_args()
 
     m = get_model_config(args.model, param_dtype="float32", dtype=args.dtype, remat=args.remat,
@@ -129,7 +135,7 @@ def main() -> None:
     print(f"{args.model} ({m.num_params() / 1e6:.0f}M params), batch {args.batch} x seq {args.seq}, {args.dtype}, "
           f"remat={args.remat}, attention={args.attention or 'xla'}; {jax.device_count()} x "
           f"{jax.devices()[0].device_kind}; {fpt / 1e9:.2f} GFLOP/token")
-    results = {"ours (jax)": jax_step(m, args, tokens)}
+    results = {} if args.peer_only else {"ours (jax)": jax_step(m, args, tokens)}
     if not args.no_peer:
         results["transformers (torch)"] = torch_step(m, args, tokens)
     for name, (sec, loss) in results.items():
