@@ -89,7 +89,7 @@ def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[in
             for seed in seeds:
                 config = load_experiment_config(config_arg)
                 for key, value in {**overrides, "seed": seed}.items():
-                    _set(config, key, value)
+                    set_key(config, key, value)
                 resolve_config(config, check_files=check_files)  # a bad override fails here, naming the key
                 runs.append({"name": run_name(overrides, seed), "overrides": overrides, "seed": seed,
                              "sft_steps": int(config.sft.num_steps), "rl_steps": int(config.rl.num_steps)})
@@ -155,7 +155,8 @@ def _write_index(root: pathlib.Path, index: dict) -> None:
     os.replace(tmp, root / "index.json")  # a reader never sees half an index
 
 
-def _set(config: Any, key: str, value: Any) -> None:
+def set_key(config: Any, key: str, value: Any) -> None:
+    """Set the dotted `key` of a ConfigDict (the key must exist: see `parse_value`)."""
     *path, last = key.split(".")
     node = config
     for part in path:

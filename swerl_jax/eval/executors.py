@@ -11,6 +11,7 @@ import pathlib
 import shlex
 import shutil
 import subprocess
+import uuid
 
 from swerl_jax.eval import environments, grading, specs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
@@ -58,7 +59,34 @@ class LocalExecutor:
             if not self.keep_workdirs:
                 shutil.rmtree(work, ignore_errors=True)
 
-    def _evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
+    def run_script(self, instance: dict, patch: str, script: str, log_dir: pathlib.Path,
+                   files: dict[str, str] | None = None) -> dict:
+        """Set up the instance, apply `patch`, write `files` ({name: text}) into the work dir (beside the
+        checkout, never in it) and run the bash `script` there in the sandbox, no network. `script` may name
+        `$REPO` (the checkout) and `$WORK`. Returns {status: "ran", returncode, output, timed_out} or the failed
+        step's status, like `evaluate`. Agentless's reproduction and regression tests run through this."""
+        iid = instance["instance_id"]
+        work = self.out_dir / "work" / f"{iid}.{uuid.uuid4().hex[:10]}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        try:
+            ready = self._prepare(instance, patch, log_dir, work)
+            if "status" in ready:
+                return ready
+            sandbox, env, repo_dir = ready["sandbox"], ready["env"], ready["repo_dir"]
+            for name, text in (files or {}).items():
+                (work / name).write_text(text)
+            env = {**env, "REPO": str(repo_dir), "WORK": str(work)}
+            done = sandbox.run(f"cd {shlex.quote(str(repo_dir))}\n{script}", work, env=env)
+            (log_dir / "script.log").write_text(f"{script}\n---\n{done.output}")
+            return {"status": "ran", "returncode": done.returncode, "output": done.output,
+                    "timed_out": done.timed_out}
+        finally:
+            if not self.keep_workdirs:
+                shutil.rmtree(work, ignore_errors=True)
+
+    def _prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
+        """Clone, install and patch the instance in `work`: {sandbox, env, repo_dir, spec} or {status, error}."""
         try:
             git_dir = environments.resolve_clone(self.repos_dir, instance["repo"], self.out_dir / "repos")
         except (FileNotFoundError, subprocess.CalledProcessError) as err:
@@ -105,6 +133,13 @@ class LocalExecutor:
         if not applied.applied:
             return {"status": "patch_failed", "error": f"no command of {list(APPLY_CHAIN)} applied the patch"}
 
+        return {"sandbox": sandbox, "env": env, "repo_dir": repo_dir, "spec": spec}
+
+    def _evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
+        ready = self._prepare(instance, patch, log_dir, work)
+        if "status" in ready:
+            return ready
+        sandbox, env, repo_dir, spec = ready["sandbox"], ready["env"], ready["repo_dir"], ready["spec"]
         (work / "test.patch").write_text(instance["test_patch"])
         script = eval_script(instance, spec, str(repo_dir), str(work / "test.patch"))
         (work / "eval.sh").write_text(script)

@@ -1,0 +1,119 @@
+"""`python -m swerl_jax.eval run --config=experiments/eval_agentless_mini.py[:cpu] --out DIR [--set KEY=VALUE]`:
+Agentless Mini over SWE-bench instances with a policy (see the config file for backends), predictions JSONL, then
+(with `grade`) the harness's report. Resumable: instances already in OUT/predictions.jsonl are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+from swerl_jax.config import load_experiment_config
+from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
+from swerl_jax.eval.harness import load_instances
+from swerl_jax.sweep import parse_value, set_key
+
+BACKENDS = ("engine", "sampler", "openai", "oracle")
+
+
+def build_chat(c, instances: list[dict]):
+    """(chat backend, token counter) for the eval config `c`."""
+    from swerl_jax.eval.agentless import backends, scripted
+
+    if c.backend == "oracle":
+        return scripted.OracleChat(instances), lambda text: len(text) // 4
+    if c.backend == "openai":
+        if not c.openai_model:
+            raise ValueError("backend=openai needs openai_model (the served model's name)")
+        return (backends.OpenAIChat(c.openai_base_url, c.openai_model, c.max_new_tokens, c.openai_api_key_env),
+                lambda text: len(text) // 4)
+    from swerl_jax.config import resolve_config
+    from swerl_jax.tokenizer import tokenizer_for
+
+    policy = load_experiment_config(c.policy)
+    if c.hf_dir:
+        policy.model.hf_dir = policy.model.tokenizer = c.hf_dir
+    policy.data.max_prompt_len, policy.sampler.max_new_tokens = int(c.max_prompt_len), int(c.max_new_tokens)
+    policy.sampler.max_batch = max(1, min(int(policy.sampler.max_batch), int(c.agentless.num_samples)))
+    policy = resolve_config(policy, check_files=True)
+    tokenizer = tokenizer_for(policy.model)
+    count = lambda text: len(tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+    common = dict(top_p=policy.sampler.top_p, top_k=policy.sampler.top_k, seed=int(c.seed))
+    if c.backend == "sampler":
+        from swerl_jax.curate.config import parse_address
+        from swerl_jax.sampler.client import SamplerClient
+
+        client = SamplerClient(parse_address(c.address), timeout_s=policy.sampler.request_timeout_s)
+        return backends.EngineChat(tokenizer, int(c.max_new_tokens), int(c.max_prompt_len), client=client,
+                                   **common), count
+    from swerl_jax.sampler.server import load_engine
+    from swerl_jax.sampler.weights import load
+
+    engine, _ = load_engine(policy, weights_dir=c.weights)
+    if c.weights and int(c.version) >= 0:
+        engine.update_params(load(c.weights, int(c.version), like=engine.params), int(c.version))
+    return backends.EngineChat(tokenizer, int(c.max_new_tokens), int(c.max_prompt_len), engine=engine,
+                               **common), count
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """CLI entry point; returns {"predictions": [...], "report": harness report or None}."""
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval run", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="experiments/eval_agentless_mini.py[:cpu]")
+    p.add_argument("--out", required=True, help="directory for predictions.jsonl, trajectories/, harness/")
+    p.add_argument("--set", action="append", default=[], help="KEY=VALUE override of the eval config (repeatable)")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    c = load_experiment_config(args.config)
+    for item in args.set:
+        key, sep, text = item.partition("=")
+        if not sep:
+            p.error(f"--set {item!r}: expected KEY=VALUE")
+        set_key(c, key, parse_value(c, key, text))
+    if c.backend not in BACKENDS:
+        raise ValueError(f"backend={c.backend!r} is not one of {BACKENDS}")
+    all_instances = load_instances(pathlib.Path(c.instances))
+    ids = [i.strip() for i in str(c.instance_ids).split(",") if i.strip()]
+    missing = [i for i in ids if i not in all_instances]
+    if missing:
+        raise KeyError(f"instance_ids: {missing} are not in {c.instances}")
+    instances = [all_instances[i] for i in ids] if ids else list(all_instances.values())
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "eval_config.json").write_text(c.to_json(indent=1))
+    chat, count_tokens = build_chat(c, instances)
+    a = c.agentless
+    settings = AgentlessSettings(num_samples=int(a.num_samples), temperature=float(a.temperature),
+                                 max_input_tokens=int(a.max_input_tokens), thinking=bool(a.thinking),
+                                 reproduction_tests=int(a.reproduction_tests), regression=bool(a.regression),
+                                 model_name=str(c.model_name), seed=int(c.seed))
+    executor = None
+    if settings.reproduction_tests > 0 or settings.regression:
+        from swerl_jax.eval import environments
+        from swerl_jax.eval.executors import LocalExecutor
+        from swerl_jax.eval.sandbox import SandboxLimits
+
+        executor = LocalExecutor(pathlib.Path(c.repos), out / "exec", environments.EnvironmentCache(),
+                                 SandboxLimits(timeout_s=float(c.test_timeout_s),
+                                                cpu_seconds=int(c.test_timeout_s) + 60))
+    made = run_instances(instances, pathlib.Path(c.repos), out, chat, count_tokens, settings, executor,
+                         progress=not args.no_progress)
+    print(f"agentless: {sum(bool(m['model_patch']) for m in made)}/{len(made)} instances got a patch "
+          f"({out / 'predictions.jsonl'})", flush=True)
+    report = None
+    if c.grade:
+        from swerl_jax.eval import harness
+
+        subset = out / "instances.json"
+        subset.write_text(json.dumps(instances))
+        report = harness.main(["--instances", str(subset), "--predictions", str(out / "predictions.jsonl"),
+                               "--repos", str(c.repos), "--out", str(out / "harness"),
+                               "--workers", str(int(c.harness_workers)), "--timeout", str(float(c.test_timeout_s)),
+                               *(["--no-progress"] if args.no_progress else [])])
+    return {"predictions": made, "report": report}
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
