@@ -73,15 +73,22 @@ def run_name(overrides: dict[str, Any], seed: int) -> str:
 
 
 def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[int], fixed: dict[str, Any],
-              check_files: bool = True) -> list[dict]:
+              check_files: bool = True, variants: list[int] | None = None) -> list[dict]:
     """Every (variant, seed) run with its overrides, each checked by `resolve_config` before anything runs
-    (`check_files`: also that its data and model files exist here; off when only emitting commands)."""
+    (`check_files`: also that its data and model files exist here; off when only emitting commands). `variants`
+    keeps only those positions of the experiment's declared `get_sweep` list."""
     load_experiment_config(config_arg)  # the file exists; the repository root is importable
     path, _, arg = config_arg.partition(":")
     declared = [{}]
     module_sweep = _module_attr(path, "get_sweep")
     if module_sweep is not None:
         declared = list(module_sweep(arg or None))
+    if variants is not None:
+        bad = [i for i in variants if not 0 <= i < len(declared)]
+        if bad:
+            raise ValueError(f"--variants {bad}: {config_arg} declares {len(declared)} variants "
+                             f"(0-{len(declared) - 1})")
+        declared = [declared[i] for i in variants]
     runs = []
     for base_overrides in declared:
         for combo in itertools.product(*[[(k, v) for v in values] for k, values in axes]):
@@ -111,10 +118,10 @@ def train_command(config_arg: str, workdir: pathlib.Path, overrides: dict[str, A
 
 def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str, list[Any]]], seeds: list[int],
               fixed: dict[str, Any] | None = None, emit: str = "", dry_run: bool = False,
-              runner=subprocess.run) -> dict:
+              runner=subprocess.run, variants: list[int] | None = None) -> dict:
     """Run (or emit) every run of the sweep; returns the index (also written to `workdir/index.json`)."""
     root = pathlib.Path(workdir).resolve()
-    runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not (emit or dry_run))
+    runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not (emit or dry_run), variants=variants)
     root.mkdir(parents=True, exist_ok=True)
     index = {"config": config_arg, "axes": [[k, v] for k, v in axes], "seeds": seeds, "runs": []}
     if emit:
@@ -138,6 +145,8 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
             entry["status"] = "done" if proc.returncode == 0 else "failed"
             entry["returncode"], entry["seconds"] = proc.returncode, round(time.time() - t0, 1)
         entry["final"] = _last_metrics(run_dir)
+        if (run_dir / "sft" / "eval.json").is_file():  # the SFT stage's held-out metric (train.evaluate_sft)
+            entry["sft_eval"] = json.loads((run_dir / "sft" / "eval.json").read_text())
         _write_index(root, index)
     _write_index(root, index)
     return index
@@ -185,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], help="KEY=VALUE applied to every run (repeatable)")
     p.add_argument("--emit", default="", help="write DIR/commands.sh with this launcher (e.g. launch/local.sh)")
     p.add_argument("--dry-run", action="store_true", help="check and index the runs, run nothing")
+    p.add_argument("--variants", default="", help="comma-separated positions in the config's declared sweep to run "
+                   "(default: all of them)")
     args = p.parse_args(argv)
     try:
         base = load_experiment_config(args.config)
@@ -194,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             key, _, text = spec.partition("=")
             fixed[key] = parse_value(base, key, text)
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        index = run_sweep(args.config, args.workdir, axes, seeds, fixed, emit=args.emit, dry_run=args.dry_run)
+        variants = [int(v) for v in args.variants.split(",") if v.strip()] or None
+        index = run_sweep(args.config, args.workdir, axes, seeds, fixed, emit=args.emit, dry_run=args.dry_run,
+                          variants=variants)
     except (KeyError, ValueError, TypeError, FileNotFoundError) as e:
         raise SystemExit(f"swerl_jax.sweep: {str(e).strip(chr(39))}") from None
     statuses = [r["status"] for r in index["runs"]]

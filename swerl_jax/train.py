@@ -69,12 +69,36 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
         params = sft.run()
         summary["sft"] = {"steps": sft_steps, "metrics": str(workdir / "sft" / "metrics.jsonl"),
                           "checkpoints": sft.checkpointer.directory, "seconds": round(time.time() - t0, 1)}
+        if int(config.eval.every_steps) > 0:
+            summary["sft"]["eval"] = evaluate_sft(config, sft, workdir / "sft" / EVAL_FILE)
     if rl_steps > 0:
         t1 = time.time()
         grpo = GRPOTrainer(config, workdir, initial_params=params)
         del params  # GRPO placed its own copy
         summary["rl"] = {**grpo.run(), "seconds": round(time.time() - t1, 1)}
     return summary
+
+
+EVAL_FILE = "eval.json"
+
+
+def evaluate_sft(config: Any, sft: SFTTrainer, path: pathlib.Path) -> dict | None:
+    """The SFT policy's held-out repair metric (the GRPO trainer's `eval/*`, same records, greedy), written to
+    `path` with the step: the RL-vs-SFT baseline, measured the same way. Single-process runs only (elsewhere:
+    `eval.export --stage sft` then `eval.repair_score --hf_dir`)."""
+    import jax
+
+    if jax.process_count() > 1:
+        log.warning("SFT held-out evaluation skipped in a multi-process run: export the SFT checkpoint and score "
+                    "it with python -m swerl_jax.eval repair-score --hf_dir")
+        return None
+    from swerl_jax.eval.repair_score import evaluate_params
+
+    t0 = time.perf_counter()
+    row = {"step": int(config.sft.num_steps), **evaluate_params(config, sft.policy.host_params()),
+           "time/eval_s": round(time.perf_counter() - t0, 2)}
+    path.write_text(json.dumps(row, indent=1))
+    return row
 
 
 def _load_config_file(config_arg: str) -> Any:

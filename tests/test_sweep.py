@@ -92,3 +92,12 @@ def test_one_real_run_trains_and_a_rerun_skips_it(tmp_path):
     sweep.run_sweep(CONFIG, tmp_path, [], [0], {k: sweep.parse_value(load_experiment_config(CONFIG), k, str(v))
                                               for k, v in CHEAP.items()}, runner=rec)
     assert rec.commands == []
+
+
+def test_variants_keep_positions_of_the_declared_sweep():
+    from swerl_jax.sweep import plan_runs
+
+    runs = plan_runs("experiments/ablations/grpo_pp.py:cpu", [], [0], {}, check_files=False, variants=[0, 3])
+    assert [r["overrides"] for r in runs] == [{}, {"rl.advantage": "grpo"}]
+    with pytest.raises(ValueError, match="declares 6 variants"):
+        plan_runs("experiments/ablations/grpo_pp.py:cpu", [], [0], {}, check_files=False, variants=[6])

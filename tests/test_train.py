@@ -91,3 +91,23 @@ def test_rerun_does_not_repeat_a_finished_sft_stage(handoff):
     # same as the live ones the first time
     for a, b in zip(jax.tree.leaves(seen[0][0]), jax.tree.leaves(seen[1][0])):
         np.testing.assert_array_equal(a, b)
+
+
+def test_sft_baseline_evaluated_like_the_rl_policy(tmp_path):
+    """eval.every_steps > 0 and an SFT-only run (the RL-vs-SFT baseline): the SFT policy's held-out repair metric
+    is written to sft/eval.json, and it is the very metric the GRPO trainer logs for the same params."""
+    from swerl_jax.eval.repair_score import evaluate_params
+
+    c = _config(0)
+    c.eval.update(every_steps=1, num_records=3)
+    summary = train.run_experiment(c, tmp_path)
+    row = summary["sft"]["eval"]
+    assert row["step"] == 2 and row["eval/answers"] == 3
+    assert 0.0 <= row["eval/exact_rate"] <= row["eval/format_rate"] <= 1.0 and 0.0 <= row["eval/score"] <= 100.0
+    assert (tmp_path / "sft" / "eval.json").is_file()
+    grpo = rl_trainer.GRPOTrainer(c, tmp_path / "grpo")  # a seeded init: any params will do for the comparison
+    try:
+        grpo.before_steps(0)
+        assert evaluate_params(train.resolve_config(c), grpo.policy.host_params()) == grpo.evaluate(0)
+    finally:
+        grpo.close()

@@ -102,6 +102,23 @@ def heldout_records(config) -> list[dict]:
     return synthetic_records(int(e.num_records), seed=int(config.seed) + int(e.heldout_seed), repos=repos or None)
 
 
+def evaluate_params(config, params: dict) -> dict:
+    """The held-out repair metric of `params` (host arrays, the model's layout), greedy: the `eval/*` scalars the
+    GRPO trainer logs every `eval.every_steps`, for a policy outside it (the SFT stage's, the RL-vs-SFT baseline)."""
+    from swerl_jax.rl.trainer import sampling_params  # JAX: only when a policy is evaluated
+    from swerl_jax.sampler.server import build_engine
+    from swerl_jax.tokenizer import tokenizer_for
+
+    engine = build_engine(config)
+    engine.update_params(params, 0)
+    greedy = dataclasses.replace(sampling_params(config), temperature=0.0)
+    d = config.data
+    result = repair_score(heldout_records(config), engine_generate(engine, greedy, 1), tokenizer_for(config.model),
+                          d.max_prompt_len, d.prompt_style, config.reward.kind)
+    return {"eval/format_rate": result.format_rate, "eval/score": result.score, "eval/exact_rate": result.exact_rate,
+            "eval/mean_reward": result.mean_reward, "eval/answers": result.answers}
+
+
 def engine_generate(engine, sampling: SamplingParams, num_samples: int, seed: int = 0) -> Generate:
     """A `Generate` over an in-process `SamplingEngine`, in chunks of at most `max_batch` rows."""
     per_call = max(1, engine.max_batch // num_samples)
