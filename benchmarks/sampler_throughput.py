@@ -12,7 +12,9 @@ one token); our compile time is the first of those minus the second. Repeats alt
 from other jobs on a shared machine hits both alike; median and best reported.
 
 `--samples N` makes each batch GRPO-shaped: batch / N distinct prompts, N rows each (our engine prefills each
-prompt once and copies its cache rows; transformers' `num_return_sequences` repeats the prompt before prefill).
+prompt once and keeps its K/V once per group; transformers' `num_return_sequences` repeats the prompt before
+prefill). The same run also times our engine with `shared_prefix=False` ("copied rows": each sample row holds a
+copy of the prompt's K/V, the engine before the shared cache) unless `--skip-copied`.
 
 `--weight-sync` also times the policy hand-off trainer -> sampler on the same params: `weights.publish`
 (Orbax save + LATEST marker) then `WeightWatcher.poll` (restore into memory); `last_ready_latency_s` is the
@@ -207,6 +209,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=1,
                     help="rows per prompt (GRPO's group): a batch of B rows is B / samples distinct prompts")
     ap.add_argument("--skip-torch", action="store_true", help="measure only our engine")
+    ap.add_argument("--skip-copied", action="store_true",
+                    help="with --samples > 1, skip the engine that copies each prompt's K/V to its sample rows")
     ap.add_argument("--torch-threads", type=int, default=0,
                     help="torch.set_num_threads for transformers (0: torch's default, one per core)")
     ap.add_argument("--model", default="smollm2",
@@ -239,10 +243,13 @@ def main() -> None:
         from transformers import LlamaForCausalLM
         hf_model = None if args.skip_torch else LlamaForCausalLM.from_pretrained(
             hf_dir, dtype=getattr(torch, args.dtype)).to(device).eval()
-        engine = SamplingEngine(config, params, max_batch=max(batches), max_prompt_len=args.prompt_tokens,
-                                max_new_tokens=args.new_tokens,
-                                batch_buckets=sorted(set(batches) | {b // args.samples for b in batches}),
-                                prompt_buckets=(args.prompt_tokens,), new_token_buckets=(args.new_tokens,))
+        make_engine = functools.partial(
+            SamplingEngine, config, params, max_batch=max(batches), max_prompt_len=args.prompt_tokens,
+            max_new_tokens=args.new_tokens, batch_buckets=sorted(set(batches) | {b // args.samples for b in batches}),
+            prompt_buckets=(args.prompt_tokens,), new_token_buckets=(args.new_tokens,))
+        engine = make_engine()
+        # GRPO groups: today's engine (each sample row holds a copy of its prompt's K/V) beside the shared cache.
+        copied = make_engine(shared_prefix=False) if args.samples > 1 and not args.skip_copied else None
         for batch in batches:
             # Ids of a vocabulary smaller than SmolLM2's (random-weight test shapes) wrap around.
             prompts = [[t % config.vocab_size for t in p]
@@ -252,6 +259,11 @@ def main() -> None:
             compile_s = max(0.0, first_s - time_call(warm)[0])
             sides: dict[str, Callable[[], None]] = {
                 "ours": ours_runner(engine, prompts, args.new_tokens, args.greedy, samples=args.samples)}
+            if copied is not None:
+                for _ in range(2):
+                    ours_runner(copied, prompts, args.new_tokens, args.greedy, cap=1, samples=args.samples)()
+                sides["copied rows"] = ours_runner(copied, prompts, args.new_tokens, args.greedy,
+                                                   samples=args.samples)
             if hf_model is not None:
                 pad = tokenizer.eos_token_id
                 for _ in range(2):  # warm-up (allocator, kernels) at this batch size
@@ -271,11 +283,17 @@ def main() -> None:
         print(f"\nprompt {args.prompt_tokens} tokens{group}, {args.new_tokens} new tokens per row, {mode}, "
               f"{args.dtype}, median of {args.repeats} (best in brackets)")
         roof = args.hbm_gbps > 0
-        print("| batch | ours tokens/s | transformers tokens/s | ours / transformers | our compile s |"
+        cop = copied is not None
+        print("| batch | ours tokens/s |" + (" copied rows tokens/s | ours / copied |" if cop else "")
+              + " transformers tokens/s | ours / transformers | our compile s |"
               + (" HBM roofline ours / transformers |" if roof else ""))
-        print("| ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if roof else ""))
+        print("| ---: | ---: |" + (" ---: | ---: |" if cop else "") + " ---: | ---: | ---: |"
+              + (" ---: |" if roof else ""))
         for batch, n_tok, med, best, compile_s in rows:
             o = f"{n_tok / med['ours']:.1f} ({n_tok / best['ours']:.1f})"
+            if cop:
+                o += (f" | {n_tok / med['copied rows']:.1f} ({n_tok / best['copied rows']:.1f}) | "
+                      f"{med['copied rows'] / med['ours']:.2f}x ({best['copied rows'] / best['ours']:.2f}x)")
             if "transformers" in med:
                 t = f"{n_tok / med['transformers']:.1f} ({n_tok / best['transformers']:.1f})"
                 r = f"{med['transformers'] / med['ours']:.2f}x ({best['transformers'] / best['ours']:.2f}x)"
@@ -284,7 +302,7 @@ def main() -> None:
             line = f"| {batch} | {o} | {t} | {r} | {compile_s:.1f} |"
             if roof:
                 fractions = [roofline_fraction(config, batch, args.prompt_tokens, args.new_tokens, med[k],
-                                               args.hbm_gbps) for k in med]
+                                               args.hbm_gbps) for k in med if k != "copied rows"]
                 line += " " + " / ".join(f"{f:.1%}" for f in fractions) + " |"
             print(line)
     if args.weight_sync:

@@ -2,7 +2,8 @@
 
 Shapes are padded up to fixed buckets (prompt batch, sample batch, prompt length, new tokens), so a GRPO run
 compiles a handful of programs once and never again; `compile_count` says how many. Prompts are left padded,
-each prompt is prefilled once and its cache rows are copied to its N samples, and the whole decode loop is a
+each prompt is prefilled once and, with several samples per prompt, its K/V is kept once for its group
+(`shared_prefix`; otherwise copied to its N sample rows), and the whole decode loop is a
 `jax.lax.while_loop` inside the same jit (no host round trip per token; it exits when every row has stopped).
 
 Log-probabilities: for every sampled token the engine returns `log softmax(logits / T)[token]`, the log-prob
@@ -25,7 +26,14 @@ import numpy as np
 
 from swerl_jax.model.config import LlamaConfig
 from swerl_jax.model.llama import KVCache, Llama, positions_from_mask
-from swerl_jax.sampler.decode import decode_step, decode_weights, fill_cache, zeros_cache
+from swerl_jax.sampler.decode import (
+    decode_step,
+    decode_step_shared,
+    decode_weights,
+    fill_cache,
+    shared_prefix_cache,
+    zeros_cache,
+)
 from swerl_jax.sampler.sampling import sample_tokens
 from swerl_jax.sampler.types import Completion, RequestTooLarge, SamplingParams
 
@@ -66,16 +74,61 @@ def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: tupl
     cache = fill_cache(cache, pre_cache, row_src)  # prompt rows -> sample rows
     weights = decode_weights(config, params)
     kv_mask = jnp.zeros((rows, slots), bool).at[:, :t_prompt].set(prompt_mask[row_src])
-    position = jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)[row_src]
+
+    def step_fn(tok, position, step, cache, kv_mask):
+        slot = t_prompt + step
+        kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, jnp.ones((rows, 1), bool), slot, axis=1)
+        logits, cache = decode_step(config, weights, tok, position, kv_mask, cache, slot)
+        return logits, (cache, kv_mask)
+
+    out_tok, out_lp, length, stopped, (cache, _) = _decode_loop(
+        step_fn, (cache, kv_mask), logits, jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)[row_src], row_keys,
+        max_new, temperature, top_p, top_k, stop_ids, num_new, use_filters)
+    return out_tok, out_lp, length, stopped, cache
+
+
+def _generate_shared(config: LlamaConfig, counter: list[int], params: dict, prompt_tokens: jax.Array,
+                     prompt_mask: jax.Array, row_keys: jax.Array, max_new: jax.Array, temperature: jax.Array,
+                     top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, *, num_new: int, samples: int,
+                     use_filters: bool):
+    """`_generate` for GRPO groups: rows = prompts x `samples`, the prompts' K/V kept once per prompt
+    (`decode.shared_prefix_cache`) instead of copied to every row."""
+    counter[0] += 1
+    model = Llama(config)
+    variables = {"params": params}
+    n_prompts, t_prompt = prompt_tokens.shape
+    row_src = jnp.repeat(jnp.arange(n_prompts), samples)
+    pre_cache = KVCache.zeros(config, n_prompts, t_prompt, dtype=config.dtype)
+    hidden, pre_cache = model.apply(variables, prompt_tokens, positions_from_mask(prompt_mask), prompt_mask,
+                                    pre_cache, 0, return_hidden=True)
+    logits = model.apply(variables, hidden[:, -1], method=Llama.logits)[row_src]
+    cache = shared_prefix_cache(config, pre_cache, n_prompts * samples, num_new)
+    weights = decode_weights(config, params)
+
+    def step_fn(tok, position, step, cache, _):
+        logits, cache = decode_step_shared(config, weights, tok, position, prompt_mask, cache, step)
+        return logits, (cache, None)
+
+    out_tok, out_lp, length, stopped, _ = _decode_loop(
+        step_fn, (cache, None), logits, jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)[row_src], row_keys,
+        max_new, temperature, top_p, top_k, stop_ids, num_new, use_filters)
+    return out_tok, out_lp, length, stopped
+
+
+def _decode_loop(step_fn, carry, logits, position, row_keys, max_new, temperature, top_p, top_k, stop_ids,
+                 num_new: int, use_filters: bool):
+    """Sample, record and decode until every row has stopped or `num_new` tokens: the `while_loop` both
+    generate programs share; `step_fn(tokens, positions, step, *carry) -> (logits, carry)` runs the model."""
+    rows = logits.shape[0]
     done = max_new <= 0
-    state = (jnp.int32(0), cache, kv_mask, logits, position, done, jnp.zeros((rows,), jnp.int32),
+    state = (jnp.int32(0), carry, logits, position, done, jnp.zeros((rows,), jnp.int32),
              jnp.zeros((rows,), bool), jnp.zeros((rows, num_new), jnp.int32), jnp.zeros((rows, num_new), jnp.float32))
 
     def cond(s):
-        return (s[0] < num_new) & ~jnp.all(s[5])
+        return (s[0] < num_new) & ~jnp.all(s[4])
 
     def body(s):
-        step, cache, kv_mask, logits, position, done, length, stopped, out_tok, out_lp = s
+        step, carry, logits, position, done, length, stopped, out_tok, out_lp = s
         keys = jax.vmap(jax.random.fold_in, (0, None))(row_keys, step)
         tok, lp = sample_tokens(logits, keys, temperature, top_p, top_k, use_filters)
         tok = jnp.where(done, 0, tok)
@@ -86,13 +139,11 @@ def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: tupl
         length = jnp.where(done, length, step + 1)
         stopped = stopped | hit_stop
         done = done | hit_stop | (step + 1 >= max_new)
-        slot = t_prompt + step
-        kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, jnp.ones((rows, 1), bool), slot, axis=1)
-        new_logits, cache = decode_step(config, weights, tok, position, kv_mask, cache, slot)
-        return (step + 1, cache, kv_mask, new_logits, position + 1, done, length, stopped, out_tok, out_lp)
+        new_logits, carry = step_fn(tok, position, step, *carry)
+        return (step + 1, carry, new_logits, position + 1, done, length, stopped, out_tok, out_lp)
 
-    _, cache, *_, length, stopped, out_tok, out_lp = jax.lax.while_loop(cond, body, state)
-    return out_tok, out_lp, length, stopped, cache
+    _, carry, *_, length, stopped, out_tok, out_lp = jax.lax.while_loop(cond, body, state)
+    return out_tok, out_lp, length, stopped, carry
 
 
 class SamplingEngine:
@@ -102,7 +153,7 @@ class SamplingEngine:
                  max_prompt_len: int = 1024, max_new_tokens: int = 256, eos_token_ids: Sequence[int] = (),
                  batch_buckets: Sequence[int] | None = None, prompt_buckets: Sequence[int] | None = None,
                  new_token_buckets: Sequence[int] | None = None, policy_version: int = 0,
-                 pad_token_id: int = 0) -> None:
+                 pad_token_id: int = 0, shared_prefix: bool = True) -> None:
         """Args:
           config, params: the policy.
           tokenizer: optional Hugging Face tokenizer for `text` and stop strings.
@@ -110,6 +161,8 @@ class SamplingEngine:
           max_prompt_len, max_new_tokens: request limits; the KV cache holds their sum.
           eos_token_ids: default stop tokens (tokenizer.eos_token_id is added when a tokenizer is given).
           *_buckets: padded sizes (sorted); default powers of two up to the limits.
+          shared_prefix: with several samples per prompt, keep each prompt's K/V once and attend over it once
+            per group (`decode.decode_step_shared`) instead of copying it to every sample's row.
         """
         for name, value in (("max_batch", max_batch), ("max_prompt_len", max_prompt_len),
                             ("max_new_tokens", max_new_tokens)):
@@ -130,8 +183,11 @@ class SamplingEngine:
         self.policy_version = policy_version
         self._counter = [0]
         self._cache: tuple[KVCache, ...] | None = None
+        self.shared_prefix = shared_prefix
         self._fn = jax.jit(lambda *a, **kw: _generate(config, self._counter, *a, **kw),
                            static_argnames=("num_new", "use_filters"), donate_argnums=(1,))
+        self._fn_shared = jax.jit(lambda *a, **kw: _generate_shared(config, self._counter, *a, **kw),
+                                  static_argnames=("num_new", "samples", "use_filters"))
 
     @property
     def compile_count(self) -> int:
@@ -192,7 +248,9 @@ class SamplingEngine:
     def _run_chunk(self, prompts: list[np.ndarray], caps: list[int], indices: list[int], sampling: SamplingParams,
                    num_samples: int, seed: int) -> list[list[Completion]]:
         n_prompts = _bucket(len(prompts), self.batch_buckets, "prompts per batch")
-        rows = _bucket(len(prompts) * num_samples, self.batch_buckets, "sequences per batch")
+        shared = self.shared_prefix and num_samples > 1
+        rows = n_prompts * num_samples if shared else _bucket(len(prompts) * num_samples, self.batch_buckets,
+                                                               "sequences per batch")
         t_prompt = _bucket(max(p.size for p in prompts), self.prompt_buckets, "prompt length")
         num_new = _bucket(max(caps), self.new_token_buckets, "max_new_tokens")
 
@@ -216,11 +274,17 @@ class SamplingEngine:
         stop_ids[:len(stop)] = stop
         use_filters = sampling.top_k > 0 or sampling.top_p < 1.0
         full = lambda v, dt: np.full(rows, v, dt)  # noqa: E731
-        out_tok, out_lp, length, stopped, cache = self._fn(
-            self.params, self._cache_for(rows, t_prompt + num_new), tokens, mask, row_src, row_keys, max_new,
-            full(sampling.temperature, np.float32), full(sampling.top_p, np.float32),
-            full(sampling.top_k, np.int32), stop_ids, num_new=num_new, use_filters=use_filters)
-        self._cache = cache
+        knobs = (full(sampling.temperature, np.float32), full(sampling.top_p, np.float32),
+                 full(sampling.top_k, np.int32), stop_ids)
+        if shared:
+            out_tok, out_lp, length, stopped = self._fn_shared(
+                self.params, tokens, mask, row_keys, max_new, *knobs, num_new=num_new, samples=num_samples,
+                use_filters=use_filters)
+        else:
+            out_tok, out_lp, length, stopped, cache = self._fn(
+                self.params, self._cache_for(rows, t_prompt + num_new), tokens, mask, row_src, row_keys, max_new,
+                *knobs, num_new=num_new, use_filters=use_filters)
+            self._cache = cache
         out_tok, out_lp, length, stopped = jax.device_get((out_tok, out_lp, length, stopped))
         result = []
         for i, p in enumerate(prompts):

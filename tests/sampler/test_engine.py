@@ -161,3 +161,17 @@ def test_more_sequences_than_max_batch_run_in_chunks(engine):
     out = engine.generate(prompts, SamplingParams(temperature=1.0, max_new_tokens=4), num_samples=4, seed=3)
     assert len(out) == 10 and all(len(g) == 4 for g in out)
     assert [(c.prompt_index, c.sample_index) for c in out[9]] == [(9, j) for j in range(4)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_shared_prompt_cache_equals_copied_rows(tiny, engine, temperature):
+    """GRPO groups with each prompt's K/V kept once (shared_prefix, the default) draw the same tokens as the
+    engine that copies it to every sample row, with log-probs equal within 1e-5 (summation order only)."""
+    config, params, _ = tiny
+    copied = SamplingEngine(config, params, max_batch=16, max_prompt_len=32, max_new_tokens=24, shared_prefix=False)
+    sp = SamplingParams(temperature=temperature, max_new_tokens=24)
+    a = engine.generate(PROMPTS, sp, num_samples=4, seed=3)
+    b = copied.generate(PROMPTS, sp, num_samples=4, seed=3)
+    assert [[c.tokens.tolist() for c in g] for g in a] == [[c.tokens.tolist() for c in g] for g in b]
+    worst = max(float(np.abs(x.logprobs - y.logprobs).max()) for ga, gb in zip(a, b) for x, y in zip(ga, gb))
+    assert worst <= 1e-5, worst
