@@ -1,0 +1,139 @@
+"""An SWE environment with rLLM's `SWEEnv` shape (reset / step / final reward) on the harness's sandbox.
+
+`reset()` checks the instance out at its base commit in a fresh work dir, installs it into a thin venv over the
+harness's cached environment (the only step with the network, before any model-written code), and returns the
+task. Hidden tests never enter the work dir: the test patch is applied only by the grader, in its own checkout.
+`step(text)` parses one action, runs it (see `tools`) and returns (observation, done, info); a malformed action
+is an observation and counts as a tool error. The episode ends at `finish`, after `max_turns`, or past
+`timeout_s` of wall clock; `termination` says which. `reward()` grades the final diff: `execution` runs the
+instance's FAIL_TO_PASS / PASS_TO_PASS tests in the harness (1 or 0), `similarity` is SWE-RL's difflib reward of
+the diff against the PR's patch (-1 for an empty diff), so PR records without tests can train agents too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import shutil
+import time
+
+from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
+from swerl_jax.agent.tools import ToolError, Workspace, cut
+from swerl_jax.eval import environments
+from swerl_jax.eval.executors import LocalExecutor
+from swerl_jax.eval.sandbox import SandboxLimits
+
+REWARDS = ("execution", "similarity")
+TERMINATIONS = ("finish", "max_turns", "timeout", "max_context")
+
+
+@dataclasses.dataclass
+class EpisodeStats:
+    """What an episode did, for metrics (turns, tool errors, time split, termination)."""
+
+    turns: int = 0
+    tool_errors: int = 0
+    env_seconds: float = 0.0
+    termination: str | None = None
+
+
+class SWEEnv:
+    """One SWE-bench-style instance as a multi-turn environment."""
+
+    def __init__(self, instance: dict, repos_dir: str | pathlib.Path, work_root: str | pathlib.Path, *,
+                 envs: environments.EnvironmentCache | None = None, reward: str = "execution", max_turns: int = 30,
+                 timeout_s: float = 1800.0, step_timeout_s: float = 120.0,
+                 limits: SandboxLimits = SandboxLimits()) -> None:
+        if reward not in REWARDS:
+            raise ValueError(f"reward={reward!r} is not one of {REWARDS}")
+        self.instance, self.reward_kind = instance, reward
+        self.max_turns, self.timeout_s = max_turns, timeout_s
+        self.work_root = pathlib.Path(work_root)
+        self.executor = LocalExecutor(pathlib.Path(repos_dir), self.work_root, envs or environments.EnvironmentCache(),
+                                      limits)
+        self.step_limits = SandboxLimits(memory_bytes=limits.memory_bytes, cpu_seconds=int(step_timeout_s) + 30,
+                                         processes=limits.processes, timeout_s=step_timeout_s)
+        self.workspace: Workspace | None = None
+        self.stats = EpisodeStats()
+        self._started = 0.0
+        self._work: pathlib.Path | None = None
+
+    def task(self) -> str:
+        """The first user message: the issue and the tools."""
+        return (f"Solve this issue in the repository checked out in the current directory "
+                f"({self.workspace.repo if self.workspace else 'the repository'}). Edit the source code (not the "
+                f"tests); call finish when done.\n\n<issue>\n{self.instance['problem_statement']}\n</issue>\n\n"
+                + tool_instructions())
+
+    def reset(self) -> str:
+        """Prepare a fresh checkout and return the task (RuntimeError naming the step that failed)."""
+        self.close()
+        iid = self.instance["instance_id"]
+        self._work = self.work_root / "episodes" / f"{iid}.{time.monotonic_ns()}"
+        self._work.mkdir(parents=True)
+        log_dir = self._work / "logs"
+        log_dir.mkdir()
+        ready = self.executor._prepare(self.instance, "", log_dir, self._work)
+        if "status" in ready:
+            raise RuntimeError(f"{iid}: environment not ready ({ready['status']}): {ready.get('error')}")
+        self.workspace = Workspace(ready["repo_dir"], self._work, ready["sandbox"], ready["env"], self.step_limits)
+        self.stats = EpisodeStats()
+        self._started = time.monotonic()
+        return self.task()
+
+    def step(self, text: str) -> tuple[str, bool, dict]:
+        """Run the turn's action: (observation, done, info with `error` and `termination`)."""
+        if self.workspace is None:
+            raise RuntimeError("step() before reset()")
+        if self.stats.termination is not None:
+            raise RuntimeError(f"the episode has ended ({self.stats.termination})")
+        self.stats.turns += 1
+        t0 = time.monotonic()
+        error = False
+        done = False
+        try:
+            action = parse_action(text)
+            if action.function == "finish":
+                observation, done, self.stats.termination = "Submitted.", True, "finish"
+            else:
+                observation = self.workspace.call(action)
+        except (ActionError, ToolError) as err:
+            observation, error = f"ERROR: {err}", True
+            self.stats.tool_errors += 1
+        self.stats.env_seconds += time.monotonic() - t0
+        if not done and self.stats.turns >= self.max_turns:
+            done, self.stats.termination = True, "max_turns"
+        if not done and time.monotonic() - self._started > self.timeout_s:
+            done, self.stats.termination = True, "timeout"
+        return cut(observation), done, {"error": error, "termination": self.stats.termination}
+
+    def end(self, termination: str) -> None:
+        """End the episode from outside (the trainer's context limit: `max_context`)."""
+        if termination not in TERMINATIONS:
+            raise ValueError(f"termination {termination!r} is not one of {TERMINATIONS}")
+        self.stats.termination = self.stats.termination or termination
+
+    def patch(self) -> str:
+        """The episode's change since the base commit."""
+        return self.workspace.diff(self.instance["base_commit"]) if self.workspace else ""
+
+    def reward(self) -> tuple[float, dict]:
+        """The final reward and how it was reached."""
+        patch = self.patch()
+        if self.reward_kind == "similarity":
+            from swerl_jax.reward.functions import calculate_reward_unidiff
+
+            if not patch.strip():
+                return -1.0, {"reason": "empty diff"}
+            value, info = calculate_reward_unidiff([self.instance["patch"]], [patch])
+            return float(value), {"patch": patch, **info}
+        log_dir = self._work / "grade"
+        log_dir.mkdir(exist_ok=True)
+        result = self.executor.evaluate(self.instance, patch, log_dir)
+        return (1.0 if result.get("status") == "resolved" else 0.0), {"patch": patch, **result}
+
+    def close(self) -> None:
+        """Remove the episode's work dir."""
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
+        self._work, self.workspace = None, None
