@@ -15,7 +15,9 @@ are `ShapeDtypeStruct`s carrying their shardings, so nothing is materialised. Co
   the trainers run, at the longest prompt + completion the config allows;
 - prefill: the sampler's prompt pass (`Llama` with a KV cache of `data.max_prompt_len` slots, as
   `sampler.engine._generate` runs it) for `sampler.max_batch` prompts;
-- decode: one `sampler.decode.decode_step` token for `sampler.max_batch` rows over a full-length cache.
+- decode: one `sampler.decode.decode_step` token for `sampler.max_batch` rows over a full-length cache;
+- decode_grpo (opt-in, `--programs=...,decode_grpo`): one `decode_step_shared` token, the engine's path for GRPO
+  groups (each prompt's K/V once, `rl.num_samples` rows reading it).
 
 Reported per chip: XLA's argument / output / temporary / alias bytes beside the planner's estimate
 (`launch/plan.py`), the cost analysis' FLOPs and bytes, a roofline step time (the larger of FLOPs / peak and
@@ -50,7 +52,7 @@ from swerl_jax.optim import make_optimizer  # noqa: E402
 from swerl_jax.policy import micro_batches, model_config_from  # noqa: E402
 from swerl_jax.rl.objectives import GRPOLossConfig  # noqa: E402
 from swerl_jax.rl.trainer import make_rl_loss  # noqa: E402
-from swerl_jax.sampler.decode import decode_step, decode_weights  # noqa: E402
+from swerl_jax.sampler.decode import decode_step, decode_step_shared, decode_weights  # noqa: E402
 from swerl_jax.sft.trainer import make_sft_loss  # noqa: E402
 from swerl_jax.train_step import TrainState, make_train_step, state_shardings  # noqa: E402
 
@@ -223,6 +225,45 @@ def lower_decode(config: Any, model_config: LlamaConfig, mesh: Any, rules: shard
     return lowered, {"rows": rows, "slots": slots}
 
 
+def lower_decode_grpo(config: Any, model_config: LlamaConfig, mesh: Any, rules: sharding.Rules
+                      ) -> tuple[Any, dict]:
+    """One `decode_step_shared` token, the engine's path for GRPO groups: `sampler.max_batch` rows = prompts x
+    `rl.num_samples`, each prompt's K/V once ([prompts, kv, head_dim, max_prompt_len]), each row's own
+    `max_new_tokens` slots. Prompts are split over the batch shards when they divide evenly, else replicated."""
+    samples = int(config.rl.num_samples)
+    rows = sampler_rows(config, mesh, rules)
+    rows = -(-rows // samples) * samples
+    prompts, t, n = rows // samples, int(config.data.max_prompt_len), int(config.sampler.max_new_tokens)
+    params, p_shard = _sampler_params(model_config, mesh, rules)
+    with sharding.mesh_context(mesh, rules):
+        fuse = jax.jit(lambda p: decode_weights(model_config, p), in_shardings=(p_shard,))
+        weights_sh = fuse.lower(params).compile().output_shardings
+    weights = _sds(jax.eval_shape(lambda p: decode_weights(model_config, p), params), weights_sh)
+    batch_axes, kv_axes = dict(rules).get("activation_batch"), dict(rules).get("kv_heads")
+    shards = 1
+    for axis in sharding._mesh_axes(batch_axes):
+        shards *= mesh.shape[axis]
+    prompt_axes = batch_axes if prompts % shards == 0 else None
+    kv, d, dt = model_config.num_kv_heads, model_config.head_size, jnp.dtype(model_config.dtype)
+    own_sh = NamedSharding(mesh, PartitionSpec(batch_axes, kv_axes, None, None))
+    pre_sh = NamedSharding(mesh, PartitionSpec(prompt_axes, kv_axes, None, None))
+    cache = tuple((KVCache(jax.ShapeDtypeStruct((prompts, kv, d, t), dt, sharding=pre_sh),
+                           jax.ShapeDtypeStruct((prompts, kv, t, d), dt, sharding=pre_sh)),
+                   KVCache(jax.ShapeDtypeStruct((rows, kv, d, n), dt, sharding=own_sh),
+                           jax.ShapeDtypeStruct((rows, kv, n, d), dt, sharding=own_sh)))
+                  for _ in range(model_config.num_layers))
+    row_sh = NamedSharding(mesh, sharding.batch_spec(rules, 1))
+    jitted = jax.jit(lambda w, tok, pos, m, c, s: decode_step_shared(model_config, w, tok, pos, m, c, s),
+                     donate_argnums=(4,))
+    with sharding.mesh_context(mesh, rules):
+        lowered = jitted.lower(weights, jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=row_sh),
+                               jax.ShapeDtypeStruct((rows,), jnp.int32, sharding=row_sh),
+                               jax.ShapeDtypeStruct((prompts, t), jnp.bool_,
+                                                    sharding=NamedSharding(mesh, PartitionSpec(prompt_axes, None))),
+                               cache, jax.ShapeDtypeStruct((), jnp.int32))
+    return lowered, {"rows": rows, "prompts": prompts, "slots": t + n}
+
+
 def planner_rows(config: Any, mode: str, spec: MeshSpec, model_config: LlamaConfig, n_devices: int,
                  info: dict) -> dict[str, int]:
     """The planner's estimate (`plan.estimate`) for exactly the compiled workload."""
@@ -235,7 +276,7 @@ def planner_rows(config: Any, mode: str, spec: MeshSpec, model_config: LlamaConf
     return plan.estimate(model_config, sizes, rules, work, micro_batches=info["num_micro_batches"])
 
 
-PROGRAMS = ("train", "prefill", "decode")
+PROGRAMS = ("train", "prefill", "decode", "decode_grpo")
 
 
 def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[str, ...] = PROGRAMS,
@@ -293,8 +334,17 @@ def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[st
             kv_read = 2 * model_config.num_heads * model_config.head_size * info["slots"] * model_config.num_layers
             flops = info["rows"] * (2 * (model_config.num_params() - model_config.vocab_size * model_config.hidden_size)
                                     + 2 * model_config.vocab_size * model_config.hidden_size + kv_read)
+        elif name == "decode_grpo":
+            useful = None
+            lowered, info = lower_decode_grpo(config, model_config, mesh, rules)
+            planned = None  # the planner models the copied-rows cache (an upper bound for this one)
+            prompt_len, new_len = int(config.data.max_prompt_len), int(config.sampler.max_new_tokens)
+            kv_read = 2 * model_config.num_heads * model_config.head_size * model_config.num_layers * (
+                info["prompts"] * prompt_len / info["rows"] + new_len)
+            flops = info["rows"] * (2 * (model_config.num_params() - model_config.vocab_size * model_config.hidden_size)
+                                    + 2 * model_config.vocab_size * model_config.hidden_size + kv_read)
         else:
-            raise ValueError(f"unknown program {name!r}; known: train, prefill, decode")
+            raise ValueError(f"unknown program {name!r}; known: {', '.join(PROGRAMS)}")
         result = analyse(name, lowered, spec, planned, flops, n, out_dir, useful)
         result.update(info)
         report["programs"][name] = result
