@@ -1,7 +1,8 @@
 """Execute the analysis notebooks headless with nbclient and write executed copies (with their figures).
 
-    python notebooks/run_notebooks.py --out notebooks/executed            # both notebooks, default parameters
+    python notebooks/run_notebooks.py --out notebooks/executed            # every notebook, default parameters
     python -m notebooks.run_notebooks --out /tmp/nb -p workdir=/path/run  # parameters, papermill-style
+    python notebooks/run_notebooks.py ablation_analysis.ipynb -p sweep_dir=$PWD/sweeps/reward_kind  # one notebook
     make notebooks
 
 Parameters are injected the papermill way: a cell tagged "injected-parameters" is inserted right after the
@@ -22,7 +23,7 @@ import nbformat
 from nbclient import NotebookClient
 
 NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parent
-NOTEBOOKS = ("reward_analysis.ipynb", "advantage_analysis.ipynb")
+NOTEBOOKS = ("reward_analysis.ipynb", "advantage_analysis.ipynb", "ablation_analysis.ipynb")
 
 
 def _parameters_cell(nb: nbformat.NotebookNode) -> int:

@@ -1,4 +1,4 @@
-"""Both analysis notebooks execute headless (nbclient) without a cell error and draw their figures."""
+"""The analysis notebooks execute headless (nbclient) without a cell error and draw their figures."""
 
 import re
 
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from notebooks.run_notebooks import NOTEBOOK_DIR, execute_notebook, inject_parameters, main, parse_parameter
+from swerl_jax.analysis.ablations import load_sweep
 from swerl_jax.analysis.advantages import step_groups
 from swerl_jax.analysis.runs import load_run
 from tests.analysis.test_simulate import hand_grpo
@@ -68,6 +69,28 @@ def _assert_logged_advantages_are_grpo(root):
     for run in runs:
         for groups in step_groups(load_run(run).rollouts):
             np.testing.assert_allclose(groups.logged_advantages, hand_grpo(groups.rewards), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_ablation_notebook_on_a_tiny_real_sweep(tmp_path, monkeypatch):
+    # The notebook's default: no sweep_dir, so it runs a tiny real sweep (analysis.ablations.run_tiny_sweep:
+    # experiments/ablations/reward_kind.py:cpu, 2 variants x 2 seeds, 2 GRPO steps each) into TMPDIR.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    nb = execute_notebook(NOTEBOOK_DIR / "ablation_analysis.ipynb", None, {"train_last": 2}, timeout_s=900)
+    text = _text(nb)
+    assert "(tiny)" in text and "4 runs: 4 done, 0 failed, 0 pending" in text and "not logged" not in text
+    assert _images(nb) == 3  # training curves, eval curves, final values
+    # the final table: both variants with their 2 seeds, every metric; the paired comparison, every metric
+    assert "| variant | seeds | reward_mean | reward_solved_frac | format_error_rate | eval/score |" in text
+    assert "| reward.kind=continuous | 2 |" in text and "| reward.kind=discrete | 2 |" in text
+    for metric in ("reward_mean", "format_error_rate", "eval/score", "eval/exact_rate"):
+        assert f"| reward.kind=discrete - reward.kind=continuous | {metric} | 2 |" in text
+    (root,) = tmp_path.glob("swerl_sweep_*")
+    index = load_sweep(root)
+    assert sorted((r["overrides"]["reward.kind"], r["seed"]) for r in index["runs"]) == [
+        ("continuous", 0), ("continuous", 1), ("discrete", 0), ("discrete", 1)]
+    for run in index["runs"]:  # real runs: 2 GRPO steps, the held-out eval after each
+        assert [r["step"] for r in run["rows"] if "eval/score" in r and "reward_mean" in r] == [1, 2]
 
 
 def test_parameter_injection_and_cli_errors(tmp_path):

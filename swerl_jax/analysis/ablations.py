@@ -7,14 +7,21 @@ differences between variants (paired by seed: the same seed means the same init,
     paired_difference(values["reward.kind=discrete"], values["reward.kind=continuous"])
 
 With 3 seeds a t-interval is wide (t(0.975, 2) = 4.30): the tables say so rather than hide it.
+`step_curves` gives the per-seed curves by step (notebooks/ablation_analysis.ipynb draws them), `paired_table` the
+paired differences of several metrics, and `ensure_sweep` a tiny real sweep when no sweep directory is given.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import os
 import pathlib
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -88,18 +95,25 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
 
 
 def paired_difference(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[Interval, float]:
-    """(a - b over the seeds both have, with its t-interval; the paired t-test's two-sided p-value)."""
+    """(a - b over the seeds both have, with its t-interval; the paired t-test's two-sided p-value, NaN when fewer
+    than 2 seeds pair up or the difference is the same on every seed, to rounding: 0.3 - 0.7 and 0.1 - 0.5 differ
+    in the last bit, and a t-test on that leftover would call it significant)."""
     seeds = sorted(set(a) & set(b))
     diffs = [a[s] - b[s] for s in seeds]
     interval = t_interval(diffs)
-    if len(diffs) < 2 or np.std(diffs) == 0:
+    if len(diffs) < 2 or np.allclose(diffs, diffs[0], rtol=1e-9, atol=1e-12):
         return interval, math.nan
     return interval, float(stats.ttest_rel([a[s] for s in seeds], [b[s] for s in seeds]).pvalue)
 
 
-def variant_table(index: Mapping, metrics: Sequence[str], last: int = 1) -> list[dict]:
-    """One row per variant: for each metric the mean [95% interval] over seeds, and the seed count."""
-    per_metric = {m: final_values(index, m, last) for m in metrics}
+def _last(last: int | Mapping[str, int], metric: str) -> int:
+    return int(last.get(metric, 1)) if isinstance(last, Mapping) else int(last)
+
+
+def variant_table(index: Mapping, metrics: Sequence[str], last: int | Mapping[str, int] = 1) -> list[dict]:
+    """One row per variant: for each metric the mean [95% interval] over seeds, and the seed count. `last`: rows
+    averaged per run (see `final_value`), one number for every metric or {metric: rows} (1 for those not named)."""
+    per_metric = {m: final_values(index, m, _last(last, m)) for m in metrics}
     variants = sorted({v for values in per_metric.values() for v in values})
     rows = []
     for v in variants:
@@ -118,3 +132,124 @@ def to_markdown(rows: Sequence[Mapping]) -> str:
     lines = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
     lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def paired_table(index: Mapping, metrics: Sequence[str], pairs: Sequence[Sequence[str]],
+                 last: int | Mapping[str, int] = 1) -> list[dict]:
+    """One row per (pair (a, b), metric): a - b paired by seed, with its 95% interval and the paired t-test's
+    p-value ("n/a" when the difference is the same on every seed, or fewer than 2 seeds pair up)."""
+    rows = []
+    for a, b in pairs:
+        for m in metrics:
+            values = final_values(index, m, _last(last, m))
+            for v in (a, b):
+                if v not in values:
+                    raise KeyError(f"no finished run of variant {v!r}; the sweep's variants: {sorted(values)}")
+            diff, p = paired_difference(values[a], values[b])
+            rows.append({"comparison": f"{a} - {b}", "metric": m, "seeds": diff.n, "difference": diff.text(),
+                         "p": "n/a" if math.isnan(p) else f"{p:.3g}"})
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedCurves:
+    """One variant's curves of a metric: `values[i, j]` is seed `seeds[i]` at step `steps[j]` (NaN where that
+    seed did not log the metric at that step)."""
+
+    steps: np.ndarray
+    seeds: list[int]
+    values: np.ndarray
+
+    def mean(self) -> np.ndarray:
+        return np.nanmean(self.values, axis=0)
+
+    def min(self) -> np.ndarray:
+        return np.nanmin(self.values, axis=0)
+
+    def max(self) -> np.ndarray:
+        return np.nanmax(self.values, axis=0)
+
+
+def step_curves(index: Mapping, metric: str) -> dict[str, SeedCurves]:
+    """{variant: its seeds' curves of `metric` by step} over the finished runs of a loaded sweep (variants where
+    no run logged the metric are left out)."""
+    varying = varying_keys(index)
+    per_variant: dict[str, dict[int, dict[int, float]]] = {}
+    for run in index["runs"]:
+        if run.get("status") != "done":
+            continue
+        points = {int(r["step"]): float(r[metric]) for r in run["rows"] if metric in r and "step" in r}
+        if points:
+            per_variant.setdefault(variant_name(run, varying), {})[int(run["seed"])] = points
+    out = {}
+    for variant, by_seed in sorted(per_variant.items()):
+        seeds = sorted(by_seed)
+        steps = sorted({s for points in by_seed.values() for s in points})
+        values = np.array([[by_seed[seed].get(s, math.nan) for s in steps] for seed in seeds], np.float64)
+        out[variant] = SeedCurves(np.asarray(steps), seeds, values)
+    return out
+
+
+# A real sweep that runs in about a minute on 2 cores: no SFT, 2 GRPO steps of tiny_cpu with 8-token answers (every
+# answer is cut short and scored -1: a smoke test of the machinery, not a result), held-out eval after each step.
+TINY_SWEEP = {"sft.num_steps": 0, "rl.num_steps": 2, "sampler.mode": "inline", "sampler.max_new_tokens": 8,
+              "reward.num_workers": 1, "eval.every_steps": 1, "eval.num_records": 2,
+              "logging.progress_bar": False, "logging.tensorboard": False}
+TINY_SWEEP_CONFIG = "experiments/ablations/reward_kind.py:cpu"
+
+
+def run_tiny_sweep(workdir: str | os.PathLike, config: str = TINY_SWEEP_CONFIG, seeds: Sequence[int] = (0, 1),
+                   settings: Mapping | None = None, jobs: int | None = None, timeout_s: float = 900.0) -> pathlib.Path:
+    """`python -m swerl_jax.sweep --config=CONFIG --seeds S --set K=V ...` (TINY_SWEEP's settings), one seed per
+    process with up to `jobs` at once (default: one per CPU core) on one CPU device each, then one pass over all
+    seeds that finds every run finished and writes the whole index (as ABLATIONS.md's sweep was run).
+
+    Raises RuntimeError with the failing seed's output when a run fails.
+    """
+    from swerl_jax import sweep
+
+    root = pathlib.Path(workdir).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    settings = dict(TINY_SWEEP if settings is None else settings)
+    sets = [f"--set={k}={v}" for k, v in settings.items()]
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
+               XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env.pop("MPLBACKEND", None)
+    jobs = max(1, min(len(seeds), jobs or os.cpu_count() or 1))
+    pending = list(seeds)
+    running: list[tuple[int, subprocess.Popen]] = []
+    while pending or running:
+        while pending and len(running) < jobs:
+            seed = pending.pop(0)
+            cmd = [sys.executable, "-m", "swerl_jax.sweep", f"--config={config}", f"--workdir={root}",
+                   f"--seeds={seed}", *sets]
+            log = root / f"sweep-seed-{seed}.log"
+            with open(log, "w") as f:
+                running.append((seed, subprocess.Popen(cmd, cwd=sweep.REPO, env=env, stdout=f,
+                                                       stderr=subprocess.STDOUT)))
+        seed, proc = running.pop(0)
+        if proc.wait(timeout=timeout_s) != 0:
+            logs = [root / f"sweep-seed-{seed}.log", *root.glob(f"runs/*seed-{seed}/train.log")]
+            tail = "\n".join(p.read_text()[-2000:] for p in logs)
+            raise RuntimeError(f"tiny sweep, seed {seed}: exit {proc.returncode}\n{tail}")
+
+    def must_not_run(cmd, **_):
+        raise RuntimeError(f"run not finished after its sweep: {cmd}")
+
+    with contextlib.chdir(sweep.REPO):  # where the runs ran: CONFIG and the data paths are relative to it
+        base = sweep.load_experiment_config(config)
+        fixed = {k: sweep.parse_value(base, k, str(v)) for k, v in settings.items()}
+        sweep.run_sweep(config, root, [], list(seeds), fixed, runner=must_not_run)
+    return root
+
+
+def ensure_sweep(sweep_dir: str = "", root: str | os.PathLike | None = None) -> tuple[pathlib.Path, str]:
+    """(a sweep directory, "given" | "tiny") for a notebook: `sweep_dir` when given (it must hold an index.json),
+    else a new folder under `root` (default: the system temp folder) with `run_tiny_sweep`'s sweep."""
+    if sweep_dir:
+        path = pathlib.Path(sweep_dir).expanduser()
+        if not (path / "index.json").is_file():
+            raise FileNotFoundError(f"sweep_dir={sweep_dir!r} has no index.json: make one with python -m "
+                                    f"swerl_jax.sweep --config=... --seeds 0,1,2 --workdir {sweep_dir}")
+        return path, "given"
+    return run_tiny_sweep(tempfile.mkdtemp(prefix="swerl_sweep_", dir=root)), "tiny"

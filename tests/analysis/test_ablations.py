@@ -64,3 +64,43 @@ def test_variant_table_reads_a_sweep(tmp_path):
     diff, _ = ab.paired_difference(values["reward.kind=discrete"], values["reward.kind=continuous"])
     assert diff.mean == -9.0
     assert ab.to_markdown(rows).splitlines()[0] == "| variant | seeds | eval/score |"
+
+
+def test_per_metric_last_step_curves_and_paired_table(tmp_path):
+    index = _sweep(tmp_path, {
+        ("continuous", 0): [{"step": 1, "r": 0.0}, {"step": 2, "r": 0.5, "eval/score": 10.0}],
+        ("continuous", 1): [{"step": 1, "r": 0.1}, {"step": 2, "r": 0.7, "eval/score": 20.0}],
+        ("discrete", 0): [{"step": 1, "r": 0.0}, {"step": 2, "r": 0.1, "eval/score": 4.0}],
+        ("discrete", 1): [{"step": 2, "r": 0.3, "eval/score": 8.0}],  # logged nothing at step 1
+    })
+    rows = ab.variant_table(index, ["r", "eval/score"], last={"r": 2})  # eval/score: the last row (default 1)
+    assert rows[0]["r"].startswith("0.325 [") and rows[0]["eval/score"].startswith("15.000 [")
+    assert rows[1]["r"].startswith("0.175 [")  # seeds: mean(0, 0.1) = 0.05 and 0.3 (its only row)
+
+    curves = ab.step_curves(index, "r")
+    c, d = curves["reward.kind=continuous"], curves["reward.kind=discrete"]
+    assert c.steps.tolist() == [1, 2] and c.seeds == [0, 1]
+    assert c.mean().tolist() == pytest.approx([0.05, 0.6]) and c.min().tolist() == [0.0, 0.5]
+    assert c.max().tolist() == [0.1, 0.7]
+    assert math.isnan(d.values[1, 0]) and d.mean().tolist() == pytest.approx([0.0, 0.2])  # the seed that logged
+    assert list(ab.step_curves(index, "eval/score")["reward.kind=discrete"].steps) == [2]
+    assert ab.step_curves(index, "never_logged") == {}
+
+    pair = ("reward.kind=discrete", "reward.kind=continuous")
+    table = ab.paired_table(index, ["eval/score", "r"], [pair], last={"r": 1})
+    assert [(r["metric"], r["seeds"]) for r in table] == [("eval/score", 2), ("r", 2)]
+    assert table[0]["comparison"] == "reward.kind=discrete - reward.kind=continuous"
+    # eval/score: differences -6 and -12 (mean -9); a paired t-test with 1 degree of freedom on them by hand:
+    # t = -9 / (sd / sqrt 2) with sd = 3 sqrt 2, so t = -3 and p = 2 (1/2 - atan(3) / pi)
+    assert table[0]["difference"].startswith("-9.000 [")
+    assert float(table[0]["p"]) == pytest.approx(1 - 2 * math.atan(3) / math.pi, rel=1e-3)
+    assert table[1]["p"] == "n/a"  # r: the difference is -0.4 on both seeds
+    with pytest.raises(KeyError, match="no finished run of variant 'reward.kind=nope'"):
+        ab.paired_table(index, ["r"], [("reward.kind=nope", "reward.kind=discrete")])
+
+
+def test_ensure_sweep_takes_a_sweep_directory(tmp_path):
+    _sweep(tmp_path, {("continuous", 0): [{"step": 1, "r": 0.0}]})
+    assert ab.ensure_sweep(str(tmp_path)) == (tmp_path, "given")
+    with pytest.raises(FileNotFoundError, match="has no index.json: make one with python -m swerl_jax.sweep"):
+        ab.ensure_sweep(str(tmp_path / "runs"))
