@@ -176,6 +176,52 @@ def roofline_fraction(config: LlamaConfig, batch: int, prompt_tokens: int, new_t
     return per_step / (seconds / new_tokens) / (peak_gbps * 1e9)
 
 
+def mix_caps(n: int, new_tokens: int, seed: int = 0) -> list[int]:
+    """A long-tailed mix of completion lengths (log-normal around new_tokens / 6, clipped to [8, new_tokens])."""
+    rng = np.random.default_rng(seed)
+    return [int(c) for c in np.clip(np.round(np.exp(rng.normal(np.log(new_tokens / 6), 1.0, n))), 8, new_tokens)]
+
+
+def length_mix(args: argparse.Namespace, config: LlamaConfig, params: dict, hf_dir, tokenizer, rows: int,
+               device: str) -> None:
+    """Useful tokens/s (the sum of the requests' lengths / wall time) for requests of mixed lengths."""
+    from swerl_jax.sampler.continuous import ContinuousEngine
+
+    caps = mix_caps(args.length_mix, args.new_tokens)
+    prompts = [[t % config.vocab_size for t in p]
+               for p in build_prompts(tokenizer, args.length_mix, args.prompt_tokens)]
+    useful = sum(caps)
+    sp = SamplingParams(temperature=0.0 if args.greedy else 1.0, max_new_tokens=args.new_tokens, stop_token_ids=())
+    kw = dict(max_batch=rows, max_prompt_len=args.prompt_tokens, max_new_tokens=args.new_tokens,
+              prompt_buckets=(args.prompt_tokens,))
+    static = SamplingEngine(config, params, new_token_buckets=(args.new_tokens,), **kw)
+    pool = ContinuousEngine(config, params, segment=32, **kw)
+    sides = {"static engine": lambda: static.generate(prompts, sp, max_new_tokens=caps),
+             "continuous batching": lambda: pool.generate(prompts, sp, max_new_tokens=caps)}
+    if not args.skip_torch:
+        from transformers import LlamaForCausalLM
+        hf_model = LlamaForCausalLM.from_pretrained(hf_dir, dtype=getattr(torch, args.dtype)).to(device).eval()
+
+        def hf_batches() -> None:  # a static batch decodes to its longest request (EOS would not stop it sooner)
+            for start in range(0, len(prompts), rows):
+                chunk = prompts[start:start + rows]
+                torch_runner(hf_model, chunk, max(caps[start:start + rows]), args.greedy, tokenizer.eos_token_id)()
+        sides["transformers"] = hf_batches
+    for fn in sides.values():  # warm-up (compiles every program the mix needs)
+        fn()
+    times = {k: [] for k in sides}
+    for _ in range(args.repeats):
+        for k, fn in sides.items():
+            times[k].append(time_call(fn)[0])
+    print(f"\nlength mix: {len(caps)} requests, lengths {min(caps)}-{max(caps)} (mean {useful / len(caps):.0f}), "
+          f"prompt {args.prompt_tokens} tokens, {rows} rows per batch / in the pool, median of {args.repeats}")
+    print("| side | useful tokens/s | vs static engine |")
+    print("| --- | ---: | ---: |")
+    base = statistics.median(times["static engine"])
+    for k, v in times.items():
+        print(f"| {k} | {useful / statistics.median(v):.1f} | {base / statistics.median(v):.2f}x |")
+
+
 def measure_weight_sync(params: dict, versions: int) -> dict[str, float]:
     """Publish `versions` successive policy versions to a temporary directory, each followed by a watcher poll.
 
@@ -220,6 +266,10 @@ def main() -> None:
                     help="peak memory bandwidth in GB/s (H100 SXM: 3350) for the roofline column; 0: omit")
     ap.add_argument("--weight-sync", action="store_true", help="also time publish -> WeightWatcher.poll")
     ap.add_argument("--sync-versions", type=int, default=3, help="policy versions published for --weight-sync")
+    ap.add_argument("--length-mix", type=int, default=0,
+                    help="N requests of varied completion length (a long-tailed mix up to --new-tokens) through "
+                    "batches / a pool of the first --batches rows: static engine vs continuous batching vs "
+                    "transformers (which decodes each batch to its longest request)")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
     if any(b % args.samples for b in batches):
@@ -239,7 +289,7 @@ def main() -> None:
           f"{torch.get_num_threads()}; load average at start {os.getloadavg()}", flush=True)
     mode = "greedy" if args.greedy else "sampled T=1.0, no top-k/top-p"
     rows = []
-    if batches:
+    if batches and not args.length_mix:
         from transformers import LlamaForCausalLM
         hf_model = None if args.skip_torch else LlamaForCausalLM.from_pretrained(
             hf_dir, dtype=getattr(torch, args.dtype)).to(device).eval()
@@ -305,6 +355,8 @@ def main() -> None:
                                                args.hbm_gbps) for k in med if k != "copied rows"]
                 line += " " + " / ".join(f"{f:.1%}" for f in fractions) + " |"
             print(line)
+    if args.length_mix:
+        length_mix(args, config, params, hf_dir, tokenizer, batches[0] if batches else 64, device)
     if args.weight_sync:
         s = measure_weight_sync(params, args.sync_versions)
         print(f"\nweight sync ({s['mib']:.0f} MiB fp32 params, local disk, median of {args.sync_versions} versions): "

@@ -215,3 +215,21 @@ def _decode(config: LlamaConfig, weights: dict, tokens: jax.Array, positions: ja
     logits = jnp.matmul(weights["head"], hidden, preferred_element_type=jnp.float32)  # [vocab, rows]
     # The barrier keeps XLA from folding the transpose into the matmul, which picks the slow [rows, vocab] kernel.
     return jax.lax.optimization_barrier(logits).T, tuple(new_cache)
+
+
+def decode_step_rows(config: LlamaConfig, weights: dict, tokens: jax.Array, positions: jax.Array,
+                     kv_mask: jax.Array, cache: tuple[KVCache, ...], slots: jax.Array
+                     ) -> tuple[jax.Array, tuple[KVCache, ...]]:
+    """`decode_step` where every row writes its token at its own slot (`slots` [rows]): continuous batching, whose
+    rows are at different tokens of different requests. `kv_mask` [rows, slots] must already mark each row's
+    written slots, this token's included (attention reads exactly those)."""
+    rows = tokens.shape[0]
+    visible = kv_mask[:, None, None, :]
+    r = jnp.arange(rows)
+
+    def attention(q: jax.Array, k: jax.Array, v: jax.Array, layer: KVCache) -> tuple[jax.Array, KVCache]:
+        k_all = layer.k.at[r, :, :, slots].set(k.transpose(2, 0, 1).astype(layer.k.dtype))
+        v_all = layer.v.at[r, :, slots, :].set(v.transpose(2, 0, 1).astype(layer.v.dtype))
+        return _attend(q, k_all, v_all, visible), KVCache(k_all, v_all)
+
+    return _decode(config, weights, tokens, positions, cache, attention)

@@ -1,0 +1,179 @@
+"""Continuous batching: rows that finish early are refilled with waiting requests, within fixed shapes.
+
+RL completions run from tens to thousands of tokens, and a static batch decodes until its longest row ends.
+`ContinuousEngine` keeps a pool of `max_batch` rows over one KV cache ([rows, kv, head_dim, prompt + new
+slots]) and alternates two compiled programs: `insert` prefills waiting prompts (each once, copied to the rows
+of its samples) into free rows, and `segment` decodes up to `segment` tokens for every active row, each row at
+its own token (`decode.decode_step_rows`). Between segments the host collects finished rows and admits waiting
+requests into them. A row's randomness is `fold_in(fold_in(fold_in(PRNGKey(seed), prompt), sample), token)`, as
+in `SamplingEngine`, so a request's completion does not depend on which requests share the pool with it, or
+when it was admitted.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from swerl_jax.model.config import LlamaConfig
+from swerl_jax.model.llama import KVCache, Llama, positions_from_mask
+from swerl_jax.sampler.decode import decode_step_rows, decode_weights, zeros_cache
+from swerl_jax.sampler.engine import SamplingEngine, _bucket
+from swerl_jax.sampler.sampling import sample_tokens
+from swerl_jax.sampler.types import Completion, RequestTooLarge, SamplingParams
+
+# the per-row decode state carried between segments
+State = collections.namedtuple("State", "cache kv_mask logits position step active stopped max_new keys "
+                                        "temperature top_p top_k out_tok out_lp")
+
+
+def _insert(config: LlamaConfig, counter: list[int], params: dict, state: State, tokens: jax.Array,
+            mask: jax.Array, row_src: jax.Array, dest: jax.Array, row_keys: jax.Array, max_new: jax.Array,
+            temperature: jax.Array, top_p: jax.Array, top_k: jax.Array) -> State:
+    """Prefill `tokens` [prompts, t] once and admit them into rows `dest` (row `dest[i]` takes prompt
+    `row_src[i]`; entries with dest = rows are padding and dropped)."""
+    counter[0] += 1
+    model = Llama(config)
+    n_prompts, t = tokens.shape
+    rows, total = state.kv_mask.shape
+    first = total - int(state.out_tok.shape[1]) - t  # the prompt ends where the new tokens begin
+    pre = KVCache.zeros(config, n_prompts, t, dtype=config.dtype)
+    hidden, pre = model.apply({"params": params}, tokens, positions_from_mask(mask), mask, pre, 0, return_hidden=True)
+    logits = model.apply({"params": params}, hidden[:, -1], method=Llama.logits)[row_src]
+    cache = tuple(KVCache(c.k.at[dest, :, :, first:first + t].set(pre.k[i][row_src].transpose(0, 2, 3, 1)
+                                                                   .astype(c.k.dtype), mode="drop"),
+                          c.v.at[dest, :, first:first + t].set(pre.v[i][row_src].transpose(0, 2, 1, 3)
+                                                                .astype(c.v.dtype), mode="drop"))
+                  for i, c in enumerate(state.cache))
+    row_mask = jnp.zeros((dest.shape[0], total), bool).at[:, first:first + t].set(mask[row_src])
+    def put(a: jax.Array, v: jax.Array) -> jax.Array:
+        return a.at[dest].set(v, mode="drop")
+
+    return State(cache, put(state.kv_mask, row_mask), put(state.logits, logits),
+                 put(state.position, jnp.sum(mask, axis=-1, dtype=jnp.int32)[row_src]),
+                 put(state.step, jnp.zeros_like(dest)), put(state.active, max_new > 0),
+                 put(state.stopped, jnp.zeros(dest.shape, bool)), put(state.max_new, max_new),
+                 put(state.keys, row_keys), put(state.temperature, temperature), put(state.top_p, top_p),
+                 put(state.top_k, top_k), state.out_tok, state.out_lp)
+
+
+def _segment(config: LlamaConfig, counter: list[int], weights: dict, state: State, stop_ids: jax.Array, *,
+             steps: int, use_filters: bool) -> State:
+    """Decode up to `steps` tokens for every active row (stops early when none is active)."""
+    counter[0] += 1
+    rows, total = state.kv_mask.shape
+    num_new = state.out_tok.shape[1]
+    first_new = total - num_new
+    r = jnp.arange(rows)
+
+    def body(carry):
+        k, s = carry
+        keys = jax.vmap(jax.random.fold_in)(s.keys, s.step)
+        tok, lp = sample_tokens(s.logits, keys, s.temperature, s.top_p, s.top_k, use_filters)
+        at = jnp.where(s.active, s.step, num_new)  # finished / empty rows write nowhere
+        out_tok = s.out_tok.at[r, at].set(tok, mode="drop")
+        out_lp = s.out_lp.at[r, at].set(lp, mode="drop")
+        hit_stop = s.active & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
+        step = s.step + s.active
+        done = hit_stop | (step >= s.max_new)
+        slot = first_new + jnp.minimum(s.step, num_new - 1)
+        kv_mask = s.kv_mask.at[r, slot].set(s.kv_mask[r, slot] | s.active)
+        logits, cache = decode_step_rows(config, weights, tok, s.position, kv_mask, s.cache, slot)
+        return k + 1, s._replace(cache=cache, kv_mask=kv_mask, logits=logits, position=s.position + s.active,
+                                 step=step, active=s.active & ~done, stopped=s.stopped | hit_stop, out_tok=out_tok,
+                                 out_lp=out_lp)
+
+    _, state = jax.lax.while_loop(lambda c: (c[0] < steps) & jnp.any(c[1].active), body, (jnp.int32(0), state))
+    return state
+
+
+class ContinuousEngine(SamplingEngine):
+    """`SamplingEngine.generate` with continuous batching (same arguments, same completions for a given seed)."""
+
+    def __init__(self, config: LlamaConfig, params: dict, *, segment: int = 32, **kwargs) -> None:
+        """`segment`: tokens decoded between two refills (a host round trip each); other arguments as
+        `SamplingEngine` (`max_batch` is the pool's rows, the cache holds max_prompt_len + max_new_tokens)."""
+        super().__init__(config, params, shared_prefix=False, **kwargs)
+        self.segment = segment
+        self._insert_fn = jax.jit(lambda *a: _insert(config, self._counter, *a), donate_argnums=(1,))
+        self._segment_fn = jax.jit(lambda *a, **kw: _segment(config, self._counter, *a, **kw),
+                                   static_argnames=("steps", "use_filters"), donate_argnums=(1,))
+        self._weights_fn = jax.jit(lambda p: decode_weights(config, p))
+
+    def _empty_state(self) -> State:
+        rows, total, n = self.max_batch, self.max_prompt_len + self.max_new_tokens, self.max_new_tokens
+        z = lambda dt: jnp.zeros((rows,), dt)  # noqa: E731
+        return State(zeros_cache(self.config, rows, total), jnp.zeros((rows, total), bool),
+                     jnp.zeros((rows, self.config.vocab_size), jnp.float32), z(jnp.int32), z(jnp.int32), z(bool),
+                     z(bool), z(jnp.int32), jnp.stack([jax.random.PRNGKey(0)] * rows), z(jnp.float32),
+                     z(jnp.float32), z(jnp.int32), jnp.zeros((rows, n), jnp.int32), jnp.zeros((rows, n), jnp.float32))
+
+    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = SamplingParams(),
+                 num_samples: int = 1, seed: int = 0, max_new_tokens: Sequence[int] | None = None
+                 ) -> list[list[Completion]]:
+        """As `SamplingEngine.generate`, decoding through the refilled pool."""
+        sampling.validate()
+        prompts = [np.asarray(p, np.int32).reshape(-1) for p in prompts]
+        caps = [sampling.max_new_tokens] * len(prompts) if max_new_tokens is None else list(max_new_tokens)
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+        for i, (p, cap) in enumerate(zip(prompts, caps)):
+            if p.size == 0 or p.size > self.max_prompt_len:
+                raise RequestTooLarge(f"prompt {i} has {p.size} tokens; must be 1..{self.max_prompt_len}")
+            if not 1 <= cap <= self.max_new_tokens:
+                raise RequestTooLarge(f"max_new_tokens[{i}]={cap} is not in [1, {self.max_new_tokens}]")
+        base = jax.random.PRNGKey(seed)
+        pending = collections.deque((i, j) for i in range(len(prompts)) for j in range(num_samples))
+        stop = sampling.stop_token_ids if sampling.stop_token_ids is not None else self.eos_token_ids
+        stop_ids = np.full(max(1, len(stop)), -1, np.int32)
+        stop_ids[:len(stop)] = stop
+        use_filters = sampling.top_k > 0 or sampling.top_p < 1.0
+        weights = self._weights_fn(self.params)
+        state = self._empty_state()
+        owner: dict[int, tuple[int, int]] = {}  # row -> (prompt, sample)
+        done: dict[tuple[int, int], Completion] = {}
+        while pending or owner:
+            free = [r for r in range(self.max_batch) if r not in owner]
+            if pending and free:
+                admitted = [pending.popleft() for _ in range(min(len(free), len(pending)))]
+                state = self._admit(state, prompts, caps, admitted, free, base, sampling)
+                owner.update(zip(free, admitted))
+            state = self._segment_fn(weights, state, stop_ids, steps=self.segment, use_filters=use_filters)
+            active, step, stopped = jax.device_get((state.active, state.step, state.stopped))
+            finished = [r for r in owner if not active[r]]
+            if finished:
+                out_tok, out_lp = jax.device_get((state.out_tok, state.out_lp))
+                for r in finished:
+                    i, j = owner.pop(r)
+                    n = int(step[r])
+                    done[(i, j)] = self._finish(i, j, prompts[i].size, out_tok[r, :n], out_lp[r, :n],
+                                                bool(stopped[r]), sampling)
+        return [[done[(i, j)] for j in range(num_samples)] for i in range(len(prompts))]
+
+    def _admit(self, state: State, prompts: list[np.ndarray], caps: list[int], admitted: list[tuple[int, int]],
+               free: list[int], base: jax.Array, sampling: SamplingParams) -> State:
+        """Prefill the admitted requests' prompts (each once) into their rows."""
+        unique = list(dict.fromkeys(i for i, _ in admitted))
+        n_p = _bucket(len(unique), self.batch_buckets, "prompts per insert")
+        t = _bucket(max(prompts[i].size for i in unique), self.prompt_buckets, "prompt length")
+        tokens = np.full((n_p, t), self.pad_token_id, np.int32)
+        mask = np.zeros((n_p, t), bool)
+        mask[:, -1] = True
+        for k, i in enumerate(unique):
+            tokens[k, t - prompts[i].size:] = prompts[i]
+            mask[k, t - prompts[i].size:] = True
+        n_rows = _bucket(len(admitted), self.batch_buckets, "rows per insert")
+        row_src, dest = np.zeros(n_rows, np.int32), np.full(n_rows, self.max_batch, np.int32)
+        max_new = np.zeros(n_rows, np.int32)
+        keys = [base] * n_rows
+        for k, ((i, j), row) in enumerate(zip(admitted, free)):
+            row_src[k], dest[k], max_new[k] = unique.index(i), row, caps[i]
+            keys[k] = jax.random.fold_in(jax.random.fold_in(base, i), j)
+        full = lambda v, dt: np.full(n_rows, v, dt)  # noqa: E731
+        return self._insert_fn(self.params, state, tokens, mask, row_src, dest, jnp.stack(keys), max_new,
+                               full(sampling.temperature, np.float32), full(sampling.top_p, np.float32),
+                               full(sampling.top_k, np.int32))
