@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = [("tiny_cpu", None), ("tiny_cpu", "short"), ("smollm2_cpu", None), ("swerl_llama3_70b", None),
                ("sft_llama3_70b", None), ("ablation_discrete_reward", None), ("deepswe_grpo_pp", None),
                ("deepswe_grpo_pp", "tiny"), ("base", None)]
+# evaluation configs (`python -m swerl_jax.eval run --config=...`): not training runs, they name the policy's file
+EVAL_EXPERIMENTS = [("eval_agentless_mini", None), ("eval_agentless_mini", "cpu")]
 
 
 def _load(name: str, arg: str | None = None) -> ml_collections.ConfigDict:
@@ -28,7 +30,16 @@ def _load(name: str, arg: str | None = None) -> ml_collections.ConfigDict:
 
 def test_every_experiment_file_is_listed():
     files = {p.stem for p in (REPO / "experiments").glob("*.py")} - {"__init__"}
-    assert files == {name for name, _ in EXPERIMENTS}
+    assert files == {name for name, _ in EXPERIMENTS + EVAL_EXPERIMENTS}
+
+
+@pytest.mark.parametrize("name,arg", EVAL_EXPERIMENTS)
+def test_eval_experiment_loads_and_its_policy_validates(name, arg):
+    c = _load(name, arg)
+    policy = importlib.import_module("experiments." + Path(c.policy).stem).get_config()
+    validate_config(policy, check_files=False)
+    with pytest.raises(ValueError, match="unknown variant"):
+        _load(name, "nope")
 
 
 @pytest.mark.parametrize("name,arg", EXPERIMENTS)
