@@ -74,3 +74,19 @@ def pack_rows(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[i
         attention[i, prompt_len - p:prompt_len + c] = True
         loss_mask[i, :c] = 1.0
     return {"tokens": tokens, "attention_mask": attention, "loss_mask": loss_mask}
+
+
+def score_positions(loss_mask: np.ndarray, multiple: int = 32) -> np.ndarray:
+    """[rows, K] indices of each row's loss positions (where `loss_mask` [rows, C] > 0), padded with C (dropped by
+    `token_logprobs(positions=...)`); K is the most any row has, rounded up to `multiple` (few shapes) and at
+    most C, the same on every process. A multi-turn row's loss covers the model's turns only, so only those
+    are projected onto the vocabulary.
+    """
+    rows, width = loss_mask.shape
+    on = loss_mask > 0
+    k = min(width, bucket_length(global_max(max(1, int(on.sum(axis=1).max(initial=0)))), multiple, width))
+    out = np.full((rows, k), width, np.int32)
+    for i in range(rows):
+        idx = np.flatnonzero(on[i])
+        out[i, :idx.size] = idx
+    return out

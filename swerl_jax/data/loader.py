@@ -209,7 +209,7 @@ class CountingFilter(grain.IterDataset):
         return _CountingFilterIterator(self._parent.__iter__(), self._pass_size)
 
 
-RAGGED = ("prompt_ids", "target_ids")  # unpadded token ids: lists of B arrays (swerl_jax.batching pads them)
+RAGGED = ("prompt_ids", "target_ids", "target_mask")  # unpadded per-token rows: lists of B arrays
 
 
 def collate(examples: Sequence[dict]) -> dict:

@@ -270,14 +270,17 @@ def forward(config: LlamaConfig, params: dict, tokens: Array, attention_mask: Ar
 
 def token_logprobs(config: LlamaConfig, params: dict, tokens: Array, attention_mask: Array,
                    targets: Array | None = None, chunk_size: int = 1024, with_entropy: bool = False,
-                   temperature: float = 1.0, start: int = 0, length: int | None = None
-                   ) -> Array | tuple[Array, Array]:
+                   temperature: float = 1.0, start: int = 0, length: int | None = None,
+                   positions: Array | None = None) -> Array | tuple[Array, Array]:
     """Log-probabilities of `targets` (default: the next token, tokens shifted left) at every position.
 
     The vocabulary projection, log-sum-exp and gather run chunk by chunk over the sequence, so full-vocab
     logits exist for at most `chunk_size` positions at a time and are never normalised twice. `start` and
     `length` (static) restrict the projection to positions [start, start + length): RL scores only the
-    completion, which is a fraction of a long prompt + completion sequence.
+    completion, which is a fraction of a long prompt + completion sequence. `positions` [batch, K] (indices into
+    that window; entries >= length are padding) projects only those positions: an agent episode's loss covers the
+    model's own tokens, not the tool observations between them, and the vocabulary projection dominates a small
+    model's cost. The other positions of the result are 0.
 
     Returns:
       logp [batch, length] fp32 (the last position has no next token when targets is None: its value is 0),
@@ -291,6 +294,10 @@ def token_logprobs(config: LlamaConfig, params: dict, tokens: Array, attention_m
     length = hidden.shape[1] - start if length is None else length
     hidden = jax.lax.slice_in_dim(hidden, start, start + length, axis=1)
     targets = jax.lax.slice_in_dim(targets, start, start + length, axis=1)
+    window = length
+    if positions is not None:
+        hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1, mode="clip")
+        targets = jnp.take_along_axis(targets, positions, axis=1, mode="clip")
     b, t, e = hidden.shape
     chunk = min(chunk_size, t)
     pad = (-t) % chunk
@@ -310,4 +317,8 @@ def token_logprobs(config: LlamaConfig, params: dict, tokens: Array, attention_m
     logp, entropy = jax.lax.map(one_chunk, (hidden_c, targets_c))
     logp = logp.swapaxes(0, 1).reshape(b, -1)[:, :t]
     entropy = entropy.swapaxes(0, 1).reshape(b, -1)[:, :t]
+    if positions is not None:  # back to the window's layout (padding entries are dropped)
+        rows = jnp.arange(b)[:, None]
+        logp = jnp.zeros((b, window), logp.dtype).at[rows, positions].set(logp, mode="drop")
+        entropy = jnp.zeros((b, window), entropy.dtype).at[rows, positions].set(entropy, mode="drop")
     return (logp, entropy) if with_entropy else logp

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from swerl_jax import sharding
-from swerl_jax.batching import pack_rows, row_shape
+from swerl_jax.batching import pack_rows, row_shape, score_positions
 from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.config import resolve_config
 from swerl_jax.data.loader import data_metrics, sft_dataset_from_config
@@ -37,19 +37,26 @@ def sft_rows(batch: dict, max_len: int, prompt_bucket: int = PROMPT_BUCKET, targ
     """Loader SFT batch (unpadded prompt and target ids) -> (rows, P, C) in `swerl_jax.batching`'s layout: the
     prompt left-padded to a bucketed P, the target right-padded to a bucketed C (both capped by `max_len`).
 
-    Returns tokens/attention_mask [B, P + C] and loss_mask [B, C] (1 on target tokens, the end of turn included).
+    Returns tokens/attention_mask [B, P + C] and loss_mask [B, C] (1 on target tokens, the end of turn included;
+    with a `target_mask` per row, e.g. an agent episode's observations at 0, only where it is 1, and
+    `score_positions` [B, K]: the only positions projected onto the vocabulary).
     """
     prompts, targets = batch["prompt_ids"], batch["target_ids"]
     p, c = row_shape(prompts, targets, prompt_bucket=prompt_bucket, completion_bucket=target_bucket,
                      prompt_cap=max(prompt_bucket, max_len), completion_cap=max(target_bucket, max_len))
-    return pack_rows(prompts, targets, p, c), p, c
+    rows = pack_rows(prompts, targets, p, c)
+    if batch.get("target_mask") is not None:
+        for i, mask in enumerate(batch["target_mask"]):
+            rows["loss_mask"][i, :len(mask)] *= mask
+        rows["score_positions"] = score_positions(rows["loss_mask"])
+    return rows, p, c
 
 
 def make_sft_loss(model_config: Any, prompt_len: int, target_len: int):
     """Token-mean negative log-likelihood of the target tokens (`loss_weight` = their count, for micro-batches)."""
     def loss_fn(params: Any, batch: dict) -> tuple[jax.Array, dict]:
         logp = token_logprobs(model_config, params, batch["tokens"], batch["attention_mask"], start=prompt_len - 1,
-                              length=target_len)
+                              length=target_len, positions=batch.get("score_positions"))
         mask = batch["loss_mask"]
         n = mask.sum()
         nll = -(logp * mask).sum() / jnp.maximum(n, 1.0)
@@ -74,9 +81,13 @@ class SFTTrainer(TrainLoop):
         self.num_micro = micro_batches(int(s.batch_size), int(s.micro_batch_size), "sft.micro_batch_size")
         self.policy = Policy.create(config, self.num_steps, learning_rate=float(s.learning_rate),
                                     params=initial_params, global_batch=int(s.batch_size))
-        self.data_iter = iter(sft_dataset_from_config(config))
+        self.data_iter = self.make_data_iter()
         self.checkpointer = Checkpointer.from_config(config, self.workdir)
         self.is_main = sharding.is_main_process()
+
+    def make_data_iter(self) -> Any:
+        """The Grain iterator of SFT batches (checkpointed with each step); the agent's stage overrides it."""
+        return iter(sft_dataset_from_config(self.config))
 
     def train_step(self, step: int) -> tuple[dict, list]:
         """One SFT update on the loader's next batch; returns (metrics, no rollouts)."""

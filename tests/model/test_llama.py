@@ -68,6 +68,28 @@ def test_token_logprobs_equal_log_softmax_gather(converted):
     np.testing.assert_allclose(np.asarray(ent), entropy, atol=2e-5)
     window = token_logprobs(cfg, params, tok, msk, chunk_size=3, start=7, length=10)
     np.testing.assert_allclose(np.asarray(window), want[:, 7:17], atol=2e-5)
+    # only some positions projected (an agent row: the model's turns); padding entries (>= length) dropped
+    loss_mask = np.zeros((tokens.shape[0], 10), np.float32)
+    loss_mask[0, [1, 2, 3, 8]] = 1
+    loss_mask[-1, [0, 9]] = 1
+    from swerl_jax.batching import score_positions
+
+    positions = score_positions(loss_mask, multiple=2)
+    assert positions.shape == (tokens.shape[0], 4) and positions[-1, 2:].tolist() == [10, 10]
+    picked, picked_ent = token_logprobs(cfg, params, tok, msk, chunk_size=3, start=7, length=10,
+                                        positions=jnp.asarray(positions), with_entropy=True)
+    np.testing.assert_allclose(np.asarray(picked), want[:, 7:17] * loss_mask, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(picked_ent), entropy[:, 7:17] * loss_mask, atol=2e-5)
+
+    def masked_loss(fn_positions):
+        def loss(p):
+            lp = token_logprobs(cfg, p, tok, msk, start=7, length=10, positions=fn_positions)
+            return -(lp * loss_mask).sum()
+        return jax.grad(loss)(params)
+
+    full, sparse = masked_loss(None), masked_loss(jnp.asarray(positions))
+    for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(sparse)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5)
 
 
 def test_kv_cache_decode_equals_full_forward(converted):
