@@ -83,8 +83,15 @@ def format_action(function: str, **params: str) -> str:
     return f"<function={function}>\n{inner}</function>"
 
 
-def tool_instructions() -> str:
-    """The tools as the system prompt describes them."""
+COMPACT_INSTRUCTIONS = """One tool call per turn: <function=NAME><parameter=KEY>VALUE</parameter></function>
+file_editor: command (view | str_replace | create | insert | undo_edit), path, old_str, new_str, file_text
+search: search_term; execute_bash: command; finish: submit."""
+
+
+def tool_instructions(compact: bool = False) -> str:
+    """The tools as the system prompt describes them (`compact`: their syntax only, for tiny CPU policies)."""
+    if compact:
+        return COMPACT_INSTRUCTIONS
     return """You can call one tool per turn, in this format:
 <function=NAME>
 <parameter=KEY>VALUE</parameter>

@@ -16,6 +16,7 @@ import dataclasses
 import pathlib
 import shutil
 import time
+from typing import Any
 
 from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
 from swerl_jax.agent.tools import ToolError, Workspace, cut
@@ -43,14 +44,17 @@ class SWEEnv:
     def __init__(self, instance: dict, repos_dir: str | pathlib.Path, work_root: str | pathlib.Path, *,
                  envs: environments.EnvironmentCache | None = None, reward: str = "execution", max_turns: int = 30,
                  timeout_s: float = 1800.0, step_timeout_s: float = 120.0,
-                 limits: SandboxLimits = SandboxLimits()) -> None:
+                 limits: SandboxLimits = SandboxLimits(), executor: Any = None,
+                 compact: bool = False) -> None:
+        """`executor` sets up and grades the instance (`prepare` / `evaluate`): default the harness's
+        `LocalExecutor` over `repos_dir`; `agent.synthetic.SyntheticExecutor` for synthetic tasks."""
         if reward not in REWARDS:
             raise ValueError(f"reward={reward!r} is not one of {REWARDS}")
         self.instance, self.reward_kind = instance, reward
-        self.max_turns, self.timeout_s = max_turns, timeout_s
+        self.max_turns, self.timeout_s, self.compact = max_turns, timeout_s, compact
         self.work_root = pathlib.Path(work_root)
-        self.executor = LocalExecutor(pathlib.Path(repos_dir), self.work_root, envs or environments.EnvironmentCache(),
-                                      limits)
+        self.executor = executor or LocalExecutor(pathlib.Path(repos_dir), self.work_root,
+                                                  envs or environments.EnvironmentCache(), limits)
         self.step_limits = SandboxLimits(memory_bytes=limits.memory_bytes, cpu_seconds=int(step_timeout_s) + 30,
                                          processes=limits.processes, timeout_s=step_timeout_s)
         self.workspace: Workspace | None = None
@@ -59,11 +63,10 @@ class SWEEnv:
         self._work: pathlib.Path | None = None
 
     def task(self) -> str:
-        """The first user message: the issue and the tools."""
-        return (f"Solve this issue in the repository checked out in the current directory "
-                f"({self.workspace.repo if self.workspace else 'the repository'}). Edit the source code (not the "
-                f"tests); call finish when done.\n\n<issue>\n{self.instance['problem_statement']}\n</issue>\n\n"
-                + tool_instructions())
+        """The first user message: the issue and the tools (`compact`: the tools' syntax in a few lines)."""
+        return (f"Solve this issue in the {self.instance['repo']} repository, checked out in the current "
+                f"directory. Edit the source code (not the tests); call finish when done.\n\n<issue>\n"
+                f"{self.instance['problem_statement']}\n</issue>\n\n" + tool_instructions(self.compact))
 
     def reset(self) -> str:
         """Prepare a fresh checkout and return the task (RuntimeError naming the step that failed)."""
@@ -73,7 +76,7 @@ class SWEEnv:
         self._work.mkdir(parents=True)
         log_dir = self._work / "logs"
         log_dir.mkdir()
-        ready = self.executor._prepare(self.instance, "", log_dir, self._work)
+        ready = self.executor.prepare(self.instance, "", log_dir, self._work)
         if "status" in ready:
             raise RuntimeError(f"{iid}: environment not ready ({ready['status']}): {ready.get('error')}")
         self.workspace = Workspace(ready["repo_dir"], self._work, ready["sandbox"], ready["env"], self.step_limits)

@@ -70,7 +70,7 @@ class LocalExecutor:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         try:
-            ready = self._prepare(instance, patch, log_dir, work)
+            ready = self.prepare(instance, patch, log_dir, work)
             if "status" in ready:
                 return ready
             sandbox, env, repo_dir = ready["sandbox"], ready["env"], ready["repo_dir"]
@@ -85,7 +85,7 @@ class LocalExecutor:
             if not self.keep_workdirs:
                 shutil.rmtree(work, ignore_errors=True)
 
-    def _prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
+    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
         """Clone, install and patch the instance in `work`: {sandbox, env, repo_dir, spec} or {status, error}."""
         try:
             git_dir = environments.resolve_clone(self.repos_dir, instance["repo"], self.out_dir / "repos")
@@ -136,7 +136,7 @@ class LocalExecutor:
         return {"sandbox": sandbox, "env": env, "repo_dir": repo_dir, "spec": spec}
 
     def _evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
-        ready = self._prepare(instance, patch, log_dir, work)
+        ready = self.prepare(instance, patch, log_dir, work)
         if "status" in ready:
             return ready
         sandbox, env, repo_dir, spec = ready["sandbox"], ready["env"], ready["repo_dir"], ready["spec"]

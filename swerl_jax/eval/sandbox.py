@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-import resource
 import shutil
 import signal
 import subprocess
@@ -159,19 +158,18 @@ class Sandbox:
             if uid is not None:
                 chown_tree(workdir, uid)
 
-            def set_limits() -> None:  # runs in the child before exec; inherited by everything in the sandbox
-                resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-                resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds))
-                resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
-
+            # The limits are set by prlimit(1) in front of bwrap, inherited by everything in the sandbox. Not a
+            # preexec_fn: that runs Python between fork and exec, which can deadlock in a multithreaded parent
+            # (the trainer's JAX threads), and it keeps CPython from using vfork.
+            limit = ["prlimit", f"--as={limits.memory_bytes}", f"--cpu={limits.cpu_seconds}",
+                     f"--nproc={limits.processes}", "--"]
             start = time.monotonic()
             proc = subprocess.Popen(
-                self._argv(workdir, command, network, full_env, uid),
+                limit + self._argv(workdir, command, network, full_env, uid),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=set_limits,
             )
             try:
                 out, _ = proc.communicate(timeout=limits.timeout_s)
