@@ -90,6 +90,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
     # RL: GRPO and its ablations.
     c.rl = ml_collections.ConfigDict()
+    # repair: SWE-RL (one answer per prompt, the patch-similarity reward) | agent: multi-turn tool use in sandboxed
+    # repositories (DeepSWE-style; the `agent` section below)
+    c.rl.task = "repair"
     c.rl.num_steps = 1600
     c.rl.prompts_per_step = 32
     c.rl.num_samples = 16  # G rollouts per prompt
@@ -136,6 +139,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sft.max_len = 2048
     c.sft.learning_rate = 1e-5
     c.sft.micro_batch_size = 0  # sequences per micro-batch (gradient accumulation); 0: the whole batch at once
+
+    # Agentic RL (rl.task = "agent"): episodes in sandboxed checkouts with R2E-Gym's tools (swerl_jax/agent/).
+    # Synthetic tasks (data.synthetic_num_records, data.synthetic_repos: bugs with hidden unit tests) unless
+    # agent.instances names SWE-bench instances (then agent.repos holds their clones). data.rl_num_records limits
+    # GRPO to the first N tasks; data.max_prompt_len must hold agent.max_context; sampler.max_new_tokens is per turn.
+    c.agent = ml_collections.ConfigDict()
+    c.agent.instances = ""  # SWE-bench instances (JSON list or JSONL); empty: synthetic tasks
+    c.agent.repos = ""  # clones of agent.instances' repositories (owner__name, .git or .bundle)
+    c.agent.reward = "execution"  # execution (hidden tests: 1 or 0) | similarity (SWE-RL's reward of the diff)
+    c.agent.max_turns = 30
+    c.agent.max_context = 32768  # tokens of the whole conversation (DeepSWE: 32k)
+    c.agent.timeout_s = 1800.0  # an episode's wall clock
+    c.agent.step_timeout_s = 120.0  # one tool call's wall clock
+    c.agent.env_workers = 8  # threads stepping environments (each tool call is a sandboxed process)
+    c.agent.waves = 1  # >1: split the groups so one wave's environments step while the next generates
+    c.agent.compact_prompt = False  # the tools' syntax only (tiny CPU policies) instead of the full descriptions
+    c.agent.kv_cache = "reprefill"  # reprefill: each turn's whole context to the sampler | kept (inline sampler)
+    c.agent.eval_tasks = 16  # held-out synthetic tasks evaluated greedily every eval.every_steps
 
     # Held-out evaluation during GRPO: the oracle-file repair metric (swerl_jax/eval/repair_score.py: format rate,
     # score, exact fixes), greedy, on records the run does not train on; logged as eval/* every N steps and at the

@@ -69,6 +69,9 @@ def workload_from_config(config: Any, mode: str = "rl") -> Workload:
                         config.sampler.max_batch, sampler_len)
     step_batch = config.rl.prompts_per_step * config.rl.num_samples
     micro = config.rl.micro_batch_size or step_batch
+    if str(config.rl.task) == "agent":  # a row is a whole episode: task + turns + observations, <= max_context
+        context = config.agent.max_context
+        return Workload(micro, context, context, config.sampler.max_batch, sampler_len)
     return Workload(micro, sampler_len, config.sampler.max_new_tokens, config.sampler.max_batch, sampler_len)
 
 

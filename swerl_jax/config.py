@@ -75,10 +75,35 @@ def validate_config(config: Any, check_files: bool = True) -> None:
     if int(config.eval.every_steps) < 0 or (int(config.eval.every_steps) > 0 and int(config.eval.num_records) < 1):
         raise ValueError(f"eval.every_steps={config.eval.every_steps} / eval.num_records={config.eval.num_records}: "
                          "evaluation needs every_steps >= 0 and, when on, num_records >= 1")
+    if str(config.rl.task) == "agent":
+        _check_agent(config)
     _check_batch_shards(config)
     _check_names(config)
     if check_files:
         _check_files(config)
+
+
+def _check_agent(config: Any) -> None:
+    """rl.task = "agent": the limits fit together (a turn needs room in the context and the sampler's cache)."""
+    a = config.agent
+    for key in ("max_turns", "max_context", "env_workers", "waves"):
+        if int(getattr(a, key)) < 1:
+            raise ValueError(f"agent.{key} must be >= 1, got {getattr(a, key)}")
+    for key in ("timeout_s", "step_timeout_s"):
+        if float(getattr(a, key)) <= 0:
+            raise ValueError(f"agent.{key} must be > 0, got {getattr(a, key)}")
+    if int(config.data.max_prompt_len) < int(a.max_context):
+        raise ValueError(f"data.max_prompt_len={config.data.max_prompt_len} < agent.max_context={a.max_context}: "
+                         "the sampler takes each turn's whole conversation as its prompt")
+    if int(config.sampler.max_new_tokens) >= int(a.max_context):
+        raise ValueError(f"sampler.max_new_tokens={config.sampler.max_new_tokens} (one turn) must be below "
+                         f"agent.max_context={a.max_context}")
+    if str(a.kv_cache) == "kept" and str(config.sampler.mode) != "inline":
+        raise ValueError("agent.kv_cache='kept' keeps each conversation's K/V in the trainer's own engine: it needs "
+                         "sampler.mode='inline' (the sampler process re-prefills: agent.kv_cache='reprefill')")
+    if bool(a.instances) != bool(a.repos):
+        raise ValueError(f"agent.instances={a.instances!r} / agent.repos={a.repos!r}: SWE-bench instances need the "
+                         "folder of their clones, and agent.repos is only read with agent.instances")
 
 
 def _one_of(key: str, value: Any, allowed: Any) -> None:
@@ -110,6 +135,11 @@ def _check_files(config: Any) -> None:
         expand_record_paths(str(config.data.train_files), key="data.train_files")  # FileNotFoundError names it
     if int(config.eval.every_steps) > 0 and str(config.eval.records).strip():
         expand_record_paths(str(config.eval.records), key="eval.records")
+    if str(config.rl.task) == "agent" and str(config.agent.instances):
+        for key in ("agent.instances", "agent.repos"):
+            path = os.path.expanduser(str(getattr(config.agent, key.split(".")[1])))
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{key}={path!r}: no such file or directory")
 
 
 def _check_batch_shards(config: Any) -> None:

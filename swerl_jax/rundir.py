@@ -23,7 +23,7 @@ from typing import Any
 OPERATIONAL_KEYS = (
     "logging.", "eval.", "checkpoint.every_steps", "checkpoint.max_to_keep", "checkpoint.async_save",
     "sampler.host", "sampler.port", "sampler.request_timeout_s", "sampler.weights_dir",
-    "data.worker_count", "reward.num_workers",
+    "data.worker_count", "reward.num_workers", "agent.env_workers", "agent.eval_tasks",
     "mesh.coordinator_address", "mesh.num_processes", "mesh.process_id",
 )
 STAGE_CHECKPOINTS = {"sft": ("sft", "checkpoints"), "grpo": ("checkpoints",)}

@@ -97,6 +97,7 @@ class SamplerSection:
 class RLSection:
     """`rl.*`: GRPO and its ablations (advantage, clipping, KL, aggregation, filtering)."""
 
+    task: str = _choices("repair", "agent")
     num_steps: int
     prompts_per_step: int
     num_samples: int
@@ -158,6 +159,24 @@ class EvalSection:
 
 
 @dataclasses.dataclass(frozen=True)
+class AgentSection:
+    """`agent.*`: multi-turn episodes for rl.task = "agent" (tasks, reward, limits, environment workers)."""
+
+    instances: str
+    repos: str
+    reward: str = _choices("execution", "similarity")
+    max_turns: int
+    max_context: int
+    timeout_s: float
+    step_timeout_s: float
+    env_workers: int
+    waves: int
+    compact_prompt: bool
+    kv_cache: str = _choices("reprefill", "kept")
+    eval_tasks: int
+
+
+@dataclasses.dataclass(frozen=True)
 class CheckpointSection:
     """`checkpoint.*`: how often and how many Orbax steps are kept."""
 
@@ -190,6 +209,7 @@ class Experiment:
     optim: OptimSection
     sft: SFTSection
     eval: EvalSection
+    agent: AgentSection
     checkpoint: CheckpointSection
     logging: LoggingSection
 

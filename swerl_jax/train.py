@@ -64,16 +64,20 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
         summary["already_finished"] = steps
     params = None
     t0 = time.time()
+    agent = str(config.rl.task) == "agent"
+    if agent:  # multi-turn tool use (DeepSWE-style); imported only then: it brings the sandbox and the tools
+        from swerl_jax.agent.sft import AgentSFTTrainer
+        from swerl_jax.agent.trainer import AgentTrainer
     if sft_steps > 0:
-        sft = SFTTrainer(config, workdir / "sft")
+        sft = (AgentSFTTrainer if agent else SFTTrainer)(config, workdir / "sft")
         params = sft.run()
         summary["sft"] = {"steps": sft_steps, "metrics": str(workdir / "sft" / "metrics.jsonl"),
                           "checkpoints": sft.checkpointer.directory, "seconds": round(time.time() - t0, 1)}
-        if int(config.eval.every_steps) > 0:
+        if int(config.eval.every_steps) > 0 and not agent:  # the agent's held-out eval runs in its GRPO stage
             summary["sft"]["eval"] = evaluate_sft(config, sft, workdir / "sft" / EVAL_FILE)
     if rl_steps > 0:
         t1 = time.time()
-        grpo = GRPOTrainer(config, workdir, initial_params=params)
+        grpo = (AgentTrainer if agent else GRPOTrainer)(config, workdir, initial_params=params)
         del params  # GRPO placed its own copy
         summary["rl"] = {**grpo.run(), "seconds": round(time.time() - t1, 1)}
     return summary

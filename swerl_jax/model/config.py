@@ -86,6 +86,11 @@ MODEL_CONFIGS: dict[str, LlamaConfig] = {
                                num_heads=32, num_kv_heads=8, rope_scaling=RopeScaling(factor=8.0)),
     "llama3.3-70b": LlamaConfig(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_layers=80,
                                 num_heads=64, num_kv_heads=8, rope_scaling=RopeScaling(factor=8.0)),
+    # Qwen3-32B's shape (DeepSWE's policy) for planning and compiling: Qwen3 adds RMSNorm on q and k per head,
+    # which this Llama implementation does not have (its parameters are <0.01%; a real Qwen3 run needs it).
+    "qwen3-32b": LlamaConfig(vocab_size=151936, hidden_size=5120, intermediate_size=25600, num_layers=64,
+                             num_heads=64, num_kv_heads=8, head_dim=128, rope_theta=1000000.0,
+                             max_position_embeddings=40960),
     "smollm2-135m": LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
                                 num_heads=9, num_kv_heads=3, rope_theta=100000.0, tie_word_embeddings=True,
                                 max_position_embeddings=8192),

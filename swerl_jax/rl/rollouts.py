@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from swerl_jax.batching import pack_rows
+from swerl_jax.batching import pack_rows, score_positions
 from swerl_jax.reward.worker import FAILURE_REASONS
 
 
@@ -33,10 +33,17 @@ class Rollout:
     reward: float = math.nan
     reward_info: dict = dataclasses.field(default_factory=dict)
     advantage: float = 0.0
+    # Multi-turn (agent) rollouts: 1 on the model's own completion tokens, 0 on observations (None: all model's),
+    # and how the episode ended (finish | max_turns | max_context | timeout | env_error).
+    token_mask: np.ndarray | None = None
+    termination: str | None = None
 
     @property
     def truncated(self) -> bool:
-        """The completion hit max_new_tokens without a stop token (compact filtering masks these)."""
+        """Compact filtering masks these: a completion that hit max_new_tokens without a stop token, or an episode
+        that did not end with the agent's `finish` (max turns / context / timeout: DeepSWE's filter)."""
+        if self.termination is not None:
+            return self.termination != "finish"
         return self.finish_reason == "length"
 
     @property
@@ -62,6 +69,8 @@ class Rollout:
             "completion_len": int(len(self.completion_tokens)),
             "truncated": self.truncated, "finish_reason": self.finish_reason,
             "policy_version": self.policy_version, "reward_info": self.reward_info,
+            **({"termination": self.termination, "model_tokens": int(self.token_mask.sum())}
+               if self.termination is not None and self.token_mask is not None else {}),
         }
 
 
@@ -79,8 +88,9 @@ def build_train_batch(groups: RolloutGroups, prompt_len: int, completion_len: in
 
     Returns:
       tokens [N, prompt_len + completion_len] int32, attention_mask (same shape, bool), loss_mask [N, C] fp32
-      (1 on real completion tokens), old_logp [N, C] fp32 (the sampler's log-probs, 0 on padding),
-      advantages [N] fp32, truncated [N] bool.
+      (1 on real completion tokens; for multi-turn rollouts only on the model's own, `Rollout.token_mask`),
+      old_logp [N, C] fp32 (the sampler's log-probs, 0 on padding),
+      advantages [N] fp32, truncated [N] bool; with token masks, score_positions [N, K] (`batching.score_positions`).
     """
     rollouts = flatten_groups(groups)
     for r in rollouts:  # name the rollout (pack_rows can only name the row)
@@ -94,6 +104,13 @@ def build_train_batch(groups: RolloutGroups, prompt_len: int, completion_len: in
     for i, r in enumerate(rollouts):
         c = len(r.completion_tokens)
         old_logp[i, :c] = r.sampler_logprobs[:c]
+        if r.token_mask is not None:  # observations and prompts between the model's turns are not its actions
+            if len(r.token_mask) != c:
+                raise ValueError(f"rollout {r.prompt_id}/{r.sample}: token_mask has {len(r.token_mask)} entries for "
+                                 f"{c} completion tokens")
+            rows["loss_mask"][i, :c] *= r.token_mask
+    if any(r.token_mask is not None for r in rollouts):  # only the model's tokens go through the vocabulary
+        rows["score_positions"] = score_positions(rows["loss_mask"])
     return {
         **rows,
         "old_logp": old_logp,

@@ -44,7 +44,7 @@ from swerl_jax.policy import Policy, check_finite, micro_batches
 from swerl_jax.reward.service import RewardService
 from swerl_jax.rl.collect import InlineSampler, collect_rollouts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
-from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, reward_matrix, rollout_metrics
+from swerl_jax.rl.rollouts import RolloutGroups, build_train_batch, flatten_groups, reward_matrix, rollout_metrics
 from swerl_jax.sampler import weights
 from swerl_jax.sampler.client import SamplerClient
 from swerl_jax.sampler.engine import SamplingParams
@@ -61,7 +61,7 @@ def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, c
     def loss_fn(params: Any, batch: dict) -> tuple[jax.Array, dict]:
         logp, entropy = token_logprobs(model_config, params, batch["tokens"], batch["attention_mask"],
                                        with_entropy=True, temperature=temperature, start=prompt_len - 1,
-                                       length=completion_len)
+                                       length=completion_len, positions=batch.get("score_positions"))
         loss, metrics = grpo_loss(logp, batch["old_logp"], batch.get("ref_logp"), batch["advantages"],
                                   batch["loss_mask"], loss_cfg, entropy=entropy, truncated=batch["truncated"])
         metrics.update(logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"]))
@@ -111,13 +111,9 @@ class GRPOTrainer(TrainLoop):
         # The reference is the policy RL starts from (pretrained or SFT'd); a copy, because the state is donated.
         self.reference = (jax.tree.map(lambda x: x.copy(), self.policy.state.params)
                           if self.loss_cfg.needs_reference else None)
-        self.data_iter = iter(rl_dataset_from_config(config))
-        if sharding.is_main_process() and (warning := answer_budget_warning(config)):
-            log.warning("this config cannot learn: %s", warning)
+        self.data_iter = self.make_data_iter()
         self.checkpointer = Checkpointer.from_config(config, self.workdir)
-        r = config.reward
-        self.reward_service = RewardService(num_workers=int(r.num_workers), timeout_s=float(r.timeout_s),
-                                            fallback_reward=float(r.fallback_reward), kind=str(r.kind))
+        self.reward_service = self.make_reward_service()
         self.weights_dir = str(config.sampler.weights_dir or self.workdir / "policy")
         self.sampler = None
         self._logprob_fns: dict = {}
@@ -126,6 +122,48 @@ class GRPOTrainer(TrainLoop):
         # held-out repair evaluation (eval.*): greedy answers to records the run never trains on, on process 0
         self.eval_every = int(config.eval.every_steps)
         self.eval_records = heldout_records(config) if self.eval_every > 0 and self.is_main else []
+
+    # --- what a task variant overrides (the agent trainer: swerl_jax/agent/trainer.py) ---------------------------
+
+    def make_data_iter(self) -> Any:
+        """The Grain iterator of this process's prompt batches (checkpointed with each step)."""
+        if sharding.is_main_process() and (warning := answer_budget_warning(self.config)):
+            log.warning("this config cannot learn: %s", warning)
+        return iter(rl_dataset_from_config(self.config))
+
+    def make_reward_service(self) -> RewardService | None:
+        """The host-side reward workers (the SWE-RL reward of each answer)."""
+        r = self.config.reward
+        return RewardService(num_workers=int(r.num_workers), timeout_s=float(r.timeout_s),
+                             fallback_reward=float(r.fallback_reward), kind=str(r.kind))
+
+    def collect(self, step: int) -> tuple[RolloutGroups, dict, dict]:
+        """Step `step`'s scored rollouts [P][G], its timings (`time/*`, seconds) and extra metrics."""
+        t0 = time.perf_counter()
+        batch = next(self.data_iter)
+        t_data = time.perf_counter() - t0
+        # Groups are numbered within this process (its prompts); only process 0 writes rollout files.
+        groups, times = collect_rollouts(
+            self.sampler, self.reward_service, batch, self.sampling, self.num_samples, step, int(self.config.seed),
+            policy_version=step - 1, prompts_per_request=int(self.config.sampler.prompts_per_request))
+        return groups, {"data_s": t_data, "generate_s": times.generate_s, "reward_wall_s": times.reward_wall_s,
+                        "reward_wait_s": times.reward_wait_s, "reward_hidden_frac": times.reward_hidden_frac}, \
+            data_metrics(self.data_iter)
+
+    def baseline_mask(self, groups: RolloutGroups) -> np.ndarray | None:
+        """[P, G] bool: which samples enter their group's advantage baseline (None: all of them)."""
+        rl = self.config.rl
+        if not (rl.compact_filtering and rl.baseline_excludes_filtered):
+            return None
+        valid = np.ones((len(groups), self.num_samples), bool)  # DeepSWE: truncated samples stay out
+        for p, group in enumerate(groups):
+            for r in group:
+                valid[p, r.sample] = not r.truncated
+        return valid
+
+    def completion_cap(self) -> int:
+        """The longest completion a train row holds (a multi-turn transcript is longer than one answer)."""
+        return max(COMPLETION_BUCKET, int(self.config.sampler.max_new_tokens))
 
     # --- sampler ----------------------------------------------------------------------------------------------
 
@@ -174,19 +212,9 @@ class GRPOTrainer(TrainLoop):
         """Run step `step` (1-based) and return (metrics, rollouts)."""
         rl = self.config.rl
         t_step = time.perf_counter()
-        batch = next(self.data_iter)
-        t_data = time.perf_counter() - t_step
-        # Groups are numbered within this process (its prompts); only process 0 writes rollout files.
-        groups, times = collect_rollouts(
-            self.sampler, self.reward_service, batch, self.sampling, self.num_samples, step, int(self.config.seed),
-            policy_version=step - 1, prompts_per_request=int(self.config.sampler.prompts_per_request))
+        groups, collect_times, collect_metrics = self.collect(step)
         rewards = reward_matrix(groups, self.num_samples)  # [P, G]
-        valid = None  # rl.baseline_excludes_filtered: truncated samples stay out of the group baseline (DeepSWE)
-        if rl.compact_filtering and rl.baseline_excludes_filtered:
-            valid = np.ones(rewards.shape, bool)
-            for p, group in enumerate(groups):
-                for r in group:
-                    valid[p, r.sample] = not r.truncated
+        valid = self.baseline_mask(groups)
         advantages = np.asarray(group_advantages(rewards, str(rl.advantage), float(rl.std_eps), int(rl.std_ddof),
                                                  valid))
         for p, group in enumerate(groups):
@@ -199,7 +227,7 @@ class GRPOTrainer(TrainLoop):
             [r.prompt_tokens for r in rollouts], [r.completion_tokens for r in rollouts],
             prompt_bucket=PROMPT_BUCKET, completion_bucket=COMPLETION_BUCKET,
             prompt_cap=int(self.config.data.max_prompt_len),
-            completion_cap=max(COMPLETION_BUCKET, int(self.config.sampler.max_new_tokens)))
+            completion_cap=self.completion_cap())
         batch_np = build_train_batch(groups, prompt_len, completion_len)
         batch_np["sampler_logp"] = batch_np["old_logp"]
         t0 = time.perf_counter()
@@ -240,18 +268,17 @@ class GRPOTrainer(TrainLoop):
         metrics.update(rollout_metrics(rollouts))
         metrics["policy_version"] = step - 1
         metrics["nonfinite_update"] = int(not finite)
-        metrics.update(data_metrics(self.data_iter))  # records skipped as invalid or too long, by reason
-        metrics["reward_service"] = {k: v for k, v in self.reward_service.metrics().items()
-                                     if k in ("items", "timeouts", "crashes", "exceptions", "nonfinite",
-                                              "format_error_total")}
+        metrics.update(collect_metrics)  # e.g. records skipped as invalid or too long, by reason
+        if self.reward_service is not None:
+            metrics["reward_service"] = {k: v for k, v in self.reward_service.metrics().items()
+                                         if k in ("items", "timeouts", "crashes", "exceptions", "nonfinite",
+                                                  "format_error_total")}
         t_eval = None
         if eval_due:
             t0 = time.perf_counter()
             metrics.update(self.evaluate(step))
             t_eval = time.perf_counter() - t0
-        metrics["time"] = {"data_s": t_data, "generate_s": times.generate_s, "reward_wall_s": times.reward_wall_s,
-                           "reward_wait_s": times.reward_wait_s, "reward_hidden_frac": times.reward_hidden_frac,
-                           "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
+        metrics["time"] = {**collect_times, "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
                            "step_s": time.perf_counter() - t_step}
         if t_eval is not None:
             metrics["time"]["eval_s"] = t_eval
@@ -284,11 +311,12 @@ class GRPOTrainer(TrainLoop):
 
     def host_state(self) -> dict:
         """The reward service's counters, checkpointed with each step."""
-        return {"reward_service": self.reward_service.state_dict()}
+        return {"reward_service": self.reward_service.state_dict()} if self.reward_service is not None else {}
 
     def load_host_state(self, state: dict) -> None:
         """Restore the reward service's counters from a checkpoint."""
-        self.reward_service.load_state_dict(state["reward_service"])
+        if self.reward_service is not None:
+            self.reward_service.load_state_dict(state["reward_service"])
 
     def before_steps(self, start: int) -> None:
         """Start the sampler on the restored (or initial) params as policy version `start`."""
@@ -307,7 +335,8 @@ class GRPOTrainer(TrainLoop):
         if self.sampler is not None:
             self.sampler.close()
             self.sampler = None
-        self.reward_service.close()
+        if self.reward_service is not None:
+            self.reward_service.close()
         self.checkpointer.close()
 
 

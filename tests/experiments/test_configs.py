@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 # (module, variant): every experiment file and every variant its get_config accepts
 EXPERIMENTS = [("tiny_cpu", None), ("tiny_cpu", "short"), ("smollm2_cpu", None), ("swerl_llama3_70b", None),
                ("sft_llama3_70b", None), ("ablation_discrete_reward", None), ("deepswe_grpo_pp", None),
-               ("deepswe_grpo_pp", "tiny"), ("base", None)]
+               ("deepswe_grpo_pp", "tiny"), ("agent_tiny_cpu", None), ("agent_tiny_cpu", "short"),
+               ("deepswe_agent", None), ("base", None)]
 # evaluation configs (`python -m swerl_jax.eval run --config=...`): not training runs, they name the policy's file
 EVAL_EXPERIMENTS = [("eval_agentless_mini", None), ("eval_agentless_mini", "cpu")]
 

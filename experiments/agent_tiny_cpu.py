@@ -1,0 +1,46 @@
+"""Agentic RL on this CPU: a ~7M-parameter Llama learns to fix synthetic bugs with tools, rewarded by hidden tests.
+
+The tasks are `data.synthetic_num_records` synthetic repositories (swerl_jax/agent/synthetic.py: one module with a
+bug, unit tests the agent never sees); an episode is R2E-Gym-style tool calls (view, str_replace, ..., finish) in a
+sandboxed checkout, and the reward is 1 when the hidden tests pass on the final diff, else 0. As in `make demo`,
+a short SFT stage on scripted gold episodes (view -> str_replace -> finish, run through the real environments, loss
+on the model's turns only) warm-starts the policy, then GRPO++ (DeepSWE's switches) trains on a fixed 2 of the
+tasks, 8 episodes each per step, so the reward curve measures learning. The prompt is compact (the tools' syntax
+only) to keep a 3-turn episode under ~700 tokens.
+
+    python -m swerl_jax.train --config=experiments/agent_tiny_cpu.py          # :short = the suite's shorter run
+"""
+
+from experiments import base, deepswe_grpo_pp, tiny_cpu
+
+
+def get_config(arg: str | None = None):
+    """agent_tiny_cpu; `arg="short"`: fewer SFT and GRPO steps (the test's run)."""
+    base.check_variant(arg, ("short",), "agent_tiny_cpu.py")
+    c = tiny_cpu.get_config()
+    grpo_pp = deepswe_grpo_pp.get_config("tiny").rl
+    for key in ("clip_eps_low", "clip_eps_high", "kl_coef", "advantage", "loss_agg", "seq_mean_rows",
+                "compact_filtering", "baseline_excludes_filtered", "entropy_coef"):
+        c.rl[key] = grpo_pp[key]
+    c.rl.task = "agent"
+    c.rl.loss_norm = 1024  # Dr.GRPO: each row's token sum over the padded response width (agent.max_context)
+    c.rl.num_steps = 20 if arg != "short" else 6
+    c.data.synthetic_num_records = 8
+    c.data.rl_num_records = 2
+    c.data.max_prompt_len = 1024
+    c.agent.reward = "execution"
+    c.agent.max_turns = 6
+    c.agent.max_context = 1024
+    c.agent.timeout_s = 300.0
+    c.agent.step_timeout_s = 30.0
+    c.agent.env_workers = 4
+    c.agent.compact_prompt = True
+    c.agent.eval_tasks = 8
+    c.rl.micro_batch_size = 4  # 16 episodes of up to 1k tokens: the 49k-vocab logits in 4 pieces (memory)
+    c.sampler.max_new_tokens = 160  # per turn: a str_replace of a synthetic bug is ~60-110 tokens
+    # the trainer's own engine, each conversation's K/V kept between turns (swerl_jax/sampler/sessions.py)
+    c.sampler.mode = "inline"
+    c.agent.kv_cache = "kept"
+    c.sft.num_steps = 80 if arg != "short" else 60
+    c.sft.max_len = 1024
+    return c

@@ -1,0 +1,143 @@
+"""The agentic GRPO trainer (rl.task = "agent"): multi-turn episodes in sandboxed repositories, GRPO++ updates.
+
+    python -m swerl_jax.train --config=experiments/agent_tiny_cpu.py      # SFT on scripted episodes, then GRPO
+
+`AgentTrainer` is the GRPO trainer with another way of collecting a step: the Grain loader yields task indices
+(`rl.prompts_per_step` per step, seeded shuffle, per-process shards, checkpointed); each task is run as
+`rl.num_samples` episodes (`agent.rollout.run_episodes`: the sampler continues each conversation turn by turn,
+environments step in a thread pool), the environment's final reward (hidden tests, or the SWE-RL similarity of the
+diff) scores each episode, and the rows' loss mask covers the model's own tokens only. Everything after collection
+(advantages, compact filtering, the clipped update, publishing, metrics, checkpoints) is `GRPOTrainer`'s.
+
+Metrics on top of GRPO's: agent/turns_mean, agent/tool_error_rate (tool errors / turns), agent/termination/<why>
+(finish, max_turns, max_context, timeout, env_error), agent/resolved_rate, agent/model_tokens_mean, and the
+time split time/generate_s vs time/env_wait_s (environment time not hidden behind generation) and
+time/env_busy_s (all environment time); with eval.every_steps, eval/resolved_rate of greedy episodes on held-out
+synthetic tasks.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import pathlib
+import time
+from typing import Any
+
+import grain
+import numpy as np
+
+from swerl_jax.agent.env import TERMINATIONS
+from swerl_jax.agent.rollout import SYSTEM, ChatFormat, Reprefill, TurnGenerator, run_episodes
+from swerl_jax.agent.tasks import AgentTasks
+from swerl_jax.rl.rollouts import RolloutGroups, flatten_groups
+from swerl_jax.rl.trainer import GRPOTrainer
+from swerl_jax.sampler.sessions import KeptKV
+from swerl_jax.tokenizer import tokenizer_for
+
+
+def task_iterator(num_tasks: int, batch_size: int, seed: int, process_index: int = 0, process_count: int = 1):
+    """A Grain iterator of task-index batches: this process's strided shard, reshuffled each epoch, forever."""
+    if num_tasks < 1:
+        raise ValueError("no agent tasks (data.synthetic_num_records / agent.instances / data.rl_num_records)")
+    ds = grain.MapDataset.range(num_tasks)[process_index::process_count]
+    if len(ds) == 0:
+        raise ValueError(f"{num_tasks} agent tasks leave process {process_index} of {process_count} none")
+    return iter(ds.shuffle(seed=seed).repeat(None).batch(batch_size).to_iter_dataset())
+
+
+class AgentTrainer(GRPOTrainer):
+    """GRPO over multi-turn episodes; see the module docstring."""
+
+    def __init__(self, config: Any, workdir: str | pathlib.Path, initial_params: Any = None) -> None:
+        super().__init__(config, workdir, initial_params)
+        a = self.config.agent
+        self.tokenizer = tokenizer_for(self.config.model)
+        self.chat = ChatFormat(self.tokenizer)
+        self.pool = concurrent.futures.ThreadPoolExecutor(int(a.env_workers), thread_name_prefix="agent-env")
+        self.heldout = (AgentTasks.from_config(self.config, self.workdir, heldout=True)
+                        if self.eval_every > 0 and self.is_main else None)
+
+    # --- GRPOTrainer hooks -------------------------------------------------------------------------------------
+
+    def make_data_iter(self) -> Any:
+        """Task-index batches over the run's tasks (built here: the base constructor calls this first)."""
+        import jax
+
+        self.tasks = AgentTasks.from_config(self.config, self.workdir)
+        return task_iterator(len(self.tasks.instances), self.local_prompts, int(self.config.seed),
+                             jax.process_index(), jax.process_count())
+
+    def make_reward_service(self) -> None:
+        """Episodes are scored by their environments (hidden tests or the diff's similarity): no reward workers."""
+        return None
+
+    def completion_cap(self) -> int:
+        """A row's completion is the whole transcript after the task: up to agent.max_context tokens."""
+        return int(self.config.agent.max_context)
+
+    def baseline_mask(self, groups: RolloutGroups) -> np.ndarray | None:
+        """GRPO's rule, and episodes whose environment failed never enter a baseline (they have no reward)."""
+        valid = super().baseline_mask(groups)
+        broken = [(p, r.sample) for p, g in enumerate(groups) for r in g if r.termination == "env_error"]
+        if not broken:
+            return valid
+        valid = np.ones((len(groups), self.num_samples), bool) if valid is None else valid
+        for p, s in broken:
+            valid[p, s] = False
+        return valid
+
+    def generator(self) -> TurnGenerator:
+        """How turns are sampled: re-prefill through the trainer's sampler, or kept K/V (agent.kv_cache)."""
+        if str(self.config.agent.kv_cache) == "kept":
+            return KeptKV.for_sampler(self.sampler, self.config)
+        return Reprefill(self.sampler, self.tokenizer)
+
+    def episodes(self, instances: list[dict], samples: int, sampling: Any, step: int, version: int,
+                 tasks: AgentTasks) -> tuple[RolloutGroups, Any]:
+        """`samples` episodes of each instance with the sampler's policy `version`."""
+        envs = [[tasks.env(inst, self.config) for _ in range(samples)] for inst in instances]
+        a = self.config.agent
+        return run_episodes(envs, self.generator(), self.chat, SYSTEM, sampling, max_context=int(a.max_context),
+                            seed=int(self.config.seed), step=step, policy_version=version, pool=self.pool,
+                            waves=int(a.waves))
+
+    def collect(self, step: int) -> tuple[RolloutGroups, dict, dict]:
+        """Step `step`'s episodes: next task batch, `rl.num_samples` episodes each, scored by the environments."""
+        t0 = time.perf_counter()
+        indices = np.asarray(next(self.data_iter)).reshape(-1)
+        t_data = time.perf_counter() - t0
+        instances = [self.tasks.instances[int(i)] for i in indices]
+        groups, times = self.episodes(instances, self.num_samples, self.sampling, step, step - 1, self.tasks)
+        timing = {"data_s": t_data, "generate_s": times.generate_s, "env_wait_s": times.env_wait_s,
+                  "env_busy_s": times.env_busy_s, "reward_s": times.reward_s}
+        return groups, timing, episode_metrics(flatten_groups(groups))
+
+    def evaluate(self, version: int) -> dict:
+        """Greedy episodes of policy `version` on the held-out synthetic tasks: eval/resolved_rate and friends."""
+        if self.heldout is None:
+            return {}
+        greedy = dataclasses.replace(self.sampling, temperature=0.0)
+        groups, _ = self.episodes(self.heldout.instances, 1, greedy, 10**6 + version, version, self.heldout)
+        m = episode_metrics(flatten_groups(groups))
+        return {f"eval/{k.split('/', 1)[1]}": v for k, v in m.items()} | {"eval/episodes": len(groups)}
+
+    def close(self) -> None:
+        """Stop the environment pool, then what GRPO holds."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        super().close()
+
+
+def episode_metrics(rollouts: list) -> dict[str, float]:
+    """agent/* metrics of scored episodes: turns, tool errors, terminations, resolution, model tokens."""
+    n = max(1, len(rollouts))
+    turns = np.asarray([r.reward_info.get("turns", 0) for r in rollouts] or [0], np.float64)
+    errors = sum(r.reward_info.get("tool_errors", 0) for r in rollouts)
+    out = {"agent/turns_mean": float(turns.mean()), "agent/turns_max": float(turns.max()),
+           "agent/tool_error_rate": errors / max(1.0, float(turns.sum())),
+           "agent/resolved_rate": sum(r.reward >= 1.0 for r in rollouts) / n,
+           "agent/model_tokens_mean": float(np.mean([r.token_mask.sum() if r.token_mask is not None else 0
+                                                     for r in rollouts] or [0]))}
+    for why in (*TERMINATIONS, "env_error"):
+        out[f"agent/termination/{why}"] = sum(r.termination == why for r in rollouts) / n
+    return out

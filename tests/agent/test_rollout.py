@@ -1,0 +1,105 @@
+"""Multi-turn rollouts on synthetic tasks in the real sandbox: the token-level transcript, the loss mask (exactly the
+model's tokens), termination reasons, the hidden tests kept out of the work dir, and the rows GRPO trains on."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import numpy as np
+import pytest
+
+from experiments import agent_tiny_cpu
+from swerl_jax.agent.env import SWEEnv
+from swerl_jax.agent.rollout import SYSTEM, ChatFormat, run_episodes
+from swerl_jax.agent.sft import Scripted, gold_actions
+from swerl_jax.agent.synthetic import SyntheticTasks
+from swerl_jax.rl.rollouts import build_train_batch
+from swerl_jax.sampler.types import SamplingParams
+from swerl_jax.tokenizer import tokenizer_for
+from tests.conftest import requires_smollm2
+
+pytestmark = requires_smollm2
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    return SyntheticTasks(tmp_path_factory.mktemp("synthetic"), n=2, seed=0)
+
+
+@pytest.fixture(scope="module")
+def chat():
+    return ChatFormat(tokenizer_for(agent_tiny_cpu.get_config().model))
+
+
+def _env(tasks, instance, work, max_turns=6):
+    return SWEEnv(instance, tasks.root / "repos", work, executor=tasks.executor(work / "grade"), max_turns=max_turns,
+                  step_timeout_s=30.0, compact=True)
+
+
+def _episodes(tasks, chat, work, scripts_for, max_turns=6, samples=1):
+    envs = [[_env(tasks, inst, work, max_turns) for _ in range(samples)] for inst in tasks.instances]
+    scripts = {chat.prompt(SYSTEM, envs[i][0].task()).tobytes(): scripts_for(inst)
+               for i, inst in enumerate(tasks.instances)}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        groups, times = run_episodes(envs, Scripted(chat.tokenizer, scripts), chat, SYSTEM, SamplingParams(),
+                                     max_context=2048, seed=0, step=1, policy_version=0, pool=pool)
+    return groups, times
+
+
+def test_gold_episodes_resolve_and_the_mask_is_exactly_the_models_tokens(tasks, chat, tmp_path):
+    groups, times = _episodes(tasks, chat, tmp_path, gold_actions)
+    tok = chat.tokenizer
+    for (r,), inst in zip(groups, tasks.instances):
+        assert r.reward == 1.0 and r.termination == "finish" and not r.truncated, r.reward_info
+        assert r.reward_info["turns"] == 3 and r.reward_info["tool_errors"] == 0
+        mask = r.token_mask.astype(bool)
+        assert mask.shape == r.completion_tokens.shape
+        # the model's tokens are exactly its three actions, each closed by the end-of-turn token it sampled
+        runs, start = [], None
+        for i, m in enumerate(np.append(mask, False)):
+            if m and start is None:
+                start = i
+            elif not m and start is not None:
+                runs.append(r.completion_tokens[start:i])
+                start = None
+        want = [tok.encode(a, add_special_tokens=False) + [tok.eos_token_id] for a in gold_actions(inst)]
+        assert [x.tolist() for x in runs] == want
+        # what lies between them is the observations (the view of the file, the edit's report), all masked
+        between = tok.decode(r.completion_tokens[~mask].tolist())
+        assert inst["gold_edit"]["path"] in r.completion and "user" in between
+        assert np.all(r.sampler_logprobs[~mask] == 0)
+    assert times.generate_s >= 0 and times.env_wait_s > 0
+
+    batch = build_train_batch(groups, prompt_len=max(len(g[0].prompt_tokens) for g in groups),
+                              completion_len=max(len(g[0].completion_tokens) for g in groups))
+    for i, (r,) in enumerate(groups):
+        c = len(r.completion_tokens)
+        np.testing.assert_array_equal(batch["loss_mask"][i, :c], r.token_mask)
+        assert batch["loss_mask"][i, c:].sum() == 0
+        k = int(r.token_mask.sum())
+        np.testing.assert_array_equal(batch["score_positions"][i, :k], np.flatnonzero(r.token_mask))
+        assert np.all(batch["score_positions"][i, k:] == batch["loss_mask"].shape[1])
+
+
+def test_malformed_actions_are_observations_and_the_episode_ends_at_max_turns(tasks, chat, tmp_path):
+    groups, _ = _episodes(tasks, chat, tmp_path, lambda inst: ["I think the bug is in the loop."], max_turns=3)
+    for (r,) in groups:
+        assert r.termination == "max_turns" and r.truncated  # compact filtering masks it
+        assert r.reward_info["turns"] == 3 and r.reward_info["tool_errors"] == 3
+        assert r.completion.count("ERROR: No function call found") == 2  # the third turn ends the episode
+        assert r.reward == 0.0 and r.reward_info["status"] == "unresolved"
+
+
+def test_hidden_tests_never_enter_the_work_dir_and_grade_the_diff(tasks, tmp_path):
+    inst = tasks.instances[0]
+    env = _env(tasks, inst, tmp_path)
+    env.reset()
+    checkout = env.workspace.repo
+    assert not (checkout / inst["test_file"]).exists()
+    assert not any("test" in p.name for p in checkout.rglob("*.py"))
+    assert env.reward()[0] == 0.0  # no change: the issue's test fails
+    (checkout / inst["gold_edit"]["path"]).write_text(inst["gold_edit"]["after"])
+    reward, info = env.reward()
+    assert reward == 1.0, info
+    assert not (checkout / inst["test_file"]).exists()  # graded in the grader's own checkout
+    env.close()
