@@ -169,6 +169,27 @@ class SyntheticExecutor:
                 return {"status": "patch_failed", "error": "git apply did not apply the patch"}
         return {"sandbox": sandbox, "env": self.env(), "repo_dir": repo_dir}
 
+    def run_script(self, instance: dict, patch: str, script: str, log_dir: pathlib.Path,
+                   files: dict[str, str] | None = None) -> dict:
+        """`LocalExecutor.run_script` for a synthetic task: `patch` applied to a fresh checkout, `files` beside it,
+        the bash `script` run from the checkout in the sandbox ($REPO, $WORK set); never the hidden tests."""
+        work = self.out_dir / "work" / f"{instance['instance_id']}.{uuid.uuid4().hex[:10]}"
+        work.mkdir(parents=True)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            ready = self.prepare(instance, patch, log_dir, work)
+            if "status" in ready:
+                return ready
+            for name, text in (files or {}).items():
+                (work / name).write_text(text)
+            env = {**ready["env"], "REPO": str(ready["repo_dir"]), "WORK": str(work)}
+            done = ready["sandbox"].run(f"cd {shlex.quote(str(ready['repo_dir']))}\n{script}", work, env=env)
+            (log_dir / "script.log").write_text(f"{script}\n---\n{done.output}")
+            return {"status": "ran", "returncode": done.returncode, "output": done.output,
+                    "timed_out": done.timed_out}
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
     def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
         """Apply `patch` and the hidden tests to a fresh checkout and run them in the sandbox (no network)."""
         work = self.out_dir / "work" / f"{instance['instance_id']}.{uuid.uuid4().hex[:10]}"

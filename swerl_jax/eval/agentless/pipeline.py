@@ -84,7 +84,7 @@ def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens
         samples.append({"files": plan, "answer": answer, **made})
     traj["repair"] = [{"prompt": p, **s} for p, s in zip(prompts, samples)]
 
-    results = _test_results(instance, samples, chat, settings, executor, log_dir, traj) if executor else None
+    results = patch_test_results(instance, samples, chat, settings, executor, log_dir, traj) if executor else None
     ranked = [rerank.Sample(s["model_patch"], s["normalized_patch"].strip(),
                             **(results[s["model_patch"]] if results and s["model_patch"] in results else {}))
               for s in samples]
@@ -96,9 +96,10 @@ def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens
     return traj
 
 
-def _test_results(instance: dict, samples: list[dict], chat: Chat, settings: AgentlessSettings, executor,
+def patch_test_results(instance: dict, samples: list[dict], chat: Chat, settings: AgentlessSettings, executor,
                   log_dir: pathlib.Path, traj: dict) -> dict[str, dict]:
-    """{patch: Sample fields} from running the kept reproduction scripts and the selected regression tests."""
+    """{patch: Sample fields} from running the kept reproduction scripts and the selected regression tests (also
+    the agent's execution-based verifier, `swerl_jax.agent.scaling`); `traj` gets the scripts and outcomes."""
     scripts: list[str] = []
     if settings.reproduction_tests > 0:
         answers = chat([_user(tests_gen.REPRODUCTION.format(problem_statement=instance["problem_statement"]))]
