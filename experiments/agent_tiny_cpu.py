@@ -22,6 +22,11 @@ def get_config(arg: str | None = None):
     for key in ("clip_eps_low", "clip_eps_high", "kl_coef", "advantage", "loss_agg", "seq_mean_rows",
                 "compact_filtering", "baseline_excludes_filtered", "entropy_coef"):
         c.rl[key] = grpo_pp[key]
+    # Compact filtering off (DeepSWE masks episodes that ran out of turns): a 3-turn task with 4 turns is not too
+    # long for its budget; masked, the flailing episodes were never penalised (measured: finish rate 0.56 -> 0.25
+    # and reward 0.19 -> 0.13 in 6 steps with it on).
+    c.rl.compact_filtering = False
+    c.rl.baseline_excludes_filtered = False
     c.rl.task = "agent"
     c.rl.loss_norm = 1024  # Dr.GRPO: each row's token sum over the padded response width (agent.max_context)
     c.rl.num_steps = 20 if arg != "short" else 6
@@ -29,7 +34,7 @@ def get_config(arg: str | None = None):
     c.data.rl_num_records = 2
     c.data.max_prompt_len = 1024
     c.agent.reward = "execution"
-    c.agent.max_turns = 6
+    c.agent.max_turns = 4  # the gold episode takes 3
     c.agent.max_context = 1024
     c.agent.timeout_s = 300.0
     c.agent.step_timeout_s = 30.0
@@ -41,6 +46,10 @@ def get_config(arg: str | None = None):
     # the trainer's own engine, each conversation's K/V kept between turns (swerl_jax/sampler/sessions.py)
     c.sampler.mode = "inline"
     c.agent.kv_cache = "kept"
-    c.sft.num_steps = 80 if arg != "short" else 60
+    # SFT on the 2 tasks' gold episodes, 2 per batch (8 repeated the same 2 rows 4x: 4x the time, the same
+    # gradient): next-token loss 10.9 -> 0.009 in 100 steps
+    c.sft.num_steps = 100
+    c.sft.batch_size = 2
     c.sft.max_len = 1024
+    c.sampler.temperature = 1.0  # DeepSWE samples at 1.0; the SFT policy then resolves ~20% of episodes
     return c

@@ -29,11 +29,12 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.synthetic_tasks = 2  # instances = "synthetic": this many held-out synthetic tasks
     c.k = 4 if (cpu or tiny) else 16
     c.temperature = 1.0
-    c.max_turns = 2 if tiny else 6 if cpu else 100
-    c.max_context = 1024 if tiny else 4096 if cpu else 65_536
+    c.max_turns = 2 if tiny else 5 if cpu else 100
+    c.max_context = 1024 if tiny else 3072 if cpu else 65_536
     c.max_new_tokens = 64 if tiny else 256 if cpu else 8192  # per turn
     c.compact_prompt = tiny
     c.env_workers = 2 if (cpu or tiny) else 16
+    c.instances_per_batch = 1 if cpu else 0  # instances whose K episodes share one kept-K/V session (0: all)
     c.step_timeout_s = 60.0
     c.episode_timeout_s = 1800.0
     c.test_timeout_s = 600.0
@@ -44,12 +45,12 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.test_max_new_tokens = 64 if tiny else 384 if cpu else 4096
     # execution-free verifier: the SFT trainer on the policy's labelled trajectories of other (synthetic) tasks
     c.verifier = ConfigDict()
-    c.verifier.tasks = 2 if tiny else 4 if cpu else 256
-    c.verifier.samples = 1 if tiny else 2 if cpu else 8  # policy trajectories per task (+ 1 scripted gold)
-    c.verifier.num_steps = 3 if tiny else 12 if cpu else 500
-    c.verifier.batch_size = 2 if tiny else 4 if cpu else 64
+    c.verifier.tasks = 2 if tiny else 3 if cpu else 256
+    c.verifier.samples = 1 if tiny else 1 if cpu else 8  # policy trajectories per task (+ 1 scripted gold)
+    c.verifier.num_steps = 3 if tiny else 4 if cpu else 500
+    c.verifier.batch_size = 2 if tiny else 2 if cpu else 64
     c.verifier.micro_batch_size = 0 if tiny else 1 if cpu else 8
     c.verifier.learning_rate = 1e-3 if tiny else 2e-5 if cpu else 1e-5
-    c.verifier.max_len = 1024 if tiny else 2048 if cpu else 32_768
+    c.verifier.max_len = 1024 if tiny else 1024 if cpu else 32_768
     c.selectors = "execution,verifier,hybrid"
     return c

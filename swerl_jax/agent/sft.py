@@ -101,7 +101,7 @@ def gold_examples(config: Any, workdir: str | pathlib.Path, tasks: AgentTasks | 
 def examples_iterator(examples: Sequence[dict], batch_size: int, seed: int):
     """A checkpointable Grain iterator of SFT batches over `examples` (reshuffled each epoch, forever)."""
     ds = grain.MapDataset.source(list(examples)).shuffle(seed=seed).repeat(None)
-    return iter(ds.batch(batch_size, batch_fn=collate).to_iter_dataset())
+    return iter(ds.to_iter_dataset().batch(batch_size, batch_fn=collate))  # a batch of 1 over an endless repeat: iter side
 
 
 class AgentSFTTrainer(SFTTrainer):

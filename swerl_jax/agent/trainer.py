@@ -43,7 +43,8 @@ def task_iterator(num_tasks: int, batch_size: int, seed: int, process_index: int
     ds = grain.MapDataset.range(num_tasks)[process_index::process_count]
     if len(ds) == 0:
         raise ValueError(f"{num_tasks} agent tasks leave process {process_index} of {process_count} none")
-    return iter(ds.shuffle(seed=seed).repeat(None).batch(batch_size).to_iter_dataset())
+    # batch after to_iter_dataset: a MapDataset batch of 1 over an endless repeat overflows its length
+    return iter(ds.shuffle(seed=seed).repeat(None).to_iter_dataset().batch(batch_size))
 
 
 class AgentTrainer(GRPOTrainer):

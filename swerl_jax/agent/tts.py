@@ -72,8 +72,14 @@ class Episodes:
                         step_timeout_s=float(c.step_timeout_s), limits=self.limits, compact=bool(c.compact_prompt))
                  for _ in range(k)] for inst in instances]
         sampling = SamplingParams(temperature=float(c.temperature), max_new_tokens=int(c.max_new_tokens))
-        groups, _ = run_episodes(envs, generator or self.generator, self.chat, SYSTEM, sampling,
-                                 max_context=int(c.max_context), seed=seed, step=0, policy_version=0, pool=self.pool)
+        # instances_per_batch bounds the kept K/V (one session holds every row of a batch of instances)
+        per = int(c.instances_per_batch) or len(envs)
+        groups = []
+        for start in range(0, len(envs), per):
+            got, _ = run_episodes(envs[start:start + per], generator or self.generator, self.chat, SYSTEM, sampling,
+                                  max_context=int(c.max_context), seed=seed, step=start, policy_version=0,
+                                  pool=self.pool)
+            groups += got
         return scaling.trajectories(groups)
 
 

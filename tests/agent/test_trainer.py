@@ -1,0 +1,70 @@
+"""The agent loop trains end to end on this CPU: `python -m swerl_jax.train` on `experiments/agent_tiny_cpu.py:short`
+(agent SFT on scripted gold episodes, then GRPO on multi-turn episodes in the sandbox with kept K/V), its metrics
+and a reward that rises; and the task batches' iterator."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from swerl_jax.agent.trainer import episode_metrics, task_iterator
+from swerl_jax.metrics import read_metrics
+from swerl_jax.rl.rollouts import Rollout
+from tests.conftest import JAX_CACHE, REPO_ROOT, requires_smollm2
+
+# Measured on this 2-core machine (BENCHMARKS.md "Agentic GRPO"): see MIN_RISE's use below.
+MIN_RISE = 0.15
+
+
+def test_task_iterator_shards_and_covers_every_task_each_epoch():
+    it = task_iterator(6, 3, seed=0)
+    epoch = np.concatenate([np.asarray(next(it)) for _ in range(2)])
+    assert sorted(epoch.tolist()) == list(range(6))
+    shard = task_iterator(6, 1, seed=0, process_index=1, process_count=2)
+    assert {int(np.asarray(next(shard))[0]) for _ in range(3)} == {1, 3, 5}
+    with pytest.raises(ValueError, match="no agent tasks"):
+        task_iterator(0, 1, seed=0)
+
+
+def test_episode_metrics_count_turns_errors_and_terminations():
+    def rollout(reward, termination, turns, errors, model_tokens):
+        mask = np.zeros(10, np.float32)
+        mask[:model_tokens] = 1
+        return Rollout(prompt_id="t", group=0, sample=0, prompt_tokens=np.zeros(3, np.int32),
+                       completion_tokens=np.zeros(10, np.int32), sampler_logprobs=np.zeros(10, np.float32),
+                       finish_reason="stop", completion="", policy_version=0, reward=reward,
+                       reward_info={"turns": turns, "tool_errors": errors}, token_mask=mask, termination=termination)
+
+    m = episode_metrics([rollout(1.0, "finish", 3, 0, 4), rollout(0.0, "max_turns", 4, 2, 6)])
+    assert m["agent/turns_mean"] == 3.5 and m["agent/turns_max"] == 4
+    assert m["agent/tool_error_rate"] == pytest.approx(2 / 7)
+    assert m["agent/resolved_rate"] == 0.5 and m["agent/model_tokens_mean"] == 5
+    assert m["agent/termination/finish"] == 0.5 and m["agent/termination/max_turns"] == 0.5
+    assert m["agent/termination/timeout"] == 0.0
+
+
+@requires_smollm2
+@pytest.mark.slow
+def test_agent_tiny_cpu_short_trains_and_its_reward_rises(tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+           "PYTHONPATH": str(REPO_ROOT), "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
+    out = subprocess.run([sys.executable, "-m", "swerl_jax.train", "--config=experiments/agent_tiny_cpu.py:short",
+                          f"--workdir={tmp_path}", "--config.logging.progress_bar=false"],
+                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=2400)
+    assert out.returncode == 0, out.stderr[-4000:]
+    sft = read_metrics(tmp_path / "sft" / "metrics.jsonl")
+    assert sft[-1]["loss"] < 0.05 < sft[0]["loss"]
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    for key in ("agent/turns_mean", "agent/tool_error_rate", "agent/termination/finish",
+                "agent/termination/max_turns", "agent/resolved_rate", "time/generate_s", "time/env_wait_s",
+                "reward_mean"):
+        assert all(key in r for r in rows), key
+    rewards = [r["reward_mean"] for r in rows]
+    k = len(rows) // 2
+    first, last = float(np.mean(rewards[:k])), float(np.mean(rewards[-k:]))
+    assert last - first >= MIN_RISE, f"first {k} steps {first:.3f}, last {k} {last:.3f}: {rewards}"
+    assert all(r["nonfinite_update"] == 0 for r in rows)
