@@ -101,7 +101,8 @@ def gold_examples(config: Any, workdir: str | pathlib.Path, tasks: AgentTasks | 
 def examples_iterator(examples: Sequence[dict], batch_size: int, seed: int):
     """A checkpointable Grain iterator of SFT batches over `examples` (reshuffled each epoch, forever)."""
     ds = grain.MapDataset.source(list(examples)).shuffle(seed=seed).repeat(None)
-    return iter(ds.to_iter_dataset().batch(batch_size, batch_fn=collate))  # a batch of 1 over an endless repeat: iter side
+    # batched on the iterator side: a MapDataset batch of 1 over an endless repeat overflows its length
+    return iter(ds.to_iter_dataset().batch(batch_size, batch_fn=collate))
 
 
 class AgentSFTTrainer(SFTTrainer):
