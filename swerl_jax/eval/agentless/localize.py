@@ -4,8 +4,8 @@ As the release: non-Python files and (except for pytest's own repository) files 
 `test` are dropped from the tree; with one sample the model is asked for 5 files with a 4-space tree in the
 repository's order, with several samples each sample draws its own number of files (2-5), indentation (2 or 4) and
 a shuffled tree order; the answer (the `<solution>` part for thinking models) is split into lines and only lines
-that are exactly a file of the tree are kept, in the model's order. Where the release keeps every match, we also
-cap the list at the number of files asked for (the prompt's "at most n files").
+that are exactly a file of the tree are kept, in the model's order, every match (a model that names more files than
+the prompt's "at most n" keeps them all, as in the release: the repair context's token budget bounds them).
 """
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ def localization_prompt(problem_statement: str, structure: dict, num_samples: in
     return LOCALIZATION.format(problem_statement=problem_statement, structure=tree, n=n).strip(), n
 
 
-def found_files(answer: str, files: list[str], limit: int) -> list[str]:
-    """The answer's lines that are files of the tree, in the model's order, at most `limit`."""
+def found_files(answer: str, files: list[str], limit: int | None = None) -> list[str]:
+    """The answer's lines that are files of the tree, in the model's order (at most `limit` when one is given; the
+    pipeline gives none, as the release)."""
     known = set(files)
     return [line for line in answer.strip().split("\n") if line in known][:limit]

@@ -45,6 +45,12 @@ def strip_comments_and_docstrings(source: str) -> str:
     return "\n".join(line for line in out.splitlines() if line.strip())
 
 
+def _preorder(node: ast.AST):
+    yield node
+    for child in ast.iter_child_nodes(node):
+        yield from _preorder(child)
+
+
 def _functions(code: str) -> dict[str, str]:
     """Module-level functions and methods (`Class.method`), each as unparsed source."""
     tree = ast.parse(code)
@@ -57,7 +63,9 @@ def _functions(code: str) -> dict[str, str]:
             visit(child, in_class or isinstance(child, ast.ClassDef))
 
     visit(tree, False)
-    for node in ast.walk(tree):
+    # depth-first, as the release's NodeVisitor: a nested class named like a later one must not win (ast.walk is
+    # breadth-first and would let it)
+    for node in _preorder(tree):
         if isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):

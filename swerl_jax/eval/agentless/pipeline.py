@@ -44,6 +44,14 @@ def solution_part(text: str, thinking: bool) -> str:
     return text.strip()
 
 
+def sample_patch(generation: str, contents: dict[str, str], thinking: bool) -> dict:
+    """A repair sample's patch made the release's way, in two passes: the files its `<solution>` part edits
+    (`process_loc`), then the edits of the whole generation applied to those files (`post_process_repair` parses
+    `all_generations` again: edit blocks drafted inside `<think>` apply too when they match)."""
+    edited, _ = repair.edited_files(solution_part(generation, thinking), contents)
+    return repair.answer_patch(generation, {f: contents[f] for f in edited})
+
+
 def _user(content: str) -> list[dict]:
     return [{"role": "user", "content": content}]
 
@@ -61,8 +69,7 @@ def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens
 
     asks = [localize.localization_prompt(instance["problem_statement"], tree, n, rng) for _ in range(n)]
     answers = chat([_user(p) for p, _ in asks], settings.temperature)
-    found = [localize.found_files(solution_part(a, settings.thinking), files, limit) for a, (_, limit) in
-             zip(answers, asks)]
+    found = [localize.found_files(solution_part(a, settings.thinking), files) for a in answers]
     traj["localization"] = [{"prompt": p, "answer": a, "found_files": f} for (p, _), a, f in zip(asks, answers, found)]
 
     # The release's sample plan: distinct non-empty file lists, cycled up to n samples.
@@ -78,7 +85,7 @@ def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens
     answers = chat([_user(p) for p in prompts], settings.temperature)
     samples = []
     for plan, answer in zip(plans, answers):
-        made = repair.answer_patch(solution_part(answer, settings.thinking), {f: contents[f] for f in plan})
+        made = sample_patch(answer, {f: contents[f] for f in plan}, settings.thinking)
         made["normalized_patch"] = normalize.normalize_patch(made["model_patch"], made["original_file_content"],
                                                              made["new_file_content"], made["edited_files"])
         samples.append({"files": plan, "answer": answer, **made})

@@ -27,8 +27,10 @@ def test_one_sample_asks_for_five_files_several_vary_count_indentation_and_order
     assert any("pkg\n  " in p for p, _ in forms) and any("setup.py\npkg" in p for p, _ in forms)
 
 
-def test_found_files_keeps_exact_existing_paths_in_order_up_to_the_limit():
+def test_found_files_keeps_every_exact_existing_path_in_order_as_the_release():
     files = ["a.py", "b/c.py", "d.py"]
     answer = "```\nb/c.py\nnot/there.py\n a.py\nd.py\na.py\n```"
-    assert localize.found_files(answer, files, 5) == ["b/c.py", "d.py", "a.py"]
+    # more than the prompt's "at most n" is kept (the release's correct_file_paths), repeats included
+    assert localize.found_files(answer, files) == ["b/c.py", "d.py", "a.py"]
+    assert localize.found_files("a.py\nd.py\nb/c.py\na.py\nd.py\nb/c.py", files) == ["a.py", "d.py", "b/c.py"] * 2
     assert localize.found_files(answer, files, 2) == ["b/c.py", "d.py"]

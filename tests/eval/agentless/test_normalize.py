@@ -33,3 +33,13 @@ def test_empty_patch_has_an_empty_key_and_comment_stripping_keeps_code():
     assert normalize.normalize_patch("", [], [], []) == ""
     assert normalize.strip_comments_and_docstrings('x = "a"  # c\n"""doc"""\ny = 1\n') \
         == 'x = "a"  \ny = 1'  # spaces before a comment stay
+
+
+def test_methods_are_keyed_depth_first_like_the_release():
+    # "B.f" names both the nested A.B.f and the top-level B.f; the release's NodeVisitor visits depth-first, so the
+    # top-level one (visited last) is the one compared: changing it is a change, not an added function
+    nested = "class A:\n    class B:\n        def f(self):\n            return 1\n"
+    old = nested + "class B:\n    def f(self):\n        return 2\n"
+    new = nested + "class B:\n    def f(self):\n        return 3\ndef h():\n    return 0\n"
+    assert normalize.only_adds_functions(old, new) is False
+    assert normalize.only_adds_functions(old, old + "def h():\n    return 0\n") is True

@@ -50,3 +50,20 @@ def test_context_skips_files_over_budget_keeps_first_when_none_fits_shuffles_wit
     assert repair.repair_context(["b.py"], contents, 10, count) == f"### b.py\n{'b' * 400}"
     shuffled = {repair.repair_context(["a.py", "c.py"], contents, 999, count, random.Random(s)) for s in range(20)}
     assert len(shuffled) == 2
+
+
+def test_sample_patch_takes_the_files_from_the_solution_and_the_edits_from_the_whole_generation():
+    from swerl_jax.eval.agentless.pipeline import sample_patch
+
+    contents = {"m.py": OLD, "n.py": "z = 1\n"}
+    draft = block("m.py", "def g(y):", "def g(y):\n    y = -y")  # drafted in <think>, matches the file
+    final = block("m.py", "    return x + 1", "    return x - 1")
+    other = block("n.py", "z = 1", "z = 2")  # only in <think>: its file is not edited by the solution
+    made = sample_patch(f"<think>{draft}\n{other}</think>\n<solution>\n{final}\n</solution>", contents, True)
+    assert made["edited_files"] == ["m.py"]
+    assert made["new_file_content"] == ["def f(x):\n    return x - 1\n\n\ndef g(y):\n    y = -y\n    return y + 1\n"]
+    # a syntax-breaking draft in <think> empties the patch, as in the release's post_process_repair
+    broken = block("m.py", "def g(y):", "def g(:")
+    assert sample_patch(f"<think>{broken}</think><solution>{final}</solution>", contents, True)["model_patch"] == ""
+    # no solution edits: nothing from <think> applies
+    assert sample_patch(f"<think>{final}</think><solution>none</solution>", contents, True)["edited_files"] == []
