@@ -130,6 +130,46 @@ def ours_runner(engine: SamplingEngine, prompts: Sequence[Sequence[int]], new_to
     return run
 
 
+class XlaPeak:
+    """Wraps an engine's jitted programs and records the largest peak device memory XLA plans for any of them
+    (arguments + outputs + temporaries - donated aliases, `compiled.memory_analysis()`): the same figure on CPU,
+    GPU and TPU, and what decides whether a batch fits. Each new shape is compiled once more for the analysis
+    (outside the timed calls: the warm-ups reach every shape first)."""
+
+    def __init__(self, engine: object, programs: Sequence[str]) -> None:
+        self.bytes = 0
+        for name in programs:
+            setattr(engine, name, self._wrap(getattr(engine, name)))
+
+    def _wrap(self, jitted: Callable) -> Callable:
+        seen: set[str] = set()
+
+        def call(*args, **kwargs):
+            key = repr(jax.tree.map(lambda x: (x.shape, str(x.dtype)) if hasattr(x, "shape") else x, (args, kwargs)))
+            if key not in seen:
+                seen.add(key)
+                m = jitted.lower(*args, **kwargs).compile().memory_analysis()
+                if m is not None:
+                    peak = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                            - m.alias_size_in_bytes)
+                    self.bytes = max(self.bytes, int(peak))
+            return jitted(*args, **kwargs)
+
+        return call
+
+
+def torch_peak_mib(fn: Callable[[], object]) -> float | None:
+    """Peak CUDA memory allocated by torch during one call of `fn` (None on CPU, where torch keeps no such count)."""
+    if not torch.cuda.is_available():
+        fn()
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() / 2**20
+
+
 def torch_runner(model, prompts: Sequence[Sequence[int]], new_tokens: int, greedy: bool, pad_id: int,
                  samples: int = 1) -> Callable[[], None]:
     """A closure that calls transformers `generate` for exactly `new_tokens` per row (`num_return_sequences` =
@@ -196,6 +236,8 @@ def length_mix(args: argparse.Namespace, config: LlamaConfig, params: dict, hf_d
               prompt_buckets=(args.prompt_tokens,))
     static = SamplingEngine(config, params, new_token_buckets=(args.new_tokens,), **kw)
     pool = ContinuousEngine(config, params, segment=32, **kw)
+    peaks = {"static engine": XlaPeak(static, ("_fn", "_fn_shared")),
+             "continuous batching": XlaPeak(pool, ("_insert_fn", "_segment_fn"))}
     sides = {"static engine": lambda: static.generate(prompts, sp, max_new_tokens=caps),
              "continuous batching": lambda: pool.generate(prompts, sp, max_new_tokens=caps)}
     if not args.skip_torch:
@@ -207,19 +249,27 @@ def length_mix(args: argparse.Namespace, config: LlamaConfig, params: dict, hf_d
                 chunk = prompts[start:start + rows]
                 torch_runner(hf_model, chunk, max(caps[start:start + rows]), args.greedy, tokenizer.eos_token_id)()
         sides["transformers"] = hf_batches
-    for fn in sides.values():  # warm-up (compiles every program the mix needs)
-        fn()
+    mib: dict[str, float | None] = {}
+    for k, fn in sides.items():  # warm-up (compiles every program the mix needs); peak memory of each side
+        if k == "transformers":
+            mib[k] = torch_peak_mib(fn)
+        else:
+            fn()
+            mib[k] = peaks[k].bytes / 2**20
     times = {k: [] for k in sides}
     for _ in range(args.repeats):
         for k, fn in sides.items():
             times[k].append(time_call(fn)[0])
     print(f"\nlength mix: {len(caps)} requests, lengths {min(caps)}-{max(caps)} (mean {useful / len(caps):.0f}), "
           f"prompt {args.prompt_tokens} tokens, {rows} rows per batch / in the pool, median of {args.repeats}")
-    print("| side | useful tokens/s | vs static engine |")
-    print("| --- | ---: | ---: |")
+    print("| side | useful tokens/s | vs static engine | peak memory MiB |")
+    print("| --- | ---: | ---: | ---: |")
     base = statistics.median(times["static engine"])
     for k, v in times.items():
-        print(f"| {k} | {useful / statistics.median(v):.1f} | {base / statistics.median(v):.2f}x |")
+        peak = "-" if mib.get(k) is None else f"{mib[k]:.0f}"
+        print(f"| {k} | {useful / statistics.median(v):.1f} | {base / statistics.median(v):.2f}x | {peak} |")
+    print("(peak memory: ours, XLA's planned peak of the largest program, weights included; transformers, "
+          "torch.cuda max allocated, - on CPU)")
 
 
 def measure_weight_sync(params: dict, versions: int) -> dict[str, float]:
@@ -298,8 +348,11 @@ def main() -> None:
             max_new_tokens=args.new_tokens, batch_buckets=sorted(set(batches) | {b // args.samples for b in batches}),
             prompt_buckets=(args.prompt_tokens,), new_token_buckets=(args.new_tokens,))
         engine = make_engine()
+        peaks = {"ours": XlaPeak(engine, ("_fn", "_fn_shared"))}
         # GRPO groups: today's engine (each sample row holds a copy of its prompt's K/V) beside the shared cache.
         copied = make_engine(shared_prefix=False) if args.samples > 1 and not args.skip_copied else None
+        if copied is not None:
+            peaks["copied rows"] = XlaPeak(copied, ("_fn", "_fn_shared"))
         for batch in batches:
             # Ids of a vocabulary smaller than SmolLM2's (random-weight test shapes) wrap around.
             prompts = [[t % config.vocab_size for t in p]
@@ -326,7 +379,16 @@ def main() -> None:
                     times[name].append(time_call(fn)[0])
             med = {k: statistics.median(v) for k, v in times.items()}
             n_tok = batch * args.new_tokens
+            # peak memory of this batch: XLA's plan for our programs (reset per batch), torch's CUDA allocator
+            mib = {k: p.bytes / 2**20 for k, p in peaks.items()}
+            for p in peaks.values():
+                p.bytes = 0
+            if "transformers" in sides:
+                mib["transformers"] = torch_peak_mib(sides["transformers"])
             rows.append((batch, n_tok, med, {k: min(v) for k, v in times.items()}, compile_s))
+            print("peak memory MiB: " + ", ".join(f"{k} {'-' if v is None else f'{v:.0f}'}" for k, v in mib.items())
+                  + " (ours: XLA's planned peak of the generate program; transformers: torch.cuda max allocated, "
+                  "- on CPU)", flush=True)
             print(f"batch {batch}: " + ", ".join(f"{k} {', '.join(f'{t:.2f}' for t in v)} s" for k, v in times.items())
                   + f"; our compile {compile_s:.2f} s; load average {os.getloadavg()}", flush=True)
         group = f", {args.samples} rows per prompt" if args.samples > 1 else ""
