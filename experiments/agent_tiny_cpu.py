@@ -29,7 +29,7 @@ def get_config(arg: str | None = None):
     c.rl.baseline_excludes_filtered = False
     c.rl.task = "agent"
     c.rl.loss_norm = 1024  # Dr.GRPO: each row's token sum over the padded response width (agent.max_context)
-    c.rl.num_steps = 20 if arg != "short" else 6
+    c.rl.num_steps = 20 if arg != "short" else 3
     c.data.synthetic_num_records = 8
     c.data.rl_num_records = 2
     c.data.max_prompt_len = 1024
