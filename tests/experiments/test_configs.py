@@ -21,8 +21,10 @@ EXPERIMENTS = [("tiny_cpu", None), ("tiny_cpu", "short"), ("smollm2_cpu", None),
                ("sft_llama3_70b", None), ("ablation_discrete_reward", None), ("deepswe_grpo_pp", None),
                ("deepswe_grpo_pp", "tiny"), ("agent_tiny_cpu", None), ("agent_tiny_cpu", "short"),
                ("deepswe_agent", None), ("base", None)]
-# evaluation configs (`python -m swerl_jax.eval run --config=...`): not training runs, they name the policy's file
-EVAL_EXPERIMENTS = [("eval_agentless_mini", None), ("eval_agentless_mini", "cpu")]
+# evaluation configs (`python -m swerl_jax.eval run --config=...`, `python -m swerl_jax.agent.tts --config=...`): not
+# training runs, they name the policy's file
+EVAL_EXPERIMENTS = [("eval_agentless_mini", None), ("eval_agentless_mini", "cpu"), ("agent_tts", None),
+                    ("agent_tts", "cpu"), ("agent_tts", "tiny")]
 
 
 def _load(name: str, arg: str | None = None) -> ml_collections.ConfigDict:
