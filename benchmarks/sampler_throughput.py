@@ -58,6 +58,7 @@ import torch  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.peak_memory import XlaPeak, torch_peak_mib  # noqa: E402
 from swerl_jax.model.config import LlamaConfig, get_model_config  # noqa: E402
 from swerl_jax.model.convert import llama_to_hf_config, load_hf  # noqa: E402
 from swerl_jax.model.smollm2 import smollm2_hf_dir  # noqa: E402
@@ -128,46 +129,6 @@ def ours_runner(engine: SamplingEngine, prompts: Sequence[Sequence[int]], new_to
         assert all(len(g) == samples and all(c.completion_length == (cap or new_tokens) for c in g) for g in groups)
 
     return run
-
-
-class XlaPeak:
-    """Wraps an engine's jitted programs and records the largest peak device memory XLA plans for any of them
-    (arguments + outputs + temporaries - donated aliases, `compiled.memory_analysis()`): the same figure on CPU,
-    GPU and TPU, and what decides whether a batch fits. Each new shape is compiled once more for the analysis
-    (outside the timed calls: the warm-ups reach every shape first)."""
-
-    def __init__(self, engine: object, programs: Sequence[str]) -> None:
-        self.bytes = 0
-        for name in programs:
-            setattr(engine, name, self._wrap(getattr(engine, name)))
-
-    def _wrap(self, jitted: Callable) -> Callable:
-        seen: set[str] = set()
-
-        def call(*args, **kwargs):
-            key = repr(jax.tree.map(lambda x: (x.shape, str(x.dtype)) if hasattr(x, "shape") else x, (args, kwargs)))
-            if key not in seen:
-                seen.add(key)
-                m = jitted.lower(*args, **kwargs).compile().memory_analysis()
-                if m is not None:
-                    peak = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-                            - m.alias_size_in_bytes)
-                    self.bytes = max(self.bytes, int(peak))
-            return jitted(*args, **kwargs)
-
-        return call
-
-
-def torch_peak_mib(fn: Callable[[], object]) -> float | None:
-    """Peak CUDA memory allocated by torch during one call of `fn` (None on CPU, where torch keeps no such count)."""
-    if not torch.cuda.is_available():
-        fn()
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() / 2**20
 
 
 def torch_runner(model, prompts: Sequence[Sequence[int]], new_tokens: int, greedy: bool, pad_id: int,
