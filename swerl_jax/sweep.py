@@ -11,6 +11,13 @@ config (types, values, keys; `swerl_jax.config.resolve_config`) before the first
 (`rundir.is_finished`) is skipped, an interrupted one resumes, a failed one is recorded and the sweep goes on.
 `DIR/index.json` lists every run: name, overrides, seed, status (done | failed | pending), workdir, log, the last
 logged metrics. `--emit SCRIPT` writes `DIR/commands.sh`, one launcher line per run, instead of running.
+
+`--share-sft` (with `--sft-from OTHER_SWEEP_DIR ...`): ablations of the RL stage (RL vs SFT, GRPO++ switches) all
+start from the same seeded SFT stage. A run whose resolved config equals a finished run's in everything but `rl.*`
+(`rl.task` excepted: it picks the SFT trainer) and the operational keys starts from a copy of that run's `sft/`
+directory (checkpoints with their integrity manifests, metrics, held-out eval), noted in `sft/shared_from.json`;
+`python -m swerl_jax.train` then resumes a finished SFT stage instead of training it again. The SFT stage is
+deterministic for a seed (`make demo`'s metrics repeat bit for bit), so this changes no result, only the time.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import json
 import os
 import pathlib
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -97,9 +105,10 @@ def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[in
                 config = load_experiment_config(config_arg)
                 for key, value in {**overrides, "seed": seed}.items():
                     set_key(config, key, value)
-                resolve_config(config, check_files=check_files)  # a bad override fails here, naming the key
+                resolved = resolve_config(config, check_files=check_files)  # a bad override fails here, naming the key
                 runs.append({"name": run_name(overrides, seed), "overrides": overrides, "seed": seed,
-                             "sft_steps": int(config.sft.num_steps), "rl_steps": int(config.rl.num_steps)})
+                             "sft_steps": int(config.sft.num_steps), "rl_steps": int(config.rl.num_steps),
+                             "config": json.loads(resolved.to_json())})
     names = [r["name"] for r in runs]
     if len(set(names)) != len(names):
         raise ValueError("two runs of the sweep have the same overrides and seed")
@@ -118,8 +127,10 @@ def train_command(config_arg: str, workdir: pathlib.Path, overrides: dict[str, A
 
 def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str, list[Any]]], seeds: list[int],
               fixed: dict[str, Any] | None = None, emit: str = "", dry_run: bool = False,
-              runner=subprocess.run, variants: list[int] | None = None) -> dict:
-    """Run (or emit) every run of the sweep; returns the index (also written to `workdir/index.json`)."""
+              runner=subprocess.run, variants: list[int] | None = None, share_sft: bool = False,
+              sft_from: list[str | os.PathLike] = ()) -> dict:
+    """Run (or emit) every run of the sweep; returns the index (also written to `workdir/index.json`).
+    `share_sft`: start a run from a finished run's identical SFT stage (this sweep's or `sft_from` sweeps')."""
     root = pathlib.Path(workdir).resolve()
     runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not (emit or dry_run), variants=variants)
     root.mkdir(parents=True, exist_ok=True)
@@ -138,6 +149,11 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
             entry["status"] = "done"
         elif not (emit or dry_run):
             run_dir.mkdir(parents=True, exist_ok=True)
+            if share_sft and r["sft_steps"] > 0:
+                source = share_sft_stage(run_dir, r["config"], [root / "runs"] + [pathlib.Path(d) / "runs"
+                                                                                  for d in sft_from])
+                if source is not None:
+                    entry["sft_shared_from"] = str(source)
             t0 = time.time()
             with open(run_dir / "train.log", "a") as log:
                 proc = runner(train_command(config_arg, run_dir, r["overrides"], r["seed"]), cwd=REPO,
@@ -150,6 +166,40 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
         _write_index(root, index)
     _write_index(root, index)
     return index
+
+
+def sft_stage_differences(a: dict, b: dict) -> list[str]:
+    """The keys of two resolved configs that could make their SFT stages differ: every result-changing key
+    (`rundir.config_changes`) except `rl.*`, which only the GRPO stage reads (`rl.task` picks the SFT trainer)."""
+    return [k for k, _, _ in rundir.config_changes(a, b) if not k.startswith("rl.") or k == "rl.task"]
+
+
+def share_sft_stage(run_dir: pathlib.Path, config: dict, run_roots: list[pathlib.Path]) -> pathlib.Path | None:
+    """Copy a finished, identical SFT stage into `run_dir/sft` (which must not exist yet); returns its run dir.
+
+    A candidate is any directory under `run_roots` whose `config.json` has no SFT-relevant difference from
+    `config` and whose SFT checkpoints reach `sft.num_steps`; the copy goes to a temporary name first, so an
+    interrupted copy never looks like a finished stage."""
+    target = run_dir / "sft"
+    if target.exists():
+        return None
+    steps = int(config["sft"]["num_steps"])
+    for root in run_roots:
+        for candidate in sorted(root.glob("*")) if root.is_dir() else []:
+            cfg, src = candidate / "config.json", candidate / "sft"
+            if candidate.resolve() == run_dir.resolve() or not cfg.is_file() or not src.is_dir():
+                continue
+            if rundir.latest_steps(candidate).get("sft", 0) < steps:
+                continue
+            if sft_stage_differences(json.loads(cfg.read_text()), config):
+                continue
+            tmp = run_dir / f"sft.copying{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(src, tmp)
+            (tmp / "shared_from.json").write_text(json.dumps({"run": str(candidate.resolve()), "sft_steps": steps}))
+            os.replace(tmp, target)
+            return candidate
+    return None
 
 
 def _last_metrics(run_dir: pathlib.Path) -> dict:
@@ -196,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="check and index the runs, run nothing")
     p.add_argument("--variants", default="", help="comma-separated positions in the config's declared sweep to run "
                    "(default: all of them)")
+    p.add_argument("--share-sft", action="store_true", help="start each run from a finished run's identical SFT "
+                   "stage (same config but rl.*) instead of training it again")
+    p.add_argument("--sft-from", action="append", default=[], help="another sweep directory whose runs' SFT stages "
+                   "--share-sft may reuse (repeatable)")
     args = p.parse_args(argv)
     try:
         base = load_experiment_config(args.config)
@@ -207,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         variants = [int(v) for v in args.variants.split(",") if v.strip()] or None
         index = run_sweep(args.config, args.workdir, axes, seeds, fixed, emit=args.emit, dry_run=args.dry_run,
-                          variants=variants)
+                          variants=variants, share_sft=args.share_sft, sft_from=args.sft_from)
     except (KeyError, ValueError, TypeError, FileNotFoundError) as e:
         raise SystemExit(f"swerl_jax.sweep: {str(e).strip(chr(39))}") from None
     statuses = [r["status"] for r in index["runs"]]

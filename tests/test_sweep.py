@@ -92,6 +92,50 @@ def test_one_real_run_trains_and_a_rerun_skips_it(tmp_path):
     sweep.run_sweep(CONFIG, tmp_path, [], [0], {k: sweep.parse_value(load_experiment_config(CONFIG), k, str(v))
                                               for k, v in CHEAP.items()}, runner=rec)
     assert rec.commands == []
+    # another sweep of an RL switch starts from that run's SFT stage instead of training its own
+    other = tmp_path / "clip"
+    assert sweep.main(["--config", CONFIG, "--workdir", str(other), "--seeds", "0", "--share-sft", "--sft-from",
+                       str(tmp_path), "--sweep", "rl.clip_eps_high=0.28",
+                       *[f"--set={k}={v}" for k, v in CHEAP.items()]]) == 0
+    (shared,) = json.loads((other / "index.json").read_text())["runs"]
+    assert shared["status"] == "done" and shared["sft_shared_from"] == run["workdir"]
+    src, dst = tmp_path / "runs" / run["name"] / "sft", other / "runs" / shared["name"] / "sft"
+    assert (dst / "metrics.jsonl").read_text() == (src / "metrics.jsonl").read_text()  # not trained again
+    assert json.loads((dst / "shared_from.json").read_text())["run"] == run["workdir"]
+
+
+def _finished_run(root, name: str, config: dict, sft_steps: int):
+    run = root / "runs" / name
+    (run / "sft" / "checkpoints" / str(sft_steps)).mkdir(parents=True)
+    (run / "sft" / "metrics.jsonl").write_text(name)
+    (run / "config.json").write_text(json.dumps(config))
+    return run
+
+
+def test_an_sft_stage_is_shared_only_between_configs_that_differ_in_rl_keys(tmp_path):
+    (base,) = sweep.plan_runs(CONFIG, [], [0], {}, check_files=False)
+    config = base["config"]
+    steps = config["sft"]["num_steps"]
+
+    def variant(**changes):
+        out = json.loads(json.dumps(config))
+        for key, value in changes.items():
+            section, name = key.split("__")
+            out[section][name] = value
+        return out
+
+    _finished_run(tmp_path, "a_other_seed", {**config, "seed": 1}, steps)
+    _finished_run(tmp_path, "b_other_lr", variant(sft__learning_rate=1e-3), steps)
+    _finished_run(tmp_path, "c_agent", variant(rl__task="agent"), steps)
+    _finished_run(tmp_path, "d_unfinished", variant(rl__kl_coef=0.5), steps - 1)
+    source = _finished_run(tmp_path, "e_rl_only", variant(rl__kl_coef=0.5, rl__num_steps=3,
+                                                          logging__progress_bar=False), steps)
+    target = tmp_path / "runs" / "new"
+    assert sweep.share_sft_stage(target, config, [tmp_path / "runs"]) == source
+    assert (target / "sft" / "metrics.jsonl").read_text() == "e_rl_only"
+    assert sorted(p.name for p in target.iterdir()) == ["sft"]  # no half-copied temporary left
+    assert sweep.share_sft_stage(target, config, [tmp_path / "runs"]) is None  # already has a stage
+    assert sweep.sft_stage_differences(config, variant(data__max_prompt_len=128)) == ["data.max_prompt_len"]
 
 
 def test_variants_keep_positions_of_the_declared_sweep():
