@@ -45,12 +45,19 @@ class Interval:
 
 
 def load_sweep(workdir: str | pathlib.Path) -> dict:
-    """The sweep's index.json with each run's metrics rows attached (`rows`: [] for a run that logged none)."""
+    """The sweep's index.json with each run's metrics rows attached (`rows`: [] for a run that logged none).
+
+    A run without GRPO rows that evaluated its SFT stage (`sft/eval.json`, written by `python -m swerl_jax.train`
+    with eval.every_steps > 0) gets that evaluation as its one row: an SFT-only run (the RL-vs-SFT baseline) is
+    then compared on the same `eval/*` metrics as the RL runs."""
     root = pathlib.Path(workdir)
     index = json.loads((root / "index.json").read_text())
     for run in index["runs"]:
         path = pathlib.Path(run["workdir"]) / "metrics.jsonl"
         run["rows"] = read_metrics(path) if path.exists() else []
+        sft_eval = pathlib.Path(run["workdir"]) / "sft" / "eval.json"
+        if not run["rows"] and sft_eval.is_file():
+            run["rows"] = [json.loads(sft_eval.read_text())]
     return index
 
 

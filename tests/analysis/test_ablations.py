@@ -66,6 +66,19 @@ def test_variant_table_reads_a_sweep(tmp_path):
     assert ab.to_markdown(rows).splitlines()[0] == "| variant | seeds | eval/score |"
 
 
+def test_an_sft_only_run_is_compared_on_its_sft_stage_evaluation(tmp_path):
+    index = _sweep(tmp_path, {("continuous", 0): [{"step": 2, "eval/score": 10.0}], ("discrete", 0): []})
+    assert math.isnan(ab.final_values(index, "eval/score")["reward.kind=discrete"][0])  # no rows, no value
+    (tmp_path / "runs" / "discrete-0" / "sft").mkdir()
+    (tmp_path / "runs" / "discrete-0" / "sft" / "eval.json").write_text(json.dumps({"step": 100,
+                                                                                     "eval/score": 6.25}))
+    (tmp_path / "runs" / "continuous-0" / "sft").mkdir()  # a GRPO run's rows win over its SFT stage's eval
+    (tmp_path / "runs" / "continuous-0" / "sft" / "eval.json").write_text(json.dumps({"step": 100,
+                                                                                       "eval/score": 1.0}))
+    values = ab.final_values(ab.load_sweep(tmp_path), "eval/score")
+    assert values == {"reward.kind=continuous": {0: 10.0}, "reward.kind=discrete": {0: 6.25}}
+
+
 def test_per_metric_last_step_curves_and_paired_table(tmp_path):
     index = _sweep(tmp_path, {
         ("continuous", 0): [{"step": 1, "r": 0.0}, {"step": 2, "r": 0.5, "eval/score": 10.0}],
