@@ -1,6 +1,6 @@
 """Test-time scaling: pass@k against enumeration, the selectors on known labels, the execution-based verifier on a real
 synthetic task (a reproduction script run in the sandbox on each trajectory's patch), the execution-free verifier's
-prompt budget, SFT and scores, and the whole `agent.tts` command on the suite's tiny setting."""
+prompt budget, SFT and scores. The whole `agent.tts` command: tests/agent/test_tts.py."""
 
 from __future__ import annotations
 
