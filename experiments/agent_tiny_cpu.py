@@ -15,7 +15,7 @@ from experiments import base, deepswe_grpo_pp, tiny_cpu
 
 
 def get_config(arg: str | None = None):
-    """agent_tiny_cpu; `arg="short"`: fewer SFT and GRPO steps (the test's run)."""
+    """agent_tiny_cpu; `arg="short"`: 2 GRPO steps of 2 tasks x 4 episodes (the suite's run: the same SFT stage)."""
     base.check_variant(arg, ("short",), "agent_tiny_cpu.py")
     c = tiny_cpu.get_config()
     grpo_pp = deepswe_grpo_pp.get_config("tiny").rl
@@ -29,7 +29,7 @@ def get_config(arg: str | None = None):
     c.rl.baseline_excludes_filtered = False
     c.rl.task = "agent"
     c.rl.loss_norm = 1024  # Dr.GRPO: each row's token sum over the padded response width (agent.max_context)
-    c.rl.num_steps = 20 if arg != "short" else 3
+    c.rl.num_steps = 20 if arg != "short" else 2
     c.data.synthetic_num_records = 8
     c.data.rl_num_records = 2
     c.data.max_prompt_len = 1024
@@ -52,4 +52,6 @@ def get_config(arg: str | None = None):
     c.sft.batch_size = 2
     c.sft.max_len = 1024
     c.sampler.temperature = 1.0  # DeepSWE samples at 1.0; the SFT policy then resolves ~20% of episodes
+    if arg == "short":
+        c.rl.num_samples = 4
     return c
