@@ -49,7 +49,8 @@ def load_sweep(workdir: str | pathlib.Path) -> dict:
 
     A run without GRPO rows that evaluated its SFT stage (`sft/eval.json`, written by `python -m swerl_jax.train`
     with eval.every_steps > 0) gets that evaluation as its one row: an SFT-only run (the RL-vs-SFT baseline) is
-    then compared on the same `eval/*` metrics as the RL runs."""
+    then compared on the same `eval/*` metrics as the RL runs. That row's `step` is 0 (the policy before any GRPO
+    step, on the curves' GRPO-step axis) and `sft_step` the SFT stage's step."""
     root = pathlib.Path(workdir)
     index = json.loads((root / "index.json").read_text())
     for run in index["runs"]:
@@ -57,7 +58,8 @@ def load_sweep(workdir: str | pathlib.Path) -> dict:
         run["rows"] = read_metrics(path) if path.exists() else []
         sft_eval = pathlib.Path(run["workdir"]) / "sft" / "eval.json"
         if not run["rows"] and sft_eval.is_file():
-            run["rows"] = [json.loads(sft_eval.read_text())]
+            row = json.loads(sft_eval.read_text())
+            run["rows"] = [{**row, "sft_step": row.get("step"), "step": 0}]
     return index
 
 
