@@ -64,8 +64,12 @@ def load_sweep(workdir: str | pathlib.Path) -> dict:
 
 
 def variant_name(run: Mapping, varying: Sequence[str]) -> str:
-    """`key=value,...` over the overrides that differ between the sweep's runs."""
-    return ",".join(f"{k}={run['overrides'][k]}" for k in varying) or "all"
+    """`key=value,...` over the overrides that differ between the sweep's runs and that this run sets; "base" for
+    a run that sets none of them (an experiment's declared sweep often starts with its config as it is, `{}`), and
+    "all" when nothing varies."""
+    if not varying:
+        return "all"
+    return ",".join(f"{k}={run['overrides'][k]}" for k in varying if k in run["overrides"]) or "base"
 
 
 def varying_keys(index: Mapping) -> list[str]:

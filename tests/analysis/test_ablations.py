@@ -66,6 +66,16 @@ def test_variant_table_reads_a_sweep(tmp_path):
     assert ab.to_markdown(rows).splitlines()[0] == "| variant | seeds | eval/score |"
 
 
+def test_a_declared_sweep_whose_first_variant_overrides_nothing_is_named_base():
+    index = {"runs": [{"overrides": {}, "seed": 0}, {"overrides": {"rl.clip_eps_high": 0.2}, "seed": 0},
+                      {"overrides": {"rl.advantage": "grpo"}, "seed": 0}]}
+    varying = ab.varying_keys(index)
+    assert varying == ["rl.advantage", "rl.clip_eps_high"]
+    assert [ab.variant_name(r, varying) for r in index["runs"]] == ["base", "rl.clip_eps_high=0.2",
+                                                                    "rl.advantage=grpo"]
+    assert ab.variant_name({"overrides": {"seed": 1}}, []) == "all"
+
+
 def test_an_sft_only_run_is_compared_on_its_sft_stage_evaluation(tmp_path):
     index = _sweep(tmp_path, {("continuous", 0): [{"step": 2, "eval/score": 10.0}], ("discrete", 0): []})
     assert math.isnan(ab.final_values(index, "eval/score")["reward.kind=discrete"][0])  # no rows, no value
