@@ -132,6 +132,11 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
     """Run (or emit) every run of the sweep; returns the index (also written to `workdir/index.json`).
     `share_sft`: start a run from a finished run's identical SFT stage (this sweep's or `sft_from` sweeps')."""
     root = pathlib.Path(workdir).resolve()
+    if sft_from and not share_sft:
+        raise ValueError("--sft-from names sweeps whose SFT stages --share-sft reuses: pass --share-sft too")
+    for other in sft_from:
+        if not (pathlib.Path(other) / "runs").is_dir():
+            raise FileNotFoundError(f"--sft-from {other}: no runs/ folder there (not a sweep's --workdir)")
     runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not (emit or dry_run), variants=variants)
     root.mkdir(parents=True, exist_ok=True)
     index = {"config": config_arg, "axes": [[k, v] for k, v in axes], "seeds": seeds, "runs": []}
@@ -191,7 +196,12 @@ def share_sft_stage(run_dir: pathlib.Path, config: dict, run_roots: list[pathlib
                 continue
             if rundir.latest_steps(candidate).get("sft", 0) < steps:
                 continue
-            if sft_stage_differences(json.loads(cfg.read_text()), config):
+            try:
+                other = json.loads(cfg.read_text())
+            except (OSError, ValueError) as e:  # a run dir with a broken config.json is not a source, nor fatal
+                print(f"sweep: --share-sft skips {cfg}: unreadable config ({e})", file=sys.stderr, flush=True)
+                continue
+            if not isinstance(other, dict) or sft_stage_differences(other, config):
                 continue
             tmp = run_dir / f"sft.copying{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)

@@ -138,6 +138,21 @@ def test_an_sft_stage_is_shared_only_between_configs_that_differ_in_rl_keys(tmp_
     assert sweep.sft_stage_differences(config, variant(data__max_prompt_len=128)) == ["data.max_prompt_len"]
 
 
+def test_sft_sharing_refuses_a_missing_source_sweep_and_skips_a_broken_run(tmp_path, capsys):
+    with pytest.raises(FileNotFoundError, match="--sft-from .*nowhere: no runs/ folder"):
+        sweep.run_sweep(CONFIG, tmp_path / "s", [], [0], CHEAP, runner=Recorder(), share_sft=True,
+                        sft_from=[tmp_path / "nowhere"])
+    with pytest.raises(ValueError, match="pass --share-sft too"):
+        sweep.run_sweep(CONFIG, tmp_path / "s", [], [0], CHEAP, runner=Recorder(), sft_from=[tmp_path])
+    (base,) = sweep.plan_runs(CONFIG, [], [0], {}, check_files=False)
+    broken = _finished_run(tmp_path, "a_broken", {}, base["config"]["sft"]["num_steps"])
+    (broken / "config.json").write_text('{"sft": ')  # cut mid-write
+    good = _finished_run(tmp_path, "b_good", base["config"], base["config"]["sft"]["num_steps"])
+    assert sweep.share_sft_stage(tmp_path / "runs" / "new", base["config"], [tmp_path / "runs"]) == good
+    err = capsys.readouterr().err
+    assert f"skips {broken / 'config.json'}: unreadable config" in err
+
+
 def test_variants_keep_positions_of_the_declared_sweep():
     from swerl_jax.sweep import plan_runs
 
