@@ -58,8 +58,9 @@ def _start_tiny_cpu_run() -> None:
     _TINY_CPU_RUN.update(root=root, workdir=workdir, proc=proc, files=(out, err))
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection: only tests that will run count
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Start the shared tiny_cpu run when a collected test uses `tiny_cpu_short_run` (not with --collect-only)."""
+    """Start the shared tiny_cpu run when a selected test uses `tiny_cpu_short_run` (not with --collect-only)."""
     if config.option.collectonly or _TINY_CPU_RUN:
         return
     if any("tiny_cpu_short_run" in getattr(item, "fixturenames", ()) for item in items):
