@@ -58,7 +58,10 @@ def load_sweep(workdir: str | pathlib.Path) -> dict:
         run["rows"] = read_metrics(path) if path.exists() else []
         sft_eval = pathlib.Path(run["workdir"]) / "sft" / "eval.json"
         if not run["rows"] and sft_eval.is_file():
-            row = json.loads(sft_eval.read_text())
+            try:
+                row = dict(json.loads(sft_eval.read_text()))
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{sft_eval}: not an SFT eval row ({e})") from None
             run["rows"] = [{**row, "sft_step": row.get("step"), "step": 0}]
     return index
 

@@ -89,6 +89,9 @@ def test_an_sft_only_run_is_compared_on_its_sft_stage_evaluation(tmp_path):
     assert values == {"reward.kind=continuous": {0: 10.0}, "reward.kind=discrete": {0: 6.25}}
     sft_only = next(r for r in ab.load_sweep(tmp_path)["runs"] if r["name"] == "discrete-0")
     assert sft_only["rows"] == [{"step": 0, "sft_step": 100, "eval/score": 6.25}]  # before any GRPO step
+    (tmp_path / "runs" / "discrete-0" / "sft" / "eval.json").write_text('{"step": 1')  # cut mid-write
+    with pytest.raises(ValueError, match="discrete-0/sft/eval.json: not an SFT eval row"):
+        ab.load_sweep(tmp_path)
 
 
 def test_per_metric_last_step_curves_and_paired_table(tmp_path):
