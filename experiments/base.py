@@ -157,6 +157,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.agent.compact_prompt = False  # the tools' syntax only (tiny CPU policies) instead of the full descriptions
     c.agent.kv_cache = "reprefill"  # reprefill: each turn's whole context to the sampler | kept (inline sampler)
     c.agent.eval_tasks = 16  # held-out synthetic tasks evaluated greedily every eval.every_steps
+    # which model tokens carry an episode's advantage: episode (all of them: DeepSWE) | until_error (a below-
+    # baseline episode's tokens after its first failed tool call are left out of the loss; agent/trainer.py)
+    c.agent.error_credit = "episode"
 
     # Held-out evaluation during GRPO: the oracle-file repair metric (swerl_jax/eval/repair_score.py: format rate,
     # score, exact fixes), greedy, on records the run does not train on; logged as eval/* every N steps and at the

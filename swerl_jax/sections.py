@@ -174,6 +174,7 @@ class AgentSection:
     compact_prompt: bool
     kv_cache: str = _choices("reprefill", "kept")
     eval_tasks: int
+    error_credit: str = _choices("episode", "until_error")
 
 
 @dataclasses.dataclass(frozen=True)

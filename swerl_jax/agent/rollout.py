@@ -128,6 +128,7 @@ class Conversation:
     termination: str | None = None
     policy_version: int = -1
     error: str | None = None
+    first_error_end: int | None = None  # len(tokens) after the model turn whose tool call failed first
 
     def context(self) -> np.ndarray:
         return np.concatenate([self.prompt, np.asarray(self.tokens, np.int32)])
@@ -229,7 +230,9 @@ def _step(c: Conversation, completion: Completion, tokenizer) -> tuple[Conversat
     if text is None:
         body = completion.tokens[:-1] if completion.finish_reason == "stop" else completion.tokens
         text = tokenizer.decode(np.asarray(body).tolist(), skip_special_tokens=True)
-    observation, done, _ = c.env.step(text)
+    observation, done, info = c.env.step(text)
+    if info.get("error") and c.first_error_end is None:  # the turn's tokens are the last ones added
+        c.first_error_end = len(c.tokens)
     return c, completion, observation, done
 
 
@@ -265,7 +268,8 @@ def _reward(c: Conversation) -> tuple[float, dict]:
 def _rollout(c: Conversation, chat: ChatFormat, scored: tuple[float, dict]) -> Rollout:
     reward, info = scored
     stats = c.env.stats
-    info = {**info, "turns": stats.turns, "tool_errors": stats.tool_errors, "env_s": round(stats.env_seconds, 3)}
+    info = {**info, "turns": stats.turns, "tool_errors": stats.tool_errors, "env_s": round(stats.env_seconds, 3),
+            "first_error_end": c.first_error_end}
     tokens = np.asarray(c.tokens, np.int32)
     return Rollout(
         prompt_id=c.env.instance["instance_id"], group=c.group, sample=c.sample, prompt_tokens=c.prompt,

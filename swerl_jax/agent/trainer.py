@@ -12,7 +12,8 @@ diff) scores each episode, and the rows' loss mask covers the model's own tokens
 Metrics on top of GRPO's: agent/turns_mean, agent/tool_error_rate (tool errors / turns), agent/termination/<why>
 (finish, max_turns, max_context, timeout, env_error), agent/resolved_rate, agent/model_tokens_mean, and the
 time split time/generate_s vs time/env_wait_s (environment time not hidden behind generation) and
-time/env_busy_s (all environment time); with eval.every_steps, eval/resolved_rate of greedy episodes on held-out
+time/env_busy_s (all environment time); with agent.error_credit = "until_error", agent/credit_masked_tokens and
+agent/credit_masked_episodes; with eval.every_steps, eval/resolved_rate of greedy episodes on held-out
 synthetic tasks.
 """
 
@@ -88,6 +89,12 @@ class AgentTrainer(GRPOTrainer):
             valid[p, s] = False
         return valid
 
+    def assign_credit(self, groups: RolloutGroups) -> dict[str, float]:
+        """agent.error_credit = "until_error": see `mask_after_first_error`; "episode": every model token."""
+        if str(self.config.agent.error_credit) != "until_error":
+            return {}
+        return mask_after_first_error(flatten_groups(groups))
+
     def generator(self) -> TurnGenerator:
         """How turns are sampled: re-prefill through the trainer's sampler, or kept K/V (agent.kv_cache)."""
         if str(self.config.agent.kv_cache) == "kept":
@@ -142,3 +149,31 @@ def episode_metrics(rollouts: list) -> dict[str, float]:
     for why in (*TERMINATIONS, "env_error"):
         out[f"agent/termination/{why}"] = sum(r.termination == why for r in rollouts) / n
     return out
+
+
+def mask_after_first_error(rollouts: list) -> dict[str, float]:
+    """Drop from the loss a below-baseline episode's model tokens after the turn whose tool call failed first.
+
+    The failing turn keeps its negative advantage (it holds the slip: a wrong token in a call); what the model
+    wrote after it is conditioned on an error observation the policy rarely produces and was not the cause of the
+    failure, and at a sharp policy those off-distribution tokens carry the largest log-prob gradients, drowning
+    the slip's. Episodes at or above their group's baseline keep every token (a recovered error is part of what
+    is reinforced). Returns agent/credit_masked_tokens (the fraction of model tokens dropped) and
+    agent/credit_masked_episodes.
+    """
+    total = dropped = episodes = 0
+    for r in rollouts:
+        if r.token_mask is None:
+            continue
+        total += float(r.token_mask.sum())
+        cut_at = r.reward_info.get("first_error_end")
+        if r.advantage >= 0 or cut_at is None or cut_at >= len(r.token_mask):
+            continue
+        before = float(r.token_mask.sum())
+        r.token_mask = r.token_mask.copy()
+        r.token_mask[int(cut_at):] = 0.0
+        dropped += before - float(r.token_mask.sum())
+        episodes += 1
+    return {"agent/credit_masked_tokens": dropped / max(1.0, total),
+            "agent/credit_masked_episodes": episodes / max(1, len(rollouts))}
+

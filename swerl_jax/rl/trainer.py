@@ -161,6 +161,11 @@ class GRPOTrainer(TrainLoop):
                 valid[p, r.sample] = not r.truncated
         return valid
 
+    def assign_credit(self, groups: RolloutGroups) -> dict[str, float]:
+        """After the advantages are set, before the batch: which tokens carry them (a subclass may narrow
+        `Rollout.token_mask`). Returns metrics; GRPO's single-turn rows keep every completion token."""
+        return {}
+
     def completion_cap(self) -> int:
         """The longest completion a train row holds (a multi-turn transcript is longer than one answer)."""
         return max(COMPLETION_BUCKET, int(self.config.sampler.max_new_tokens))
@@ -220,6 +225,7 @@ class GRPOTrainer(TrainLoop):
         for p, group in enumerate(groups):
             for r in group:
                 r.advantage = float(advantages[p, r.sample])
+        credit_metrics = self.assign_credit(groups)
         rollouts = flatten_groups(groups)
 
         # one shape on every process (the longest row anywhere), bucketed so a run compiles a few programs
@@ -269,6 +275,7 @@ class GRPOTrainer(TrainLoop):
         metrics["policy_version"] = step - 1
         metrics["nonfinite_update"] = int(not finite)
         metrics.update(collect_metrics)  # e.g. records skipped as invalid or too long, by reason
+        metrics.update(credit_metrics)
         if self.reward_service is not None:
             metrics["reward_service"] = {k: v for k, v in self.reward_service.metrics().items()
                                          if k in ("items", "timeouts", "crashes", "exceptions", "nonfinite",

@@ -90,6 +90,19 @@ def test_malformed_actions_are_observations_and_the_episode_ends_at_max_turns(ta
         assert r.reward == 0.0 and r.reward_info["status"] == "unresolved"
 
 
+def test_the_first_failed_tool_call_is_located_at_the_end_of_its_model_turn(tasks, chat, tmp_path):
+    slip = "<function=file_editor>\n<parameter=command>veiw</parameter>\n</function>"
+    groups, _ = _episodes(tasks, chat, tmp_path, lambda inst: [slip, *gold_actions(inst)])
+    tok = chat.tokenizer
+    for (r,) in groups:
+        assert r.reward == 1.0 and r.reward_info["tool_errors"] == 1, r.reward_info  # recovered after the slip
+        end = r.reward_info["first_error_end"]
+        assert end == len(tok.encode(slip, add_special_tokens=False)) + 1  # the slip and its end-of-turn token
+        assert r.token_mask[:end].all() and not r.token_mask[end]  # the error observation follows
+    gold, _ = _episodes(tasks, chat, tmp_path / "gold", gold_actions)
+    assert all(r.reward_info["first_error_end"] is None for (r,) in gold)
+
+
 def test_hidden_tests_never_enter_the_work_dir_and_grade_the_diff(tasks, tmp_path):
     inst = tasks.instances[0]
     env = _env(tasks, inst, tmp_path)

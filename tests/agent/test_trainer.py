@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from swerl_jax.agent.trainer import episode_metrics, task_iterator
+from swerl_jax.agent.trainer import episode_metrics, mask_after_first_error, task_iterator
 from swerl_jax.metrics import read_metrics
 from swerl_jax.rl.rollouts import Rollout
 from tests.conftest import JAX_CACHE, REPO_ROOT, requires_smollm2
@@ -42,6 +42,23 @@ def test_episode_metrics_count_turns_errors_and_terminations():
     assert m["agent/resolved_rate"] == 0.5 and m["agent/model_tokens_mean"] == 5
     assert m["agent/termination/finish"] == 0.5 and m["agent/termination/max_turns"] == 0.5
     assert m["agent/termination/timeout"] == 0.0
+
+
+def test_until_error_credit_drops_only_a_below_baseline_episodes_tokens_after_its_first_failed_call():
+    def rollout(advantage, first_error_end):
+        mask = np.array([1, 1, 1, 0, 0, 1, 1, 0, 1, 1], np.float32)  # three model turns between observations
+        return Rollout(prompt_id="t", group=0, sample=0, prompt_tokens=np.zeros(3, np.int32),
+                       completion_tokens=np.zeros(10, np.int32), sampler_logprobs=np.zeros(10, np.float32),
+                       finish_reason="length", completion="", advantage=advantage,
+                       reward_info={"first_error_end": first_error_end}, token_mask=mask, termination="max_turns")
+
+    failed, recovered, clean, level = rollout(-0.5, 3), rollout(0.7, 3), rollout(-0.5, None), rollout(0.0, 7)
+    m = mask_after_first_error([failed, recovered, clean, level])
+    np.testing.assert_array_equal(failed.token_mask, [1, 1, 1, 0, 0, 0, 0, 0, 0, 0])  # the failing turn stays
+    for r in (recovered, clean, level):  # above / at the baseline, or no tool error: every model token
+        np.testing.assert_array_equal(r.token_mask, [1, 1, 1, 0, 0, 1, 1, 0, 1, 1])
+    assert m["agent/credit_masked_tokens"] == pytest.approx(4 / 28)
+    assert m["agent/credit_masked_episodes"] == 0.25
 
 
 @requires_smollm2
