@@ -16,7 +16,7 @@ reward's time bound"); ``timeout_s`` is the bound, and the trainer reports its t
 
 What travels: a group's shared inputs once per worker, then (id, key, output) per item (see
 `swerl_jax.reward.worker`). Items of a group go preferably to a worker that holds it, where the reward's
-per-group cache (the oracle's diffs, the split context files) is warm too.
+per-group cache (the oracle's diffs, the split context files) is warm too (`swerl_jax.reward.queue`).
 
 No idle gaps. A worker gets its next chunk while it scores the current one (up to a chunk ahead), when
 that cannot block the dispatcher: the messages it may not have read yet (none of their items answered)
@@ -38,6 +38,7 @@ from concurrent.futures import Future
 
 from swerl_jax.reward.counters import HISTOGRAM_EDGES, ServiceCounters, histogram_bin
 from swerl_jax.reward.functions import get_reward_fn
+from swerl_jax.reward.queue import GroupQueue
 from swerl_jax.reward.worker import FAILURE_REASONS, WORKER_GROUPS, Worker, group_key
 
 __all__ = ["FAILURE_REASONS", "RewardService", "RewardServiceError", "ServiceClosed", "group_key",
@@ -99,9 +100,7 @@ class RewardService:
         self.start_timeout_s = float(start_timeout_s)
         self._ctx = mp.get_context(start_method)
         self._cond = threading.Condition()
-        # Queued items per group key, groups in arrival order; a requeued group goes back to the front.
-        self._queue: collections.OrderedDict = collections.OrderedDict()
-        self._queued = 0
+        self._queue = GroupQueue()  # items waiting for a worker, by group
         # key -> [(code_context, oracle_new_content), items submitted and not yet resolved]
         self._groups: dict[bytes, list] = {}
         self._futures: dict[int, tuple[Future, bytes]] = {}
@@ -161,8 +160,7 @@ class RewardService:
                     self._groups[key] = [pair, 1]
                 else:
                     group[1] += 1
-                self._queue.setdefault(key, collections.deque()).append((item_id, key, item["output"]))
-                self._queued += 1
+                self._queue.push((item_id, key, item["output"]))
                 self._cond.notify_all()
             futures.append(future)
         return futures
@@ -191,7 +189,6 @@ class RewardService:
             pending = [future for future, _ in self._futures.values()]
             self._futures.clear()
             self._queue.clear()
-            self._queued = 0
             self._groups.clear()
             self._cond.notify_all()
         for worker in self._workers:
@@ -215,17 +212,6 @@ class RewardService:
             if entry is not None:
                 entry[0].set_result((reward, info))
 
-    def _requeue(self, items) -> None:
-        """Put items back at the front of the queue, in their order (caller holds the lock)."""
-        for item in reversed(items):
-            key = item[1]
-            queue = self._queue.get(key)
-            if queue is None:
-                queue = self._queue[key] = collections.deque()
-            self._queue.move_to_end(key, last=False)
-            queue.appendleft(item)
-            self._queued += 1
-
     def _replace(self, index: int, reason: str) -> None:
         """Kill worker ``index`` (stuck or dead), give its item the fallback reward, start a fresh one.
 
@@ -241,7 +227,7 @@ class RewardService:
             item_id = worker.busy.popleft()[0]
             log.warning("reward item %d: %s; fallback reward %s", item_id, reason, self.fallback_reward)
             with self._cond:
-                self._requeue(worker.busy)
+                self._queue.requeue(worker.busy)
             self._resolve(item_id, self.fallback_reward, {"reason": reason}, None)
         if not worker.ready:
             self._start_failures += 1
@@ -252,26 +238,6 @@ class RewardService:
                     f"{self.start_timeout_s} s of starting (reward.kind={self.kind!r}); last: {reason}")
         if not self._closed:
             self._workers[index] = self._start_worker()
-
-    def _take(self, worker: Worker) -> list:
-        """Pop the next chunk for ``worker`` (caller holds the lock): a group it holds, else one nobody
-        holds, else the oldest; at most chunk_size items, fewer near the end so all workers get some."""
-        chosen = None
-        for key in self._queue:
-            if key in worker.held:
-                chosen = key
-                break
-            if chosen is None and not any(key in w.held for w in self._workers):
-                chosen = key
-        if chosen is None:
-            chosen = next(iter(self._queue))
-        queue = self._queue[chosen]
-        size = max(1, min(self.chunk_size, self._queued // len(self._workers), len(queue)))
-        chunk = [queue.popleft() for _ in range(size)]
-        if not queue:
-            del self._queue[chosen]
-        self._queued -= size
-        return chunk
 
     def _message(self, worker: Worker, chunk: list) -> tuple[bytes, list]:
         """The pickled message for a chunk, and the keys the worker then holds (applied once it is sent)."""
@@ -310,11 +276,12 @@ class RewardService:
             with self._cond:
                 if not self._queue:
                     return
-                chunk = self._take(worker)
+                chunk = self._queue.take(worker.held, [w.held for w in self._workers], self.chunk_size,
+                                         len(self._workers))
             data, held = self._message(worker, chunk)
             if not idle and worker.unread + len(data) > worker.prefetch_limit:
                 with self._cond:
-                    self._requeue(chunk)  # too large to write while it is busy: wait until it is idle
+                    self._queue.requeue(chunk)  # too large to write while it is busy: wait until it is idle
                 worker.wait_idle = True
                 continue
             if idle:
@@ -380,7 +347,6 @@ class RewardService:
             leftovers = [future for future, _ in self._futures.values()]
             self._futures.clear()
             self._queue.clear()
-            self._queued = 0
             self._groups.clear()
         for future in leftovers:
             future.set_result((self.fallback_reward, {"reason": "closed"}))
