@@ -58,6 +58,14 @@ def _loo_advantage(rewards: np.ndarray, std_eps: float, std_ddof: int) -> np.nda
     return rewards - others_mean
 
 
+@register_advantage("reinforce")
+def _reinforce_advantage(rewards: np.ndarray, std_eps: float, std_ddof: int) -> np.ndarray:
+    # REINFORCE without a baseline: unbiased, higher variance in general. With 0/1 rewards only the successes
+    # move the policy (filtered behaviour cloning, RAFT): a failure's tokens carry no gradient at all.
+    del std_eps, std_ddof
+    return rewards.copy()
+
+
 def group_advantages(rewards: np.ndarray, kind: str = "grpo", std_eps: float = 1e-6, std_ddof: int = 0,
                      valid: np.ndarray | None = None) -> np.ndarray:
     """Advantages [P, G] (float32) of rewards [P, G], each row (one prompt's G samples) normalised on its own.

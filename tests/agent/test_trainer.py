@@ -64,9 +64,10 @@ def test_until_error_credit_drops_only_a_below_baseline_episodes_tokens_after_it
 @requires_smollm2
 @pytest.mark.slow
 def test_agent_tiny_cpu_short_runs_sft_then_grpo_end_to_end(tmp_path):
-    """The CLI path of an agent run: SFT on scripted gold episodes, then GRPO steps on sandboxed episodes, with the
-    agent metrics. Whether the updates point the right way is tests/agent/test_update.py; whether the reward rises
-    over a full run is measured (BENCHMARKS.md "Agentic GRPO"), not asserted on a few noisy steps."""
+    """The CLI path of an agent run: SFT on scripted gold episodes, then the config's first 8 GRPO steps on
+    sandboxed episodes, with the agent metrics, and the resolved rate rising (seeded: the run is deterministic on
+    one machine). Whether each update points the right way is tests/agent/test_update.py; full runs at 3 seeds
+    are in BENCHMARKS.md ("Agentic GRPO")."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
            "PYTHONPATH": str(REPO_ROOT), "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
     out = subprocess.run([sys.executable, "-m", "swerl_jax.train", "--config=experiments/agent_tiny_cpu.py:short",
@@ -87,6 +88,9 @@ def test_agent_tiny_cpu_short_runs_sft_then_grpo_end_to_end(tmp_path):
         assert r["nonfinite_update"] == 0 and r["time/generate_s"] > 0
         assert 1 <= r["agent/turns_mean"] <= 4  # agent.max_turns
         assert abs(r["reward_mean"] - r["agent/resolved_rate"]) < 1e-9  # execution reward: resolved or not
-    # the warm-started policy resolves some episodes through the real tools and the hidden tests
-    assert max(r["agent/resolved_rate"] for r in rows) > 0
+    # the warm-started policy resolves some episodes through the real tools and the hidden tests, and more of them
+    # after a few updates (measured at seed 0: 3/16 at steps 1-2, 19/48 at steps 6-8)
+    resolved = [r["agent/resolved_rate"] for r in rows]
+    assert len(rows) == 8 and resolved[0] > 0
+    assert np.mean(resolved[-3:]) > np.mean(resolved[:2]), resolved
     assert abs(rows[0]["logprob_abs_diff"]) < 1e-4  # kept-K/V sampler vs trainer on the model's tokens

@@ -91,7 +91,7 @@ def test_advantage_vs_length_and_summary():
     np.testing.assert_array_equal(lens, np.ravel(lengths))
     np.testing.assert_allclose(advs, np.ravel(REWARDS - REWARDS.mean(axis=1, keepdims=True)), atol=1e-6)
     summary = estimator_summary(estimator_table(REWARDS), REWARDS)
-    assert [s["estimator"] for s in summary] == ["grpo", "drgrpo", "loo"]
+    assert [s["estimator"] for s in summary] == ["grpo", "drgrpo", "loo", "reinforce"]  # the registry, in order
     dr = summary[1]
     assert dr["max_abs"] == pytest.approx(1.0, abs=1e-6)
     assert dr["corr_with_reward"] == pytest.approx(

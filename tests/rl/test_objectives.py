@@ -40,6 +40,13 @@ def test_drgrpo_and_loo_advantages():
                                [[2 / 3, -2 / 3, -2 / 3, 2 / 3], [0, 0, 0, 0], [4 / 3, 0, -4 / 3, 0]], **TOL)
 
 
+def test_reinforce_advantage_is_the_reward_itself_except_in_a_zero_variance_group():
+    np.testing.assert_allclose(obj.group_advantages(REWARDS, "reinforce"),
+                               [[1, 0, 0, 1], [0, 0, 0, 0], [1, 0, -1, 0]], **TOL)
+    binary = np.array([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])  # execution rewards: failures carry nothing
+    np.testing.assert_array_equal(obj.group_advantages(binary, "reinforce"), [[1, 0, 0, 0], [0, 0, 0, 0]])
+
+
 def test_advantage_errors_and_zero_variance_stats():
     with pytest.raises(ValueError, match="rl.advantage='nope'"):
         obj.group_advantages(REWARDS, "nope")

@@ -32,6 +32,8 @@ def ref_advantages(r, kind, eps=1e-6, ddof=0, valid=None):
             a = [(v - mean) / (std + eps) for v in x]
         elif kind == "drgrpo":
             a = [v - mean for v in x]
+        elif kind == "reinforce":  # no baseline: the reward itself
+            a = list(x)
         else:  # loo
             a = [v - (sum(x) - v) / (n - 1) for v in x]
         out[p, valid[p]] = a
@@ -76,7 +78,7 @@ def ref_aggregate(x, mask, mode, norm, rows="active"):
 
 # ------------------------------------------------------------------------------------------------- the tests
 
-@pytest.mark.parametrize("kind", ["grpo", "drgrpo", "loo"])
+@pytest.mark.parametrize("kind", ["grpo", "drgrpo", "loo", "reinforce"])
 @pytest.mark.parametrize("value", [0.7, 0.1, 1 / 3, -0.3, 2.0 / 7])
 def test_constant_group_gives_exactly_zero_at_paper_shape(kind, value):
     # P=32, G=16, a non-representable reward: fp32 statistics gave +0.1065 for every sample (audit, issue 15)
@@ -86,7 +88,7 @@ def test_constant_group_gives_exactly_zero_at_paper_shape(kind, value):
     assert np.all(adv == 0.0), f"{kind} {value}: max |A| = {np.abs(adv).max()}"
 
 
-@pytest.mark.parametrize("kind", ["grpo", "drgrpo", "loo"])
+@pytest.mark.parametrize("kind", ["grpo", "drgrpo", "loo", "reinforce"])
 def test_advantages_match_float64_reference(kind):
     rng = np.random.default_rng(0)
     worst = 0.0
@@ -110,14 +112,14 @@ def test_advantages_with_excluded_samples_match_reference():
     valid[0] = [True, False, False, False, False, False]  # one valid sample: no baseline, 0
     r[1] = [0.7, 0.7, -1.0, 0.7, 0.7, 0.7]
     valid[1] = [True, True, False, True, True, True]  # the only different reward excluded: zero variance
-    for kind in ("grpo", "drgrpo", "loo"):
+    for kind in ("grpo", "drgrpo", "loo", "reinforce"):
         got = np.asarray(obj.group_advantages(r, kind, valid=valid))
         np.testing.assert_allclose(got, ref_advantages(r.astype(np.float64), kind, valid=valid), **TOL)
     assert np.all(np.asarray(obj.group_advantages(r, "grpo", valid=valid))[1] == 0.0)
 
 
 def test_one_sample_per_group_is_refused_naming_the_key():
-    for kind in ("grpo", "drgrpo", "loo"):
+    for kind in ("grpo", "drgrpo", "loo", "reinforce"):
         with pytest.raises(ValueError, match="rl.num_samples"):
             obj.group_advantages(np.zeros((4, 1)), kind)
 
