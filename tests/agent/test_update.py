@@ -1,11 +1,13 @@
-"""One GRPO++ update on multi-turn rows moves the policy the way the advantages say, and only through the model's own
-tokens: agent_tiny_cpu's loss (leave-one-out advantages, clip-high, Dr.GRPO token-sum norm) on a tiny Llama, rows
-packed by `build_train_batch` from rollouts whose completions interleave model turns with tool observations."""
+"""One RL update on multi-turn rows moves the policy the way the advantages say, and only through the model's own
+tokens: agent_tiny_cpu's loss (REINFORCE or leave-one-out advantages, clip-high, Dr.GRPO token-sum norm) on a tiny
+Llama, rows packed by `build_train_batch` from rollouts whose completions interleave model turns with tool
+observations."""
 
 from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 from experiments import agent_tiny_cpu
 from swerl_jax.model.config import get_model_config
@@ -75,9 +77,11 @@ def _update(params, batch, config):
     return jax.tree.map(lambda p, u: p + u, params, updates), grads, metrics
 
 
-def test_an_agent_update_raises_resolved_episodes_and_lowers_the_rest_through_model_tokens_only():
+@pytest.mark.parametrize("advantage", ["loo", "reinforce"])
+def test_an_agent_update_raises_resolved_episodes_and_lowers_the_rest_through_model_tokens_only(advantage):
     config = agent_tiny_cpu.get_config("short")
-    assert config.rl.advantage == "loo" and config.rl.loss_agg == "seq-mean-token-sum-norm"
+    assert config.rl.advantage == "reinforce" and config.rl.loss_agg == "seq-mean-token-sum-norm"
+    config.rl.advantage = advantage  # DeepSWE's leave-one-out, and the config's REINFORCE (failures carry 0)
     params = jax.device_get(jax.jit(init_params, static_argnums=0)(MODEL, jax.random.key(0)))
     batch = _batch(_episodes(np.random.default_rng(0)), params, config)
     assert set(np.unique(batch["loss_mask"])) == {0.0, 1.0} and "score_positions" in batch
@@ -90,6 +94,7 @@ def test_an_agent_update_raises_resolved_episodes_and_lowers_the_rest_through_mo
     # every resolved episode's own tokens became more likely, every failed one's less (the update is small: lr 1e-3,
     # one step, so first order holds row by row)
     assert (per_row[adv > 0] > 0).all() and (per_row[adv < 0] < 0).all(), (per_row, adv)
+    assert (adv > 0).any() and ((adv < 0).any() if advantage == "loo" else (adv >= 0).all())
 
     # the observations are not the model's actions: what their slots hold never reaches the gradient
     noisy = dict(batch)
