@@ -176,4 +176,3 @@ def mask_after_first_error(rollouts: list) -> dict[str, float]:
         episodes += 1
     return {"agent/credit_masked_tokens": dropped / max(1.0, total),
             "agent/credit_masked_episodes": episodes / max(1, len(rollouts))}
-
