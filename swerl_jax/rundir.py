@@ -55,12 +55,24 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def config_changes(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
-    """(key, old value, new value) for every result-changing field that differs (missing: None)."""
+    """(key, old value, new value) for every result-changing field that differs (missing: None).
+
+    A key the old config lacks is no change when the new value is experiments/base.py's default: the key was added
+    to the codebase after the run started, and a new key's default keeps what the code did before (the rule for
+    adding one), so a run in flight resumes across it."""
     a, b = flatten(old), flatten(new)
+    defaults = None
     out = []
     for key in sorted(set(a) | set(b)):
         if key.startswith(OPERATIONAL_KEYS) or key in OPERATIONAL_KEYS:
             continue
+        if key not in a and key in b:
+            if defaults is None:
+                from experiments import base  # the defaults every experiment starts from
+
+                defaults = flatten(base.get_config().to_dict())
+            if key in defaults and defaults[key] == b[key]:
+                continue
         if a.get(key) != b.get(key):
             out.append((key, a.get(key), b.get(key)))
     return out

@@ -44,6 +44,20 @@ def test_resume_with_changed_config_is_refused_naming_each_key(tmp_path):
     assert not (tmp_path / "config_changes.jsonl").exists()
 
 
+def test_a_key_added_after_the_run_started_resumes_at_its_default_and_is_refused_otherwise(tmp_path):
+    old = json.loads(_config())
+    del old["agent"]["error_credit"]  # a run started before the key existed
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    (tmp_path / "checkpoints" / "2").mkdir(parents=True)
+    rundir.record_config(tmp_path, _config())  # at its default: resumes
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    c = base.get_config()
+    c.agent.error_credit = "until_error"
+    with pytest.raises(rundir.ConfigChangeError, match=r"agent.error_credit: None -> 'until_error'"):
+        rundir.record_config(tmp_path, c.to_json())
+    assert rundir.config_changes({"rl": {}}, {"rl": {"num_samples": 4}}) == [("rl.num_samples", None, 4)]
+
+
 def test_operational_fields_may_change_and_accepted_changes_are_recorded(tmp_path):
     rundir.record_config(tmp_path, _config())
     (tmp_path / "checkpoints" / "3").mkdir(parents=True)
