@@ -60,19 +60,16 @@ def config_changes(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
     A key the old config lacks is no change when the new value is experiments/base.py's default: the key was added
     to the codebase after the run started, and a new key's default keeps what the code did before (the rule for
     adding one), so a run in flight resumes across it."""
+    from experiments import base  # the defaults every experiment starts from
+
     a, b = flatten(old), flatten(new)
-    defaults = None
+    defaults = flatten(base.get_config().to_dict()) if set(b) - set(a) else {}
     out = []
     for key in sorted(set(a) | set(b)):
         if key.startswith(OPERATIONAL_KEYS) or key in OPERATIONAL_KEYS:
             continue
-        if key not in a and key in b:
-            if defaults is None:
-                from experiments import base  # the defaults every experiment starts from
-
-                defaults = flatten(base.get_config().to_dict())
-            if key in defaults and defaults[key] == b[key]:
-                continue
+        if key not in a and key in defaults and defaults[key] == b[key]:
+            continue
         if a.get(key) != b.get(key):
             out.append((key, a.get(key), b.get(key)))
     return out

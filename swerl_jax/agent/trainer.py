@@ -169,10 +169,9 @@ def mask_after_first_error(rollouts: list) -> dict[str, float]:
         cut_at = r.reward_info.get("first_error_end")
         if r.advantage >= 0 or cut_at is None or cut_at >= len(r.token_mask):
             continue
-        before = float(r.token_mask.sum())
-        r.token_mask = r.token_mask.copy()
+        dropped += float(r.token_mask[int(cut_at):].sum())
+        r.token_mask = r.token_mask.copy()  # the rollout's own array may be shared with its record
         r.token_mask[int(cut_at):] = 0.0
-        dropped += before - float(r.token_mask.sum())
         episodes += 1
     return {"agent/credit_masked_tokens": dropped / max(1.0, total),
             "agent/credit_masked_episodes": episodes / max(1, len(rollouts))}

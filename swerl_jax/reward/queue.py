@@ -37,17 +37,18 @@ class GroupQueue:
             queue.appendleft(item)
             self._size += 1
 
-    def take(self, held: Container[bytes], held_by_others: Iterable[Container[bytes]], chunk_size: int,
+    def take(self, held: Container[bytes], held_by_workers: Iterable[Container[bytes]], chunk_size: int,
              num_workers: int) -> list[tuple]:
-        """Pop the next chunk for a worker holding the groups `held` (the queue must not be empty): at most
-        `chunk_size` items of one group, fewer near the end so every worker gets some."""
-        others = list(held_by_others)
+        """Pop the next chunk for a worker holding the groups `held` (the queue must not be empty; every worker's
+        groups in `held_by_workers`): at most `chunk_size` items of one group, fewer near the end so every worker
+        gets some."""
+        holders = list(held_by_workers)
         chosen = None
         for key in self._groups:
             if key in held:
                 chosen = key
                 break
-            if chosen is None and not any(key in h for h in others):
+            if chosen is None and not any(key in h for h in holders):
                 chosen = key
         if chosen is None:
             chosen = next(iter(self._groups))
