@@ -1,13 +1,17 @@
 """An SWE environment with rLLM's `SWEEnv` shape (reset / step / final reward) on the harness's sandbox.
 
-`reset()` checks the instance out at its base commit in a fresh work dir, installs it into a thin venv over the
-harness's cached environment (the only step with the network, before any model-written code), and returns the
-task. Hidden tests never enter the work dir: the test patch is applied only by the grader, in its own checkout.
-`step(text)` parses one action, runs it (see `tools`) and returns (observation, done, info); a malformed action
-is an observation and counts as a tool error. The episode ends at `finish`, after `max_turns`, or past
-`timeout_s` of wall clock; `termination` says which. `reward()` grades the final diff: `execution` runs the
-instance's FAIL_TO_PASS / PASS_TO_PASS tests in the harness (1 or 0), `similarity` is SWE-RL's difflib reward of
-the diff against the PR's patch (-1 for an empty diff), so PR records without tests can train agents too.
+`reset()` checks the instance out at its base commit in a fresh work dir (the base commit alone: no later
+history to read the fix from), installs it into a thin venv over the harness's cached environment (the only step
+with the network, before any model-written code), and returns the task. The episode's sandbox sees its own work
+dir and nothing of the host's beyond the system and its interpreter (`eval.sandbox`). Hidden tests never enter
+it: `reward()` grades the episode's diff in a fresh checkout of the grader's own, in a directory the model never
+saw, and the host keeps its logs outside the work dir. `step(text)` parses one action, runs it (see `tools`) and
+returns (observation, done, info); a malformed action, and any tool call that fails, is an observation and
+counts as a tool error: nothing the model writes makes `step` raise. The episode ends at `finish`, after
+`max_turns`, or past `timeout_s` of wall clock; `termination` says which. `reward()` grades the final diff:
+`execution` runs the instance's FAIL_TO_PASS / PASS_TO_PASS tests in the harness (1 or 0), `similarity` is
+SWE-RL's difflib reward of the diff against the PR's patch (-1 for an empty diff), so PR records without tests
+can train agents too.
 """
 
 from __future__ import annotations
@@ -16,10 +20,11 @@ import dataclasses
 import pathlib
 import shutil
 import time
+import uuid
 from typing import Any
 
 from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
-from swerl_jax.agent.tools import ToolError, Workspace, cut
+from swerl_jax.agent.tools import STEP_OUTPUT_BYTES, ToolError, Workspace, cut
 from swerl_jax.eval import environments
 from swerl_jax.eval.executors import LocalExecutor
 from swerl_jax.eval.sandbox import SandboxLimits
@@ -55,12 +60,15 @@ class SWEEnv:
         self.work_root = pathlib.Path(work_root)
         self.executor = executor or LocalExecutor(pathlib.Path(repos_dir), self.work_root,
                                                   envs or environments.EnvironmentCache(), limits)
-        self.step_limits = SandboxLimits(memory_bytes=limits.memory_bytes, cpu_seconds=int(step_timeout_s) + 30,
-                                         processes=limits.processes, timeout_s=step_timeout_s)
+        # A tool call runs under the episode's limits with its own clock; the host keeps at most
+        # STEP_OUTPUT_BYTES of its output (the observation is cut to MAX_OBSERVATION characters anyway).
+        self.step_limits = dataclasses.replace(limits, cpu_seconds=int(step_timeout_s) + 30, timeout_s=step_timeout_s,
+                                               output_bytes=min(limits.output_bytes, STEP_OUTPUT_BYTES))
         self.workspace: Workspace | None = None
         self.stats = EpisodeStats()
         self._started = 0.0
         self._work: pathlib.Path | None = None
+        self._host: pathlib.Path | None = None  # the host's own files of the episode (logs, grading), never bound
 
     def task(self) -> str:
         """The first user message: the issue and the tools (`compact`: the tools' syntax in a few lines)."""
@@ -71,12 +79,14 @@ class SWEEnv:
     def reset(self) -> str:
         """Prepare a fresh checkout and return the task (RuntimeError naming the step that failed)."""
         self.close()
-        iid = self.instance["instance_id"]
-        self._work = self.work_root / "episodes" / f"{iid}.{time.monotonic_ns()}"
+        name = f"{self.instance['instance_id']}.{uuid.uuid4().hex[:12]}"
+        self._work = self.work_root / "episodes" / name
         self._work.mkdir(parents=True)
-        log_dir = self._work / "logs"
-        log_dir.mkdir()
-        ready = self.executor.prepare(self.instance, "", log_dir, self._work)
+        self._host = self.work_root / "host" / name
+        log_dir = self._host / "logs"
+        log_dir.mkdir(parents=True)
+        iid = self.instance["instance_id"]
+        ready = self.executor.prepare(self.instance, "", log_dir, self._work, history=False)
         if "status" in ready:
             raise RuntimeError(f"{iid}: environment not ready ({ready['status']}): {ready.get('error')}")
         self.workspace = Workspace(ready["repo_dir"], self._work, ready["sandbox"], ready["env"], self.step_limits)
@@ -100,7 +110,7 @@ class SWEEnv:
                 observation, done, self.stats.termination = "Submitted.", True, "finish"
             else:
                 observation = self.workspace.call(action)
-        except (ActionError, ToolError) as err:
+        except (ActionError, ToolError) as err:  # Workspace.call turns every failure of a call into a ToolError
             observation, error = f"ERROR: {err}", True
             self.stats.tool_errors += 1
         self.stats.env_seconds += time.monotonic() - t0
@@ -130,13 +140,14 @@ class SWEEnv:
                 return -1.0, {"reason": "empty diff"}
             value, info = calculate_reward_unidiff([self.instance["patch"]], [patch])
             return float(value), {"patch": patch, **info}
-        log_dir = self._work / "grade"
+        log_dir = self._host / "grade"
         log_dir.mkdir(exist_ok=True)
         result = self.executor.evaluate(self.instance, patch, log_dir)
         return (1.0 if result.get("status") == "resolved" else 0.0), {"patch": patch, **result}
 
     def close(self) -> None:
-        """Remove the episode's work dir."""
-        if self._work is not None:
-            shutil.rmtree(self._work, ignore_errors=True)
-        self._work, self.workspace = None, None
+        """Remove the episode's work dir and the host's files of it."""
+        for path in (self._work, self._host):
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)  # fd-based: never follows a link the model left
+        self._work, self._host, self.workspace = None, None, None

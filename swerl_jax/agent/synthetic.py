@@ -23,6 +23,7 @@ import sys
 import uuid
 
 from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.eval.executors import checkout, fresh_workdir
 from swerl_jax.eval.sandbox import Sandbox, SandboxLimits
 
 # The issue's test per bug kind (`m` is the module, {noun} its noun); each fails on the bug and passes on the fix.
@@ -139,31 +140,32 @@ class SyntheticExecutor:
     def __init__(self, repos_root: pathlib.Path, out_dir: pathlib.Path,
                  limits: SandboxLimits = SandboxLimits(memory_bytes=2 << 30, cpu_seconds=60, timeout_s=60)) -> None:
         self.repos_root, self.out_dir, self.limits = pathlib.Path(repos_root), pathlib.Path(out_dir), limits
-        # the interpreter's installation may sit under /root, which the sandbox hides: bind it back read-only
+        # the interpreter's installation: the one host path besides the system folders its sandboxes see
         self.python = pathlib.Path(sys._base_executable).resolve()
-        self.readable = [self.repos_root.resolve(), self.python.parent.parent]
+        self.readable = [self.python.parent.parent]
 
     def env(self) -> dict[str, str]:
         """The sandbox environment: this machine's interpreter first on PATH, no bytecode files in the checkout."""
         return {"PATH": f"{self.python.parent}:/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
 
-    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
+    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path, *,
+                history: bool = True) -> dict:
         """A checkout of the task at its base commit in `work`, `patch` applied: {sandbox, env, repo_dir} or
-        {status, error}, like `LocalExecutor.prepare`."""
+        {status, error}, like `LocalExecutor.prepare` (history=False: an episode's self-contained checkout; the
+        sandbox never sees the task repositories)."""
         source = self.repos_root / instance["instance_id"]
         if not (source / ".git").is_dir():
             return {"status": "no_repo", "error": f"no synthetic repository {source}"}
         repo_dir = work / "repo"
-        try:
-            _git(work, "clone", "-q", "--shared", str(source.resolve()), str(repo_dir))
-            _git(repo_dir, "checkout", "-q", instance["base_commit"])
-        except RuntimeError as err:
-            (log_dir / "setup.log").write_text(str(err))
-            return {"status": "setup_failed", "error": str(err)}
-        sandbox = Sandbox(readable=self.readable, limits=self.limits)
+        failed = checkout(source.resolve() / ".git", repo_dir, instance["base_commit"], history)
+        if failed:
+            (log_dir / "setup.log").write_text(failed)
+            return {"status": "setup_failed", "error": failed}
+        readable = self.readable + ([source.resolve()] if history else [])
+        sandbox = Sandbox(readable=readable, limits=self.limits)
         if patch.strip():
-            (work / "model.patch").write_text(patch if patch.endswith("\n") else patch + "\n")
-            done = sandbox.run(f"cd {shlex.quote(str(repo_dir))} && git apply -v ../model.patch", work, env=self.env())
+            done = sandbox.run(f"cd {shlex.quote(str(repo_dir))} && git apply -v \"$INPUTS/model.patch\"", work,
+                               env=self.env(), inputs={"model.patch": patch if patch.endswith("\n") else patch + "\n"})
             (log_dir / "patch.log").write_text(done.output)
             if done.returncode != 0:
                 return {"status": "patch_failed", "error": "git apply did not apply the patch"}
@@ -171,19 +173,17 @@ class SyntheticExecutor:
 
     def run_script(self, instance: dict, patch: str, script: str, log_dir: pathlib.Path,
                    files: dict[str, str] | None = None) -> dict:
-        """`LocalExecutor.run_script` for a synthetic task: `patch` applied to a fresh checkout, `files` beside it,
+        """`LocalExecutor.run_script` for a synthetic task: `patch` applied to a fresh checkout, `files` at $INPUTS,
         the bash `script` run from the checkout in the sandbox ($REPO, $WORK set); never the hidden tests."""
-        work = self.out_dir / "work" / f"{instance['instance_id']}.{uuid.uuid4().hex[:10]}"
-        work.mkdir(parents=True)
+        work = fresh_workdir(self.out_dir, instance["instance_id"])
         log_dir.mkdir(parents=True, exist_ok=True)
         try:
             ready = self.prepare(instance, patch, log_dir, work)
             if "status" in ready:
                 return ready
-            for name, text in (files or {}).items():
-                (work / name).write_text(text)
             env = {**ready["env"], "REPO": str(ready["repo_dir"]), "WORK": str(work)}
-            done = ready["sandbox"].run(f"cd {shlex.quote(str(ready['repo_dir']))}\n{script}", work, env=env)
+            done = ready["sandbox"].run(f"cd {shlex.quote(str(ready['repo_dir']))}\n{script}", work, env=env,
+                                        inputs=files)
             (log_dir / "script.log").write_text(f"{script}\n---\n{done.output}")
             return {"status": "ran", "returncode": done.returncode, "output": done.output,
                     "timed_out": done.timed_out}
@@ -192,18 +192,16 @@ class SyntheticExecutor:
 
     def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
         """Apply `patch` and the hidden tests to a fresh checkout and run them in the sandbox (no network)."""
-        work = self.out_dir / "work" / f"{instance['instance_id']}.{uuid.uuid4().hex[:10]}"
-        work.mkdir(parents=True)
+        work = fresh_workdir(self.out_dir, instance["instance_id"])
         log_dir.mkdir(parents=True, exist_ok=True)
         try:
             ready = self.prepare(instance, patch, log_dir, work)
             if "status" in ready:
                 return ready
-            (work / "test.patch").write_text(instance["test_patch"])
             module = instance["test_file"][:-3].replace("/", ".")
-            script = (f"cd {shlex.quote(str(ready['repo_dir']))} && git apply ../test.patch && "
+            script = (f"cd {shlex.quote(str(ready['repo_dir']))} && git apply \"$INPUTS/test.patch\" && "
                       f"python -m unittest -v {module}")
-            done = ready["sandbox"].run(script, work, env=ready["env"])
+            done = ready["sandbox"].run(script, work, env=ready["env"], inputs={"test.patch": instance["test_patch"]})
             (log_dir / "test.log").write_text(f"{script}\n---\n{done.output}")
             if done.timed_out:
                 return {"status": "timeout", "error": f"tests ran past {self.limits.timeout_s:.0f}s"}

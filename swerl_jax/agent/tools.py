@@ -1,10 +1,14 @@
 """The agent's tools over one repository checkout: a file editor, search and bash, each bash command one sandboxed
-call (no network, read-only outside the work dir, memory / CPU / process limits, a per-step timeout).
+call (a minimal view of the host, no network, memory / CPU / process / disk limits, a per-step timeout).
 
-The editor runs here, not in the sandbox, because it only reads and writes files: every path is resolved (links
-followed) and must stay inside the checkout, so `../../etc/passwd` or a symlink planted by a bash command cannot
-reach outside it. Search and bash run in the sandbox, like every other command the model writes. Observations
-are cut to a head and a tail. Commands that install packages or start servers are refused before they run.
+The editor runs here, not in the sandbox, because it only reads and writes files, and it does so through
+`confined`: every path is walked from the work dir one component at a time without following a link, so
+`../../etc/passwd`, a link planted by a bash command, a FIFO or a link loop is an observation, never a host read
+or write; files over `MAX_FILE_BYTES` are not loaded. Search and bash run in the sandbox, like every other
+command the model writes, and their text is bounded (`MAX_COMMAND_CHARS`). Observations are cut to a head and a
+tail. Commands that install packages or start servers are refused before they run. `Workspace.call` turns every
+failure a tool call can cause into a `ToolError`, whose message is the observation: nothing the model writes
+makes the host raise.
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ import shlex
 from collections.abc import Mapping
 
 from swerl_jax.agent.actions import Action
-from swerl_jax.eval.sandbox import Sandbox, SandboxLimits
+from swerl_jax.agent.confined import Confined, ConfinedError, split
+from swerl_jax.eval.sandbox import Sandbox, SandboxLimits, limit_note
 
 MAX_OBSERVATION = 8_000
+MAX_FILE_BYTES = 8 << 20  # the editor's largest file (view, str_replace, insert): bounds host memory
+MAX_LISTING = 10_000  # entries a directory view lists
+STEP_OUTPUT_BYTES = 1 << 20  # what the host keeps of one tool call's output (head and tail)
+MAX_COMMAND_CHARS = 32_000  # a bash command or a search term (the kernel refuses one argument over 128 KiB)
 REFUSED = re.compile(
     r"\b(pip3?|uv|conda|mamba|poetry)\s+(install|add|download)\b|-m\s+pip\b|\bapt(-get)?\s|\bnohup\b|"
     r"http\.server|\bflask\s+run\b|\buvicorn\b|\bgunicorn\b|\bjupyter\b|(^|[^&])&\s*$")
@@ -35,37 +44,72 @@ class ToolError(ValueError):
     """A tool call that cannot be done as asked; the message is the observation."""
 
 
+def _text(data: bytes, shown: str) -> str:
+    """A file's bytes as the editor edits them: UTF-8, newlines made '\\n' (as Python's text mode reads)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ToolError(f"{shown}: not UTF-8 text (byte {err.start}); edit it with execute_bash") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _encoded(text: str, what: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ToolError(f"{what} is not valid text (character {err.start} cannot be written as UTF-8)") from None
+
+
 class Workspace:
     """The tools of one episode over `repo` (a checkout inside the sandbox's work dir `work`)."""
 
     def __init__(self, repo: pathlib.Path, work: pathlib.Path, sandbox: Sandbox, env: Mapping[str, str] | None = None,
                  step_limits: SandboxLimits = SandboxLimits(timeout_s=120, cpu_seconds=180)) -> None:
-        self.repo, self.work = pathlib.Path(repo).resolve(), pathlib.Path(work).resolve()
+        self.repo, self.work = pathlib.Path(repo).absolute(), pathlib.Path(work).absolute()
+        if not self.repo.is_relative_to(self.work):
+            raise ValueError(f"the checkout {self.repo} must be inside the work dir {self.work}")
+        # The work dir is the anchor: the model can replace the checkout's folder, not the work dir itself.
+        self.files = Confined(self.work, self.repo.relative_to(self.work).parts)
         self.sandbox, self.env, self.step_limits = sandbox, dict(env or {}), step_limits
-        self.history: dict[pathlib.Path, list[str | None]] = {}
+        self.history: dict[tuple[str, ...], list[str | None]] = {}
 
     # --- paths -------------------------------------------------------------------------------------------------
-    def resolve(self, path: str) -> pathlib.Path:
-        """An absolute path inside the checkout (links followed), or ToolError."""
-        p = pathlib.Path(path)
-        full = (p if p.is_absolute() else self.repo / p).resolve()
-        if full != self.repo and self.repo not in full.parents:
-            raise ToolError(f"{path}: outside the repository ({self.repo})")
-        if ".git" in full.relative_to(self.repo).parts:
+    def resolve(self, path: str) -> tuple[str, ...]:
+        """The components of a path inside the checkout (never through a link), or ToolError."""
+        try:
+            parts = split(path, self.repo)
+        except ConfinedError as err:
+            raise ToolError(str(err)) from None
+        if ".git" in parts:
             raise ToolError(f"{path}: the repository's .git directory is not editable")
-        return full
+        return parts
+
+    @staticmethod
+    def _shown(parts: tuple[str, ...]) -> str:
+        return "/".join(parts) or "."
+
+    def _read(self, parts: tuple[str, ...]) -> str:
+        return _text(self.files.read(parts, MAX_FILE_BYTES), self._shown(parts))
 
     # --- the editor --------------------------------------------------------------------------------------------
     def view(self, path: str, view_range: str = "") -> str:
         """A file with line numbers (optionally lines START-END, END -1 = to the end) or a directory listing."""
-        full = self.resolve(path)
-        if full.is_dir():
-            entries = sorted(str(p.relative_to(self.repo)) + ("/" if p.is_dir() else "")
-                             for p in full.iterdir() if p.name != ".git")
+        parts = self.resolve(path)
+        kind = self.files.kind(parts)
+        if kind == "dir":
+            listed, more = self.files.listdir(parts, MAX_LISTING)
+            prefix = "/".join(parts)
+            entries = sorted((f"{prefix}/{name}" if prefix else name) + ("/" if is_dir else "")
+                             for name, is_dir in listed if name != ".git")
+            if more:
+                entries.append(f"[... more than {MAX_LISTING} entries: the rest are not listed ...]")
             return cut("\n".join(entries))
-        if not full.is_file():
-            raise ToolError(f"{path}: no such file or directory")
-        lines = full.read_text(errors="replace").splitlines()
+        if kind != "file":
+            raise ToolError(f"{path}: no such file or directory" if kind is None else
+                            f"{path}: {'a symbolic link' if kind == 'link' else 'not a regular file'}; "
+                            "the editor opens regular files (use execute_bash)")
+        lines = self.files.read(parts, MAX_FILE_BYTES).decode("utf-8", errors="replace")
+        lines = lines.replace("\r\n", "\n").replace("\r", "\n").splitlines()
         start, end = 1, len(lines)
         if view_range.strip():
             try:
@@ -77,103 +121,133 @@ class Workspace:
                 raise ToolError(f"view_range {view_range!r} is outside the file's {len(lines)} lines")
         return cut("\n".join(f"{i:6d}\t{line}" for i, line in enumerate(lines[start - 1:end], start)))
 
-    def _write(self, full: pathlib.Path, text: str) -> None:
-        self.history.setdefault(full, []).append(full.read_text() if full.exists() else None)
-        full.parent.mkdir(parents=True, exist_ok=True)
-        full.write_text(text)
+    def _write(self, parts: tuple[str, ...], text: str, before: str | None) -> None:
+        data = _encoded(text, "the new text")
+        if len(data) > MAX_FILE_BYTES:
+            raise ToolError(f"{self._shown(parts)}: the new text is {len(data)} bytes, over the editor's limit "
+                            f"of {MAX_FILE_BYTES}")
+        self.files.write(parts, data)
+        self.history.setdefault(parts, []).append(before)
 
     def create(self, path: str, file_text: str) -> str:
         """A new file (refused when it exists)."""
-        full = self.resolve(path)
-        if full.exists():
+        parts = self.resolve(path)
+        if self.files.kind(parts) is not None:
             raise ToolError(f"{path}: already exists (use str_replace or insert to change it)")
-        self._write(full, file_text)
-        return f"Created {full.relative_to(self.repo)}."
+        self._write(parts, file_text, None)
+        return f"Created {self._shown(parts)}."
+
+    def _existing(self, path: str) -> tuple[tuple[str, ...], str]:
+        parts = self.resolve(path)
+        if self.files.kind(parts) != "file":
+            raise ToolError(f"{path}: no such file")
+        return parts, self._read(parts)
 
     def str_replace(self, path: str, old_str: str, new_str: str) -> str:
         """Replace the one occurrence of `old_str`."""
-        full = self.resolve(path)
-        if not full.is_file():
-            raise ToolError(f"{path}: no such file")
-        text = full.read_text()
+        parts, text = self._existing(path)
         count = text.count(old_str) if old_str else 0
         if count != 1:
             raise ToolError(f"old_str occurs {count} times in {path}; it must occur exactly once")
-        self._write(full, text.replace(old_str, new_str, 1))
+        self._write(parts, text.replace(old_str, new_str, 1), text)
         at = text.index(old_str)
         first = text[:at].count("\n") + 1
-        return f"Edited {full.relative_to(self.repo)}:\n" + self.view(
-            path, f"{max(1, first - 3)} {min(first + new_str.count(chr(10)) + 3, self._lines(full))}")
+        return f"Edited {self._shown(parts)}:\n" + self.view(
+            path, f"{max(1, first - 3)} {min(first + new_str.count(chr(10)) + 3, self._lines(parts))}")
 
     def insert(self, path: str, insert_line: str, new_str: str) -> str:
         """Insert `new_str` after line `insert_line` (0: at the top)."""
-        full = self.resolve(path)
-        if not full.is_file():
-            raise ToolError(f"{path}: no such file")
+        parts, text = self._existing(path)
         try:
             at = int(insert_line)
         except ValueError:
             raise ToolError(f"insert_line {insert_line!r} is not an integer") from None
-        lines = full.read_text().splitlines(keepends=True)
+        lines = text.splitlines(keepends=True)
         if not 0 <= at <= len(lines):
             raise ToolError(f"insert_line {at} is outside the file's {len(lines)} lines")
         if lines and not lines[-1].endswith("\n") and at == len(lines):
             lines[-1] += "\n"
-        self._write(full, "".join(lines[:at] + [new_str + ("" if new_str.endswith("\n") else "\n")] + lines[at:]))
-        return f"Inserted after line {at} of {full.relative_to(self.repo)}."
+        added = new_str + ("" if new_str.endswith("\n") else "\n")
+        self._write(parts, "".join(lines[:at] + [added] + lines[at:]), text)
+        return f"Inserted after line {at} of {self._shown(parts)}."
 
     def undo_edit(self, path: str) -> str:
         """Revert the last create / str_replace / insert of `path`."""
-        full = self.resolve(path)
-        if not self.history.get(full):
+        parts = self.resolve(path)
+        if not self.history.get(parts):
             raise ToolError(f"{path}: no edit to undo")
-        before = self.history[full].pop()
+        before = self.history[parts].pop()
         if before is None:
-            full.unlink()
+            self.files.unlink(parts)
         else:
-            full.write_text(before)
-        return f"Reverted the last edit of {full.relative_to(self.repo)}."
+            self.files.write(parts, _encoded(before, "the old text"))
+        return f"Reverted the last edit of {self._shown(parts)}."
 
-    def _lines(self, full: pathlib.Path) -> int:
-        return max(1, len(full.read_text(errors="replace").splitlines()))
+    def _lines(self, parts: tuple[str, ...]) -> int:
+        return max(1, len(self.files.read(parts, MAX_FILE_BYTES).decode("utf-8", errors="replace").splitlines()))
 
     # --- sandboxed commands ------------------------------------------------------------------------------------
+    @staticmethod
+    def _bounded(text: str, what: str) -> None:
+        if len(text) > MAX_COMMAND_CHARS:
+            raise ToolError(f"the {what} is {len(text)} characters; the limit is {MAX_COMMAND_CHARS} "
+                            "(write long text to a file with file_editor create)")
+        if "\0" in text:
+            raise ToolError(f"the {what} holds a NUL byte")
+        _encoded(text, f"the {what}")
+
     def bash(self, command: str) -> str:
-        """One command in the sandbox, in the repository; its output (cut) and exit code."""
+        """One command in the sandbox, in the repository; its output (cut) and exit code, or the limit it hit."""
+        self._bounded(command, "command")
         if REFUSED.search(command):
             raise ToolError("refused: installing packages and starting servers or background jobs are not "
                             "allowed here (no network; every command must finish)")
         done = self.sandbox.run(f"cd {shlex.quote(str(self.repo))} && {command}", self.work, env=self.env,
                                 limits=self.step_limits)
-        if done.timed_out:
-            return cut(done.output) + f"\n[timed out after {self.step_limits.timeout_s:.0f} s; the command was killed]"
+        if done.limit is not None:
+            return cut(done.output) + "\n" + limit_note(done, self.step_limits)
         return cut(done.output) + f"\n[exit code {done.returncode}]"
 
     def search(self, search_term: str, path: str = ".") -> str:
         """Lines containing `search_term` (fixed string) under `path`, with file and line number."""
-        target = self.resolve(path or ".")
+        self._bounded(search_term, "search term")
+        parts = self.resolve(path or ".")
         command = (f"grep -rnIF --exclude-dir=.git -e {shlex.quote(search_term)} "
-                   f"{shlex.quote(str(target.relative_to(self.repo)) or '.')} | head -n 200")
+                   f"{shlex.quote(self._shown(parts))} | head -n 200")
         done = self.sandbox.run(f"cd {shlex.quote(str(self.repo))} && {command}", self.work, env=self.env,
                                 limits=self.step_limits)
+        if done.limit is not None:
+            return cut(done.output) + "\n" + limit_note(done, self.step_limits)
         return cut(done.output) if done.output.strip() else f"No matches for {search_term!r} in {path or '.'}."
 
     def diff(self, base: str = "") -> str:
         """The checkout's changes since `base` (a commit; default the index) as a patch, new files included:
         `git diff` run in the sandbox, since .git is the model's to write (hooks, pagers, external diff)."""
         # Python hunk headers name the enclosing function, as GitHub's (and so SWE-bench's gold) patches do: the
-        # similarity reward compares the hunks' text, headers included.
-        attributes = self.work / ".agent_gitattributes"
-        attributes.write_text("*.py diff=python\n")
-        git = f"git -c core.pager=cat -c core.hooksPath=/dev/null -c core.attributesFile={shlex.quote(str(attributes))}"
+        # similarity reward compares the hunks' text, headers included. The attributes file enters read-only at
+        # $INPUTS: the host writes nothing where the model could have planted a link.
+        attributes = "$INPUTS/gitattributes"
+        git = f"git -c core.pager=cat -c core.hooksPath=/dev/null -c core.attributesFile={attributes}"
         since = shlex.quote(base) if base else ""
         done = self.sandbox.run(f"cd {shlex.quote(str(self.repo))} && {git} add -N . && "
                                 f"{git} diff --no-ext-diff --no-color --no-textconv {since}",
-                                self.work, env=self.env, limits=self.step_limits)
+                                self.work, env=self.env, limits=self.step_limits,
+                                inputs={"gitattributes": "*.py diff=python\n"})
         return done.output if done.returncode == 0 else ""
 
     def call(self, action: Action) -> str:
-        """Run a parsed action (not finish) and return its observation; ToolError for a call that cannot run."""
+        """Run a parsed action (not finish) and return its observation; ToolError for any call that cannot run,
+        with its reason (a path the kernel refuses, a file that is not text, a command too long)."""
+        try:
+            return self._call(action)
+        except ConfinedError as err:
+            raise ToolError(str(err)) from None
+        except (OSError, ValueError) as err:  # UnicodeError is a ValueError; ToolError passes through as one
+            if isinstance(err, ToolError):
+                raise
+            raise ToolError(f"{type(err).__name__}: {err}") from None
+
+    def _call(self, action: Action) -> str:
         p = action.params
         if action.function == "execute_bash":
             return self.bash(p["command"])

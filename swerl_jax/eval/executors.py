@@ -6,7 +6,6 @@ Both produce the same result dict and write their logs into the instance's log d
 from __future__ import annotations
 
 import dataclasses
-import os
 import pathlib
 import shlex
 import shutil
@@ -15,7 +14,38 @@ import uuid
 
 from swerl_jax.eval import environments, grading, specs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
-from swerl_jax.eval.sandbox import Sandbox, SandboxLimits
+from swerl_jax.eval.sandbox import INPUTS_DIR, Sandbox, SandboxLimits
+
+
+def fresh_workdir(out_dir: pathlib.Path, instance_id: str) -> pathlib.Path:
+    """A new, empty work dir for one grading or episode: OUT/work/<id>.<random>, never shared or reused."""
+    work = out_dir / "work" / f"{instance_id}.{uuid.uuid4().hex[:12]}"
+    work.mkdir(parents=True)
+    return work
+
+
+def checkout(git_dir: pathlib.Path, repo_dir: pathlib.Path, commit: str, history: bool = True) -> str:
+    """Check `commit` out of `git_dir` into `repo_dir`: '' on success, else git's error output.
+
+    history=True: a --shared clone (objects stay in `git_dir`, which the sandbox must show). history=False: a
+    repository of its own that holds `commit` alone (a depth-1 fetch), so nothing after it can be read."""
+    if history:
+        steps = [["git", "clone", "-q", "--shared", "--no-checkout", str(git_dir), str(repo_dir)],
+                 ["git", "-C", str(repo_dir), "checkout", "-q", commit]]
+    else:
+        steps = [["git", "init", "-q", str(repo_dir)],
+                 ["git", "-C", str(repo_dir), "fetch", "-q", "--depth", "1", "--no-tags", str(git_dir), commit],
+                 ["git", "-C", str(repo_dir), "-c", "advice.detachedHead=false", "checkout", "-q", commit]]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"$ {shlex.join(step)}\n{done.stderr}"
+    if not history:  # checked, not assumed: a bundle, for one, ignores --depth and brings everything
+        commits = subprocess.run(["git", "-C", str(repo_dir), "rev-list", "--all", "--max-count=2"],
+                                 capture_output=True, text=True).stdout.split()
+        if commits != [commit]:
+            return f"{git_dir} gave {len(commits)}+ commits for a history-free checkout of {commit} (a bundle?)"
+    return ""
 
 
 def eval_script(instance: dict, spec: dict, repo_dir: str, test_patch_file: str) -> str:
@@ -48,11 +78,11 @@ class LocalExecutor:
         self.setup_limits = dataclasses.replace(limits, timeout_s=setup_timeout_s, cpu_seconds=int(setup_timeout_s))
 
     def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
-        """Set up, patch, test and grade one instance; the result's `status` says where it stopped."""
-        iid = instance["instance_id"]
-        work = self.out_dir / "work" / iid
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        """Set up, patch, test and grade one instance; the result's `status` says where it stopped.
+
+        Each grading gets its own fresh work dir (concurrent gradings of one instance never share files), which
+        no episode has seen: only the patch's text comes from the model."""
+        work = fresh_workdir(self.out_dir, instance["instance_id"])
         try:
             return self._evaluate(instance, patch, log_dir, work)
         finally:
@@ -61,23 +91,19 @@ class LocalExecutor:
 
     def run_script(self, instance: dict, patch: str, script: str, log_dir: pathlib.Path,
                    files: dict[str, str] | None = None) -> dict:
-        """Set up the instance, apply `patch`, write `files` ({name: text}) into the work dir (beside the
-        checkout, never in it) and run the bash `script` there in the sandbox, no network. `script` may name
-        `$REPO` (the checkout) and `$WORK`. Returns {status: "ran", returncode, output, timed_out} or the failed
-        step's status, like `evaluate`. Agentless's reproduction and regression tests run through this."""
-        iid = instance["instance_id"]
-        work = self.out_dir / "work" / f"{iid}.{uuid.uuid4().hex[:10]}"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
+        """Set up the instance, apply `patch`, hand `files` ({name: text}) to the sandbox read-only at $INPUTS
+        and run the bash `script` from the checkout in the sandbox, no network. `script` may name `$REPO` (the
+        checkout), `$WORK` (the writable work dir) and `$INPUTS`. Returns {status: "ran", returncode, output,
+        timed_out} or the failed step's status, like `evaluate`. Agentless's reproduction and regression tests
+        run through this."""
+        work = fresh_workdir(self.out_dir, instance["instance_id"])
         try:
             ready = self.prepare(instance, patch, log_dir, work)
             if "status" in ready:
                 return ready
             sandbox, env, repo_dir = ready["sandbox"], ready["env"], ready["repo_dir"]
-            for name, text in (files or {}).items():
-                (work / name).write_text(text)
             env = {**env, "REPO": str(repo_dir), "WORK": str(work)}
-            done = sandbox.run(f"cd {shlex.quote(str(repo_dir))}\n{script}", work, env=env)
+            done = sandbox.run(f"cd {shlex.quote(str(repo_dir))}\n{script}", work, env=env, inputs=files)
             (log_dir / "script.log").write_text(f"{script}\n---\n{done.output}")
             return {"status": "ran", "returncode": done.returncode, "output": done.output,
                     "timed_out": done.timed_out}
@@ -85,8 +111,12 @@ class LocalExecutor:
             if not self.keep_workdirs:
                 shutil.rmtree(work, ignore_errors=True)
 
-    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
-        """Clone, install and patch the instance in `work`: {sandbox, env, repo_dir, spec} or {status, error}."""
+    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path, *,
+                history: bool = True) -> dict:
+        """Clone, install and patch the instance in `work`: {sandbox, env, repo_dir, spec} or {status, error}.
+
+        history=False (an agent's episode): the checkout holds the base commit alone, self-contained, and the
+        sandbox does not see the clone it came from, whose later commits hold the fix."""
         try:
             git_dir = environments.resolve_clone(self.repos_dir, instance["repo"], self.out_dir / "repos")
         except (FileNotFoundError, subprocess.CalledProcessError) as err:
@@ -102,18 +132,13 @@ class LocalExecutor:
         repo_dir = work / "repo"
         # The resolved path: the clone's alternates must name a path the sandbox shows (not a link under /tmp).
         git_dir = git_dir.resolve()
-        clone = subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(git_dir), str(repo_dir)],
-                               capture_output=True, text=True)
-        checkout = clone.returncode == 0 and subprocess.run(
-            ["git", "-C", str(repo_dir), "checkout", "-q", instance["base_commit"]], capture_output=True, text=True
-        )
-        if not checkout or checkout.returncode != 0:
-            detail = clone.stderr + (checkout.stderr if checkout else "")
-            (log_dir / "setup.log").write_text(detail)
-            return {"status": "setup_failed", "error": f"checkout of {instance['base_commit']} failed: {detail[-300:]}"}
+        failed = checkout(git_dir, repo_dir, instance["base_commit"], history)
+        if failed:
+            (log_dir / "setup.log").write_text(failed)
+            return {"status": "setup_failed", "error": f"checkout of {instance['base_commit']} failed: {failed[-300:]}"}
         venv = environments.overlay_venv(env_dir, work / "venv")
         python_home = (env_dir / "bin" / "python").resolve().parent.parent
-        sandbox = Sandbox(readable=[env_dir, python_home, git_dir], limits=self.limits)
+        sandbox = Sandbox(readable=[env_dir, python_home] + ([git_dir] if history else []), limits=self.limits)
         env = {**environments.overlay_env(venv), "PIP_NO_INPUT": "1"}
 
         # Install the base commit (the repository's own code, before any model edit): the index is reachable.
@@ -140,10 +165,10 @@ class LocalExecutor:
         if "status" in ready:
             return ready
         sandbox, env, repo_dir, spec = ready["sandbox"], ready["env"], ready["repo_dir"], ready["spec"]
-        (work / "test.patch").write_text(instance["test_patch"])
-        script = eval_script(instance, spec, str(repo_dir), str(work / "test.patch"))
-        (work / "eval.sh").write_text(script)
-        tests = sandbox.run(f"bash {shlex.quote(str(work / 'eval.sh'))}", work, env=env)
+        # The hidden tests enter here, after the model's last turn, read-only at $INPUTS.
+        script = eval_script(instance, spec, str(repo_dir), f"{INPUTS_DIR}/test.patch")
+        tests = sandbox.run(f"bash {INPUTS_DIR}/eval.sh", work, env=env,
+                            inputs={"test.patch": instance["test_patch"], "eval.sh": script})
         (log_dir / "test.log").write_text(f"{script}\n---\n{tests.output}")
         if tests.timed_out:
             return {"status": "timeout", "error": f"tests ran past {self.limits.timeout_s:.0f}s"}
@@ -178,8 +203,7 @@ class DockerExecutor:
             spec = specs.env_spec(instance["repo"], instance["version"])
         except specs.SpecError as err:
             return {"status": "env_failed", "error": str(err)}
-        work = self.out_dir / "work" / instance["instance_id"]
-        work.mkdir(parents=True, exist_ok=True)
+        work = fresh_workdir(self.out_dir, instance["instance_id"])
         (work / "model.patch").write_text(patch if patch.endswith("\n") else patch + "\n")
         (work / "test.patch").write_text(instance["test_patch"])
         chain = " || ".join(f"{cmd} /swerl/model.patch" for cmd in APPLY_CHAIN)
@@ -187,7 +211,7 @@ class DockerExecutor:
         script = "\n".join(["source /opt/miniconda3/bin/activate", "conda activate testbed", "cd /testbed", apply,
                             eval_script(instance, spec, "/testbed", "/swerl/test.patch")])
         (work / "eval.sh").write_text(script)
-        name = f"swerl-eval-{instance['instance_id'].lower()}-{os.getpid()}"
+        name = f"swerl-eval-{work.name.lower()}"
         argv = ["docker", "run", "--rm", "--name", name, "--network", "none", f"--memory={self.limits.memory_bytes}",
                 f"--pids-limit={self.limits.processes}", "-v", f"{work}:/swerl", docker_image(instance["instance_id"]),
                 "bash", "/swerl/eval.sh"]

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import sys
 import threading
@@ -28,6 +29,13 @@ from swerl_jax.eval.executors import DockerExecutor, LocalExecutor
 from swerl_jax.eval.sandbox import SandboxLimits, bwrap_path
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
+# An instance id names files and folders under --out: letters, digits, '_', '-', '.', not starting with '.'.
+SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
+
+
+def safe_id(instance_id: object) -> bool:
+    """Whether `instance_id` can name a file under --out (no '/', no '..', no leading '.', at most 200 chars)."""
+    return isinstance(instance_id, str) and SAFE_ID.fullmatch(instance_id) is not None
 
 
 def load_instances(path: pathlib.Path) -> dict[str, dict]:
@@ -48,6 +56,9 @@ def load_instances(path: pathlib.Path) -> dict[str, dict]:
         missing = [k for k in ("instance_id", "repo", "base_commit", "test_patch", "version") if k not in row]
         if missing:
             raise ValueError(f"{path}: instance #{number} ({row.get('instance_id', '?')}) lacks {missing}")
+        if not safe_id(row["instance_id"]):
+            raise ValueError(f"{path}: instance #{number}: instance_id {row['instance_id']!r} cannot name a file "
+                             f"(allowed: {SAFE_ID.pattern})")
         instances[row["instance_id"]] = row
     return instances
 
@@ -67,6 +78,10 @@ def load_predictions(path: pathlib.Path) -> tuple[dict[str, dict], list[dict]]:
         if not isinstance(row, dict) or any(k not in row for k in PREDICTION_FIELDS):
             errors.append({"line": number, "status": "malformed_prediction", "instance_id": row.get("instance_id")
                            if isinstance(row, dict) else None, "error": f"{where}: needs fields {PREDICTION_FIELDS}"})
+            continue
+        if not isinstance(row["instance_id"], str):
+            errors.append({"line": number, "status": "malformed_prediction", "instance_id": None,
+                           "error": f"{where}: instance_id must be a string, got {type(row['instance_id']).__name__}"})
             continue
         if not isinstance(row["model_patch"], str) and row["model_patch"] is not None:
             errors.append({"line": number, "status": "malformed_prediction", "instance_id": row["instance_id"],
@@ -109,15 +124,12 @@ class Harness:
         log_dir.mkdir(parents=True)
         base = {"instance_id": iid, "model_name_or_path": prediction["model_name_or_path"],
                 "patch_sha256": _patch_digest(patch), "empty_patch": not patch.strip(), "log_dir": str(log_dir)}
-        if iid not in self.instances:
-            result = {"status": "unknown_instance", "error": f"{iid} is not in the instances file"}
-        else:
-            try:
-                result = self.executor.evaluate(self.instances[iid], patch, log_dir)
-            except Exception as err:  # noqa: BLE001 - one instance's failure must not stop the run; logged
-                (log_dir / "harness_error.log").write_text(traceback.format_exc())
-                result = {"status": "error", "harness_crash": True,
-                          "error": f"{type(err).__name__}: {err} (harness_error.log)"}
+        try:
+            result = self.executor.evaluate(self.instances[iid], patch, log_dir)
+        except Exception as err:  # noqa: BLE001 - one instance's failure must not stop the run; logged
+            (log_dir / "harness_error.log").write_text(traceback.format_exc())
+            result = {"status": "error", "harness_crash": True,
+                      "error": f"{type(err).__name__}: {err} (harness_error.log)"}
         result = {**base, "resolved": result.get("status") == "resolved", **result}
         tmp = self.results_dir / f".{iid}.json.tmp"
         tmp.write_text(json.dumps(result, indent=1))
@@ -125,9 +137,18 @@ class Harness:
         return result
 
     def run(self, predictions: dict[str, dict], errors: list[dict], progress: bool = True) -> dict:
-        """Grade every prediction not already finished; write and return report.json's content."""
-        results, todo = {}, []
+        """Grade every prediction not already finished; write and return report.json's content.
+
+        A prediction whose id is not in the instances file is an error of its own (listed, never graded, its id
+        never used as a path); the rest are graded."""
+        results, todo, errors = {}, [], list(errors)
+        for iid in [i for i in predictions if i not in self.instances]:
+            shown = repr(iid) if safe_id(iid) else f"{iid!r} (not a valid instance id)"
+            errors.append({"status": "unknown_instance", "instance_id": iid,
+                           "error": f"prediction for {shown}: not in the instances file"})
         for iid, prediction in predictions.items():
+            if iid not in self.instances:
+                continue
             done = self._finished(iid, prediction["model_patch"])
             if done is not None:
                 results[iid] = done
@@ -213,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     harness = Harness(instances, make_executor(args), args.out, args.workers)
     report = harness.run(predictions, errors, progress=not args.no_progress)
-    for error in errors:
+    for error in report["prediction_errors"]:
         print(f"skipped prediction: {error['error']}", file=sys.stderr)
     print(f"report: {args.out / 'report.json'}")
     print(f"resolved {report['resolved_instances']}/{report['submitted_instances']}")

@@ -32,12 +32,13 @@ def apply_patch(sandbox: Sandbox, workdir: pathlib.Path, repo_dir: pathlib.Path,
     """
     if not patch.strip():
         return PatchResult(True, None, "empty patch: nothing to apply\n")
-    patch_file = workdir / "model.patch"
-    patch_file.write_text(patch if patch.endswith("\n") else patch + "\n")
+    # The patch enters read-only at $INPUTS, never through the work dir, where an earlier command could have
+    # planted a link for the host to write through.
+    inputs = {"model.patch": patch if patch.endswith("\n") else patch + "\n"}
     log = []
     for command in APPLY_CHAIN:
-        script = f"cd {shlex.quote(str(repo_dir))} && {command} {shlex.quote(str(patch_file))}"
-        result = sandbox.run(script, workdir)
+        script = f"cd {shlex.quote(str(repo_dir))} && {command} \"$INPUTS/model.patch\""
+        result = sandbox.run(script, workdir, inputs=inputs)
         log.append(f"$ {command} model.patch\n{result.output}(exit {result.returncode})\n")
         if result.returncode == 0:
             return PatchResult(True, command, "".join(log))

@@ -1,21 +1,29 @@
-"""Run commands in a bubblewrap sandbox: no network, read-only outside the work dir, rlimits and a timeout.
+"""Run commands in a bubblewrap sandbox: a minimal view of the host, no network, bounded resources.
 
-The sandbox is what makes it safe to run model-written code: bubblewrap mounts the host read-only, gives the
-command a private /tmp and an empty /root (so root's home and credentials are not even visible), unshares the
-network, PID, IPC and UTS namespaces, and binds only the instance's work dir writable. When the harness runs as
-root, the command also drops to a per-sandbox unprivileged uid (so RLIMIT_NPROC is enforced: the kernel exempts
-root) and runs under RLIMIT_AS (memory), RLIMIT_CPU and RLIMIT_NPROC. The wall-clock timeout kills the whole
-sandbox (bubblewrap's PID namespace dies with its init).
+The sandbox is what makes it safe to run model-written code (SECURITY.md has the threat model and the limits).
+The command sees only what it needs: the system's programs and libraries (/usr, /etc, the /bin and /lib links),
+the paths it is given as `readable` (an interpreter, a cached environment) read-only, its own work dir
+writable, the caller's `inputs` read-only at /run/swerl, and fresh size-limited tmpfs mounts at /tmp and
+/dev/shm. Nothing else of the host's file system is there, so neither its other files (the grader's data, other
+episodes, the project checkout) nor its AF_UNIX sockets can be reached. The network, PID, IPC, UTS and cgroup
+namespaces are unshared. When the harness runs as root the command drops to a per-sandbox unprivileged uid (so
+RLIMIT_NPROC holds: the kernel exempts root) and runs under RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_NPROC and
+RLIMIT_FSIZE (the largest file). The host keeps at most `output_bytes` of the output (head and tail), kills the
+sandbox at its wall-clock timeout, and polls the work dir's size: a command that grows it past `disk_bytes`
+(or `disk_files` entries) is killed. `SandboxResult.limit` says which limit stopped a command.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pathlib
+import selectors
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,8 +33,12 @@ from contextlib import contextmanager
 _UID_BASE = 2_900_000
 _uid_lock = threading.Lock()
 _uids_in_use: set[int] = set()
-# Host folders the sandbox replaces with empty private tmpfs mounts; paths it needs there are bound back in.
-_PRIVATE_MOUNTS = (pathlib.Path("/tmp"), pathlib.Path("/root"))
+# The host's system folders the sandbox sees read-only (or as the same symlinks, on merged-/usr systems).
+_SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+INPUTS_DIR = "/run/swerl"  # where a command finds its `inputs`, read-only
+DISK_POLL_S = 0.25  # how often a running command's work dir is measured against its quota
+# A command travels as one argv string: Linux refuses a single argument over 128 KiB (E2BIG).
+MAX_COMMAND_BYTES = 100_000
 
 
 class SandboxUnavailable(RuntimeError):
@@ -35,26 +47,38 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class SandboxLimits:
-    """Resource limits of one sandboxed command.
+    """Resource limits of one sandboxed command (SECURITY.md's table says how each is enforced).
 
     memory_bytes caps the address space (RLIMIT_AS), cpu_seconds the CPU time (RLIMIT_CPU), processes the number
-    of processes of the sandbox's uid (RLIMIT_NPROC, only when running as root), timeout_s the wall clock.
+    of processes of the sandbox's uid (RLIMIT_NPROC, only when running as root), timeout_s the wall clock,
+    file_bytes the largest file it can write (RLIMIT_FSIZE), disk_bytes / disk_files the work dir's size and entry
+    count (polled), tmp_bytes / shm_bytes the sizes of its private /tmp and /dev/shm, output_bytes the output the
+    host keeps (the first and last halves).
     """
 
     memory_bytes: int = 8 << 30
     cpu_seconds: int = 3600
     processes: int = 512
     timeout_s: float = 1800.0
+    file_bytes: int = 2 << 30
+    disk_bytes: int = 8 << 30
+    disk_files: int = 1_000_000
+    tmp_bytes: int = 1 << 30
+    shm_bytes: int = 256 << 20
+    output_bytes: int = 64 << 20
 
 
 @dataclasses.dataclass(frozen=True)
 class SandboxResult:
-    """What a sandboxed command did: exit code (None on timeout), combined stdout+stderr, whether it timed out."""
+    """What a sandboxed command did: exit code (None when the host killed it), its output (stdout and stderr;
+    past `output_bytes`, the head and tail around a note), whether it timed out, and `limit`: None, or the limit
+    the host stopped it at ("timeout" or "disk")."""
 
     returncode: int | None
     output: str
     timed_out: bool
     wall_s: float
+    limit: str | None = None
 
 
 def bwrap_path() -> str:
@@ -64,7 +88,16 @@ def bwrap_path() -> str:
         raise SandboxUnavailable(
             "bubblewrap (bwrap) is not installed: `apt-get install -y bubblewrap` (make install-dev does it)"
         )
+    _check_bwrap(path)
     return path
+
+
+@functools.cache
+def _check_bwrap(path: str) -> None:
+    """bubblewrap must size its tmpfs mounts (--size, bubblewrap >= 0.7): /tmp and /dev/shm are host memory."""
+    usage = subprocess.run([path, "--help"], capture_output=True, text=True).stdout
+    if "--size" not in usage:
+        raise SandboxUnavailable(f"{path} cannot bound its tmpfs mounts (no --size): bubblewrap >= 0.7 is needed")
 
 
 @contextmanager
@@ -85,19 +118,72 @@ def _sandbox_uid() -> Iterator[int | None]:
             _uids_in_use.discard(uid)
 
 
+def tree_usage(path: pathlib.Path, max_entries: int, chown_to: int | None = None) -> tuple[int, int]:
+    """(bytes allocated, entries) under `path`, never following a link; stops counting past `max_entries`.
+
+    `chown_to`: also give every entry to that uid (lchown), in the same walk. Allocated blocks, not apparent
+    sizes: a 100 GB sparse file costs what it holds.
+    """
+    total, entries = 0, 0
+    if chown_to is not None:
+        os.lchown(path, chown_to, chown_to)
+    stack = [str(path)]
+    while stack and entries <= max_entries:
+        try:
+            scan = os.scandir(stack.pop())
+        except OSError:  # removed, or made unreadable, while we walk: the command is still running
+            continue
+        with scan:
+            for entry in scan:
+                entries += 1
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                    if chown_to is not None:
+                        os.lchown(entry.path, chown_to, chown_to)
+                except OSError:
+                    continue
+                total += info.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return total, entries
+
+
 def chown_tree(path: pathlib.Path, uid: int) -> None:
     """Give a work dir to the sandbox uid (without following symlinks, so nothing outside it changes owner)."""
-    os.lchown(path, uid, uid)
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), uid, uid)
+    tree_usage(path, max_entries=1 << 62, chown_to=uid)
+
+
+class _BoundedOutput:
+    """A stream's first and last `limit // 2` bytes and its length: what the host keeps of a command's output."""
+
+    def __init__(self, limit: int):
+        self.half, self.head, self.tail, self.total = max(1, limit // 2), bytearray(), bytearray(), 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > 2 * self.half:  # trim now and then, not per chunk
+                del self.tail[:-self.half]
+
+    def text(self) -> str:
+        tail = bytes(self.tail[-self.half:])
+        if self.total <= len(self.head) + len(tail):
+            return bytes(self.head + tail).decode("utf-8", errors="replace")
+        cut = self.total - len(self.head) - len(tail)
+        return (self.head.decode("utf-8", errors="replace") + f"\n[... {cut} bytes of output cut ...]\n"
+                + tail.decode("utf-8", errors="replace"))
 
 
 class Sandbox:
     """Runs shell commands under bubblewrap with one writable work dir.
 
-    readable: extra paths that must be visible inside even when they sit under /root (which the sandbox hides):
-    interpreters, cached environments, the clones the work dir's git objects point to.
+    readable: paths the command may read besides the system folders: interpreters, a cached environment, the
+    clone a checkout's git objects point to. Nothing else of the host is visible.
     """
 
     def __init__(self, readable: Sequence[str | os.PathLike] = (), limits: SandboxLimits = SandboxLimits()):
@@ -105,24 +191,39 @@ class Sandbox:
         self.readable = [pathlib.Path(p).resolve() for p in readable]
         self.limits = limits
 
-    def _argv(self, workdir: pathlib.Path, command: str, network: bool, env: Mapping[str, str], uid: int | None):
-        argv = [self.bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    def _argv(self, workdir: pathlib.Path, inputs: pathlib.Path, command: str, network: bool,
+              env: Mapping[str, str], uid: int | None, limits: SandboxLimits) -> list[str]:
+        argv = [self.bwrap]
+        for path in _SYSTEM:
+            if os.path.islink(path):
+                argv += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                argv += ["--ro-bind", path, path]
+        if network:  # the name server: /etc/resolv.conf may link to a file under /run
+            resolv = os.path.realpath("/etc/resolv.conf")
+            if not resolv.startswith("/etc/"):
+                argv += ["--ro-bind-try", resolv, resolv]
+        argv += ["--dev", "/dev", "--proc", "/proc"]
         # bwrap's /dev/shm is root's 0755: the sandbox uid needs it for multiprocessing's semaphores.
-        argv += ["--perms", "01777", "--tmpfs", "/dev/shm"]
-        for mount in _PRIVATE_MOUNTS:
-            argv += ["--perms", "01777" if mount == pathlib.Path("/tmp") else "0755", "--tmpfs", str(mount)]
+        argv += ["--perms", "01777", "--size", str(limits.shm_bytes), "--tmpfs", "/dev/shm"]
+        argv += ["--perms", "01777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+        bound: list[pathlib.Path] = [pathlib.Path(p) for p in _SYSTEM]
         made: set[pathlib.Path] = set()
-        for path, how in [(p, "--ro-bind") for p in self.readable if p.exists()] + [(workdir, "--bind")]:
-            hidden_under = next((m for m in _PRIVATE_MOUNTS if path.is_relative_to(m)), None)
-            if hidden_under is not None:
-                # bwrap would create the mount point's parents 0700; the sandbox uid must be able to traverse them.
-                for parent in reversed(path.parents):
-                    if parent.is_relative_to(hidden_under) and parent != hidden_under and parent not in made:
-                        argv += ["--perms", "0755", "--dir", str(parent)]
-                        made.add(parent)
-            if how == "--bind" or hidden_under is not None:
-                argv += [how, str(path), str(path)]
-        argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--die-with-parent", "--new-session"]
+        mounts = [(p, p, "--ro-bind") for p in self.readable if p.exists()]
+        mounts += [(workdir, workdir, "--bind"), (inputs, pathlib.Path(INPUTS_DIR), "--ro-bind")]
+        for path, target, how in sorted(mounts, key=lambda m: len(m[1].parts)):
+            if any(target.is_relative_to(b) for b in bound) and how == "--ro-bind":
+                continue  # already visible (under /usr, or under another readable path)
+            # bwrap would create the mount point's parents 0700; the sandbox uid must be able to traverse them.
+            for parent in reversed(target.parents):
+                if parent != pathlib.Path("/") and parent not in made and not any(
+                        parent.is_relative_to(b) for b in bound):
+                    argv += ["--perms", "0755", "--dir", str(parent)]
+                    made.add(parent)
+            argv += [how, str(path), str(target)]
+            bound.append(target)
+        argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+                 "--new-session"]
         if not network:
             argv.append("--unshare-net")
         argv += ["--clearenv", "--chdir", str(workdir)]
@@ -141,44 +242,101 @@ class Sandbox:
         network: bool = False,
         env: Mapping[str, str] | None = None,
         limits: SandboxLimits | None = None,
+        inputs: Mapping[str, str] | None = None,
     ) -> SandboxResult:
         """Run `command` (bash) in the sandbox with cwd = workdir, the only writable host path.
 
         The work dir is handed to the sandbox uid first (when running as root). env replaces the environment
-        (HOME defaults to the work dir, PATH to the system one). network=True is for installs from a package
-        index before any model-written code is in the work dir.
+        (HOME defaults to the work dir, PATH to the system one). inputs ({name: text}) are files the host writes
+        into a fresh private folder the command reads at /run/swerl ($INPUTS): test patches and scripts enter the
+        sandbox there, never through a path the command could have planted a link at. network=True is for
+        installs from a package index before any model-written code is in the work dir. A command over
+        MAX_COMMAND_BYTES is a ValueError (the caller bounds model-written commands first).
         """
         workdir = pathlib.Path(workdir).resolve()
         if not workdir.is_dir():
             raise FileNotFoundError(f"sandbox work dir {workdir} does not exist")
+        if len(command.encode("utf-8", errors="surrogateescape")) > MAX_COMMAND_BYTES or "\0" in command:
+            raise ValueError(f"a sandbox command must be under {MAX_COMMAND_BYTES} bytes, without NUL bytes")
         limits = limits or self.limits
-        full_env = {"HOME": str(workdir), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        full_env = {"HOME": str(workdir), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
+                    "INPUTS": INPUTS_DIR}
         full_env.update(env or {})
-        with _sandbox_uid() as uid:
-            if uid is not None:
-                chown_tree(workdir, uid)
+        private = pathlib.Path(tempfile.mkdtemp(prefix="swerl-inputs-"))  # host-only: the command cannot write it
+        try:
+            private.chmod(0o755)
+            for name, text in (inputs or {}).items():
+                if "/" in name or name in ("", ".", ".."):
+                    raise ValueError(f"sandbox input name {name!r} must be a plain file name")
+                (private / name).write_text(text)
+                (private / name).chmod(0o644)
+            with _sandbox_uid() as uid:
+                start_usage, _ = tree_usage(workdir, limits.disk_files, chown_to=uid)
+                argv = self._argv(workdir, private, command, network, full_env, uid, limits)
+                return self._supervise(argv, workdir, limits, max(limits.disk_bytes, start_usage))
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
 
-            # The limits are set by prlimit(1) in front of bwrap, inherited by everything in the sandbox. Not a
-            # preexec_fn: that runs Python between fork and exec, which can deadlock in a multithreaded parent
-            # (the trainer's JAX threads), and it keeps CPython from using vfork.
-            limit = ["prlimit", f"--as={limits.memory_bytes}", f"--cpu={limits.cpu_seconds}",
-                     f"--nproc={limits.processes}", "--"]
-            start = time.monotonic()
-            proc = subprocess.Popen(
-                limit + self._argv(workdir, command, network, full_env, uid),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            try:
-                out, _ = proc.communicate(timeout=limits.timeout_s)
-                timed_out = False
+    def _supervise(self, argv: list[str], workdir: pathlib.Path, limits: SandboxLimits,
+                   disk_allowed: int) -> SandboxResult:
+        """Start the sandbox, keep a bounded part of its output, kill it at the timeout or past the disk quota."""
+        # The limits are set by prlimit(1) in front of bwrap, inherited by everything in the sandbox. Not a
+        # preexec_fn: that runs Python between fork and exec, which can deadlock in a multithreaded parent
+        # (the trainer's JAX threads), and it keeps CPython from using vfork.
+        limit = ["prlimit", f"--as={limits.memory_bytes}", f"--cpu={limits.cpu_seconds}",
+                 f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", "--"]
+        start = time.monotonic()
+        proc = subprocess.Popen(limit + argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        output, stopped = _BoundedOutput(limits.output_bytes), None
+        next_poll = start + DISK_POLL_S
+        with selectors.DefaultSelector() as selector:
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                now = time.monotonic()
+                if now - start > limits.timeout_s:
+                    stopped = "timeout"
+                    break
+                if now >= next_poll:
+                    next_poll = now + DISK_POLL_S
+                    if _over_quota(workdir, limits, disk_allowed):
+                        stopped = "disk"
+                        break
+                wait = min(start + limits.timeout_s, next_poll) - now
+                if selector.select(timeout=max(wait, 0.0)):
+                    chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                    if not chunk:
+                        break  # every process that held the pipe has exited (or closed it)
+                    output.add(chunk)
+        if stopped is not None:
+            os.killpg(proc.pid, signal.SIGKILL)  # bwrap is the group leader; its PID namespace dies with it
+        else:
+            try:  # the pipe closed: bwrap is exiting (a command that closed its output still runs to the timeout)
+                proc.wait(timeout=max(0.0, start + limits.timeout_s - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)  # bwrap is the group leader; its PID namespace dies with it
-                out, _ = proc.communicate()
-                timed_out = True
-        text = out.decode("utf-8", errors="replace")
-        if not timed_out and proc.returncode != 0 and text.startswith("bwrap:"):
+                os.killpg(proc.pid, signal.SIGKILL)
+                stopped = "timeout"
+        proc.wait()
+        proc.stdout.close()
+        if stopped is None and _over_quota(workdir, limits, disk_allowed):
+            stopped = "disk"  # it finished before a poll saw it: still reported, so the caller can say so
+        text = output.text()
+        if stopped is None and proc.returncode != 0 and text.startswith("bwrap:"):
             raise SandboxUnavailable(f"bubblewrap failed to start: {text.strip()}")
-        return SandboxResult(None if timed_out else proc.returncode, text, timed_out, time.monotonic() - start)
+        code = None if stopped is not None else proc.returncode
+        return SandboxResult(code, text, stopped == "timeout", time.monotonic() - start, stopped)
+
+
+def _over_quota(workdir: pathlib.Path, limits: SandboxLimits, allowed: int) -> bool:
+    used, entries = tree_usage(workdir, limits.disk_files)
+    return used > allowed or entries > limits.disk_files
+
+
+def limit_note(result: SandboxResult, limits: SandboxLimits) -> str:
+    """One line telling the model which limit stopped its command ('' when none did)."""
+    if result.limit == "timeout":
+        return f"[timed out after {limits.timeout_s:.0f} s; the command was killed]"
+    if result.limit == "disk":
+        return (f"[killed: the work dir grew past its disk quota ({limits.disk_bytes >> 20} MiB or "
+                f"{limits.disk_files} files); remove files to go on]")
+    return ""

@@ -54,12 +54,14 @@ def test_bad_input_is_per_instance_and_the_run_goes_on(files, monkeypatch, capsy
     report, last = run_cli(files, executor, monkeypatch, capsys)
     assert last == "resolved 1/7"
     statuses = {i: r["status"] for i, r in report["instances"].items()}
-    assert statuses == {"a": "resolved", "b": "patch_failed", "c": "error", "zzz": "unknown_instance"}
+    assert statuses == {"a": "resolved", "b": "patch_failed", "c": "error"}  # zzz is not an instance: not graded
     assert "boom" in report["instances"]["c"]["error"]
     assert (files / "out" / "logs" / "c" / "harness_error.log").read_text().count("RuntimeError: boom") == 1
-    errors = {e["line"]: e["status"] for e in report["prediction_errors"]}
-    assert errors == {4: "malformed_prediction", 5: "malformed_prediction", 6: "duplicate_prediction"}
-    assert report["resolved_ids"] == ["a"] and report["error_ids"] == ["b", "c", "zzz"]
+    errors = {e.get("line", e.get("instance_id")): e["status"] for e in report["prediction_errors"]}
+    assert errors == {4: "malformed_prediction", 5: "malformed_prediction", 6: "duplicate_prediction",
+                      "zzz": "unknown_instance"}
+    assert report["resolved_ids"] == ["a"] and report["error_ids"] == ["b", "c"]
+    assert report["error_instances"] == 6 and report["empty_patch_ids"] == []
     assert json.loads((files / "out" / "report.json").read_text()) == report
     for entry in report["instances"].values():
         assert entry["log_dir"].startswith(str(files / "out"))

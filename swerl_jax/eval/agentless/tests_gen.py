@@ -88,13 +88,13 @@ def _section(output: str, kind: str, index: int) -> str:
 def check_script(instance: dict, scripts: list[str], run_regression: bool, per_test_timeout_s: int = 120
                  ) -> tuple[str, dict[str, str]]:
     """The bash script that runs each reproduction script and (optionally) the regression test files, and the
-    files it needs in the work dir."""
+    files it needs, which the sandbox reads at $INPUTS."""
     lines, files = [], {}
     for k, script in enumerate(scripts):
         name = f"reproduce_{k}.py"
         files[name] = script
         lines += [f"echo {shlex.quote(_MARK.format(kind='REPRO', index=k, edge='START'))}",
-                  f"timeout {int(per_test_timeout_s)} python \"$WORK/{name}\" 2>&1 | tail -c 20000",
+                  f"timeout {int(per_test_timeout_s)} python \"$INPUTS/{name}\" 2>&1 | tail -c 20000",
                   f"echo {shlex.quote(_MARK.format(kind='REPRO', index=k, edge='END'))}"]
     if run_regression:
         spec = specs.env_spec(instance["repo"], instance["version"])

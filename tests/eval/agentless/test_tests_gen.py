@@ -24,7 +24,7 @@ def test_check_script_and_its_output_read_back():
                 "test_patch": "diff --git a/tests/test_x.py b/tests/test_x.py\n"}
     script, files = tests_gen.check_script(instance, ["print('Issue reproduced')"], run_regression=True)
     assert files == {"reproduce_0.py": "print('Issue reproduced')"}
-    assert "$WORK/reproduce_0.py" in script and "[ -e tests/test_x.py ]" in script
+    assert "$INPUTS/reproduce_0.py" in script and "[ -e tests/test_x.py ]" in script
     c = specs.constants()
     output = ("=== SWERL_JAX REPRO 0 START ===\nIssue resolved\n=== SWERL_JAX REPRO 0 END ===\n"
               f"{c.START_TEST_OUTPUT}\nPASSED tests/test_x.py::a\nFAILED tests/test_x.py::b\n{c.END_TEST_OUTPUT}\n")
