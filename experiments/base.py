@@ -160,6 +160,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # which model tokens carry an episode's advantage: episode (all of them: DeepSWE) | until_error (a below-
     # baseline episode's tokens after its first failed tool call are left out of the loss; agent/trainer.py)
     c.agent.error_credit = "episode"
+    # The sandbox's limits for every command an episode runs and its grading (SECURITY.md: how each is enforced,
+    # what the model sees when it hits one); the step's wall clock is agent.step_timeout_s.
+    c.agent.memory_mb = 8192  # address space of a command (RLIMIT_AS)
+    c.agent.processes = 512  # processes of one sandbox (RLIMIT_NPROC, a per-sandbox uid)
+    c.agent.disk_mb = 4096  # an episode's work dir (checkout, venv, what it writes): polled, a command killed past it
+    c.agent.file_mb = 1024  # the largest file a command can write (RLIMIT_FSIZE)
+    c.agent.tmp_mb = 512  # the private /tmp (a tmpfs: host memory)
+    c.agent.shm_mb = 64  # the private /dev/shm (a tmpfs: host memory)
 
     # Held-out evaluation during GRPO: the oracle-file repair metric (swerl_jax/eval/repair_score.py: format rate,
     # score, exact fixes), greedy, on records the run does not train on; logged as eval/* every N steps and at the

@@ -86,7 +86,8 @@ def validate_config(config: Any, check_files: bool = True) -> None:
 def _check_agent(config: Any) -> None:
     """rl.task = "agent": the limits fit together (a turn needs room in the context and the sampler's cache)."""
     a = config.agent
-    for key in ("max_turns", "max_context", "env_workers", "waves"):
+    for key in ("max_turns", "max_context", "env_workers", "waves", "memory_mb", "processes", "disk_mb", "file_mb",
+                "tmp_mb", "shm_mb"):
         if int(getattr(a, key)) < 1:
             raise ValueError(f"agent.{key} must be >= 1, got {getattr(a, key)}")
     for key in ("timeout_s", "step_timeout_s"):

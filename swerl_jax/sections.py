@@ -175,6 +175,12 @@ class AgentSection:
     kv_cache: str = _choices("reprefill", "kept")
     eval_tasks: int
     error_credit: str = _choices("episode", "until_error")
+    memory_mb: int
+    processes: int
+    disk_mb: int
+    file_mb: int
+    tmp_mb: int
+    shm_mb: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,6 +66,12 @@ class AgentTasks:
 
 
 def _limits(config: Any) -> SandboxLimits:
-    """Limits of the grading and tool sandboxes: the harness's memory and process caps, the agent's timeouts."""
-    step = float(config.agent.step_timeout_s)
-    return SandboxLimits(cpu_seconds=int(max(step, 60)) * 4, timeout_s=max(step, 60.0) * 4)
+    """Limits of the grading and tool sandboxes: the agent's sandbox keys (agent.memory_mb, ...) and timeouts (a
+    grading gets 4x a step's, at least 4 minutes)."""
+    a = config.agent
+    step = float(a.step_timeout_s)
+    mib = 1 << 20
+    return SandboxLimits(cpu_seconds=int(max(step, 60)) * 4, timeout_s=max(step, 60.0) * 4,
+                         memory_bytes=int(a.memory_mb) * mib, processes=int(a.processes),
+                         disk_bytes=int(a.disk_mb) * mib, file_bytes=int(a.file_mb) * mib,
+                         tmp_bytes=int(a.tmp_mb) * mib, shm_bytes=int(a.shm_mb) * mib)
