@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import shutil
 import time
 import uuid
 from typing import Any
@@ -27,7 +26,7 @@ from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
 from swerl_jax.agent.tools import STEP_OUTPUT_BYTES, ToolError, Workspace, cut
 from swerl_jax.eval import environments
 from swerl_jax.eval.executors import LocalExecutor
-from swerl_jax.eval.sandbox import SandboxLimits
+from swerl_jax.eval.sandbox import SandboxLimits, remove_tree
 
 REWARDS = ("execution", "similarity")
 TERMINATIONS = ("finish", "max_turns", "timeout", "max_context")
@@ -149,5 +148,5 @@ class SWEEnv:
         """Remove the episode's work dir and the host's files of it."""
         for path in (self._work, self._host):
             if path is not None:
-                shutil.rmtree(path, ignore_errors=True)  # fd-based: never follows a link the model left
+                remove_tree(path)  # any depth, never following a link the model left
         self._work, self._host, self.workspace = None, None, None

@@ -24,7 +24,7 @@ import uuid
 
 from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.eval.executors import checkout, fresh_workdir
-from swerl_jax.eval.sandbox import Sandbox, SandboxLimits
+from swerl_jax.eval.sandbox import Sandbox, SandboxLimits, remove_tree
 
 # The issue's test per bug kind (`m` is the module, {noun} its noun); each fails on the bug and passes on the fix.
 _ISSUE_TESTS = {
@@ -188,7 +188,7 @@ class SyntheticExecutor:
             return {"status": "ran", "returncode": done.returncode, "output": done.output,
                     "timed_out": done.timed_out}
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_tree(work)
 
     def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
         """Apply `patch` and the hidden tests to a fresh checkout and run them in the sandbox (no network)."""
@@ -210,7 +210,7 @@ class SyntheticExecutor:
             return {"status": "resolved" if passed else "unresolved", "tests_ran": ran,
                     "returncode": done.returncode, "log": str(log_dir / "test.log")}
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_tree(work)
 
 
 class SyntheticTasks:

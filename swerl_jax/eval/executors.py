@@ -14,7 +14,7 @@ import uuid
 
 from swerl_jax.eval import environments, grading, specs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
-from swerl_jax.eval.sandbox import INPUTS_DIR, Sandbox, SandboxLimits
+from swerl_jax.eval.sandbox import INPUTS_DIR, Sandbox, SandboxLimits, remove_tree
 
 
 def fresh_workdir(out_dir: pathlib.Path, instance_id: str) -> pathlib.Path:
@@ -87,7 +87,7 @@ class LocalExecutor:
             return self._evaluate(instance, patch, log_dir, work)
         finally:
             if not self.keep_workdirs:
-                shutil.rmtree(work, ignore_errors=True)
+                remove_tree(work)
 
     def run_script(self, instance: dict, patch: str, script: str, log_dir: pathlib.Path,
                    files: dict[str, str] | None = None) -> dict:
@@ -109,7 +109,7 @@ class LocalExecutor:
                     "timed_out": done.timed_out}
         finally:
             if not self.keep_workdirs:
-                shutil.rmtree(work, ignore_errors=True)
+                remove_tree(work)
 
     def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path, *,
                 history: bool = True) -> dict:

@@ -16,6 +16,7 @@ sandbox at its wall-clock timeout, and polls the work dir's size: a command that
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import os
 import pathlib
@@ -131,8 +132,10 @@ def tree_usage(path: pathlib.Path, max_entries: int, chown_to: int | None = None
     while stack and entries <= max_entries:
         try:
             scan = os.scandir(stack.pop())
-        except OSError:  # removed, or made unreadable, while we walk: the command is still running
-            continue
+        except OSError as err:
+            if err.errno == errno.ENAMETOOLONG:  # nested past PATH_MAX: what is below cannot be measured, so it
+                return total, max_entries + 1  # counts as over the quota (no real checkout nests 4 KB deep)
+            continue  # removed, or made unreadable, while we walk: the command is still running
         with scan:
             for entry in scan:
                 entries += 1
@@ -140,12 +143,21 @@ def tree_usage(path: pathlib.Path, max_entries: int, chown_to: int | None = None
                     info = entry.stat(follow_symlinks=False)
                     if chown_to is not None:
                         os.lchown(entry.path, chown_to, chown_to)
-                except OSError:
+                except OSError as err:
+                    if err.errno == errno.ENAMETOOLONG:
+                        return total, max_entries + 1
                     continue
                 total += info.st_blocks * 512
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
     return total, entries
+
+
+def remove_tree(path: str | os.PathLike) -> None:
+    """Remove a directory a sandbox wrote into, at any depth and without following links: GNU rm (fts), since
+    Python's rmtree recurses and raises RecursionError on a tree a command nested 1,000 folders deep."""
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def chown_tree(path: pathlib.Path, uid: int) -> None:

@@ -188,3 +188,20 @@ def test_step_never_raises_on_what_the_model_writes(make_env, name):
     assert info["error"] and observation.startswith("ERROR: ") and not done, observation
     assert env.stats.tool_errors == errors_before + 1
     assert "Traceback" not in observation
+
+
+def test_a_deep_tree_neither_crashes_the_host_nor_hides_from_the_quota(make_env):
+    """Found on the way: 1,500 nested folders made Python's rmtree raise RecursionError in `env.close()`, which the
+    rollout calls for every episode; a tree nested past PATH_MAX could not be measured by the quota."""
+    env = make_env()
+    observation, _ = bash(env, "mkdir -p $(printf 'd/%.0s' $(seq 1500)) && echo made")
+    assert "made" in observation
+    work = env._work
+    env.close()
+    assert not work.exists()
+    env = make_env()
+    nest = "import os\nfor _ in range(30):\n    os.mkdir('n' * 200)\n    os.chdir('n' * 200)\n" \
+           "open('hidden', 'wb').write(bytes(1 << 20))\nprint('made')\n"
+    edit(env, command="create", path="nest.py", file_text=nest)
+    observation, _ = bash(env, "python nest.py")
+    assert "disk quota" in observation, observation
