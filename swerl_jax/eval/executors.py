@@ -77,6 +77,12 @@ class LocalExecutor:
         self.limits, self.keep_workdirs = limits, keep_workdirs
         self.setup_limits = dataclasses.replace(limits, timeout_s=setup_timeout_s, cpu_seconds=int(setup_timeout_s))
 
+    def fingerprint(self, instance: dict) -> dict:
+        """What besides the patch and the instance determines a grading here (the harness keys results by it):
+        the environment spec and the limits."""
+        return {"executor": self.name, "spec": _spec_or_error(instance), "limits": dataclasses.asdict(self.limits),
+                "setup_timeout_s": self.setup_limits.timeout_s}
+
     def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
         """Set up, patch, test and grade one instance; the result's `status` says where it stopped.
 
@@ -179,6 +185,13 @@ class LocalExecutor:
         return {"status": "resolved" if report["resolved"] else "unresolved", **report}
 
 
+def _spec_or_error(instance: dict) -> dict | str:
+    try:
+        return specs.env_spec(instance["repo"], instance["version"])
+    except (specs.SpecError, KeyError) as err:
+        return f"no spec: {err}"
+
+
 def docker_image(instance_id: str) -> str:
     """The official SWE-bench instance image name (x86_64)."""
     return f"swebench/sweb.eval.x86_64.{instance_id.replace('__', '_1776_').lower()}:latest"
@@ -196,6 +209,11 @@ class DockerExecutor:
         if info.returncode != 0:
             raise RuntimeError(f"--executor docker: the docker daemon is not reachable: {info.stderr.strip()[:300]}")
         self.out_dir, self.limits = out_dir, limits
+
+    def fingerprint(self, instance: dict) -> dict:
+        """The image, the spec and the limits (see `LocalExecutor.fingerprint`)."""
+        return {"executor": self.name, "image": docker_image(instance["instance_id"]),
+                "spec": _spec_or_error(instance), "limits": dataclasses.asdict(self.limits)}
 
     def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
         """Apply the patch with the fallback chain and run the tests inside the instance image."""

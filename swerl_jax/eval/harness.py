@@ -1,17 +1,23 @@
 """The SWE-bench harness CLI: grade predictions in the sandbox, write report.json, print `resolved N/M`.
 
     python -m swerl_jax.eval.harness --instances FILE --predictions FILE --repos DIR --out DIR [--workers N]
+        [--instance_ids ID ...]
 
-Per run, everything goes under --out: results/<id>.json (one per finished instance: what makes the run
-resumable), logs/<id>/ (env_build / setup / patch / test logs), work/<id>/ (removed after grading unless
+Predictions are JSONL or a JSON list (SWE-bench's two forms). Per run, everything goes under --out:
+results/<id>.json (one per graded instance, keyed by everything that determines it: what makes the run
+resumable; a failure of the infrastructure, such as a missing clone or environment, is graded again on re-run),
+logs/<id>/ (env_build / setup / patch / test logs), work/<id>.<random>/ (removed after grading unless
 --keep-workdirs), repos/ (bare clones unpacked from .bundle files) and report.json. The cached environments live
-in $SWERL_JAX_HOME/eval/envs (or --env-cache), shared between runs.
+in $SWERL_JAX_HOME/eval/envs (or --env-cache), shared between runs. Stdout ends with a line of counts per status
+and `resolved N/M`; the exit code is 1 when a prediction was malformed or named an unknown instance, or nothing
+could be graded. Ctrl-C writes the report of what finished.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import difflib
 import hashlib
 import json
 import os
@@ -29,6 +35,13 @@ from swerl_jax.eval.executors import DockerExecutor, LocalExecutor
 from swerl_jax.eval.sandbox import SandboxLimits, bwrap_path
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
+# Bump when grading, patching or the sandbox changes what a result means: every stored result is then re-graded.
+HARNESS_VERSION = 3
+# Statuses that say the infrastructure failed, not the patch: never reused, so a fixed cause is graded anew.
+INFRA_FAILURES = ("no_repo", "env_failed", "setup_failed")
+# The instance fields a result depends on (with the patch and the executor's fingerprint).
+GRADED_FIELDS = ("instance_id", "repo", "base_commit", "version", "environment_setup_commit", "test_patch",
+                 "FAIL_TO_PASS", "PASS_TO_PASS")
 # An instance id names files and folders under --out: letters, digits, '_', '-', '.', not starting with '.'.
 SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
 
@@ -63,21 +76,44 @@ def load_instances(path: pathlib.Path) -> dict[str, dict]:
     return instances
 
 
-def load_predictions(path: pathlib.Path) -> tuple[dict[str, dict], list[dict]]:
-    """Predictions JSONL -> ({instance_id: prediction}, [per-line errors]). A bad line is reported, not fatal."""
-    predictions, errors = {}, []
-    for number, line in enumerate(pathlib.Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
+def _prediction_rows(path: pathlib.Path) -> list[tuple[int, str, object]]:
+    """(number, where, row or a JSONDecodeError) per prediction: JSONL lines, or the items of a JSON list (or of a
+    JSON object keyed by instance id), as SWE-bench reads them."""
+    text = pathlib.Path(path).read_text()
+    stripped = text.lstrip()
+    if stripped.startswith("["):
         try:
-            row = json.loads(line)
+            rows = json.loads(text)
         except json.JSONDecodeError as err:
-            errors.append({"line": number, "status": "malformed_prediction", "error": f"{where}: bad JSON: {err}"})
+            return [(1, f"{path}", err)]
+        return [(i, f"{path}: item #{i}", row) for i, row in enumerate(rows, 1)]
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append((number, f"{path}:{number}", json.loads(line)))
+            except json.JSONDecodeError as err:
+                rows.append((number, f"{path}:{number}", err))
+    if len(rows) == 1 and isinstance(rows[0][2], dict) and all(isinstance(v, dict) for v in rows[0][2].values()) \
+            and rows[0][2] and not any(k in rows[0][2] for k in PREDICTION_FIELDS):
+        return [(i, f"{path}: {key}", {"instance_id": key, **row})  # {id: prediction}
+                for i, (key, row) in enumerate(rows[0][2].items(), 1)]
+    return rows
+
+
+def load_predictions(path: pathlib.Path) -> tuple[dict[str, dict], list[dict]]:
+    """Predictions (JSONL, a JSON list, or a JSON object by id) -> ({instance_id: prediction}, [per-line errors]).
+    A bad line is reported, not fatal."""
+    predictions, errors = {}, []
+    for number, where, row in _prediction_rows(path):
+        if isinstance(row, json.JSONDecodeError):
+            errors.append({"line": number, "status": "malformed_prediction", "error": f"{where}: bad JSON: {row}"})
             continue
         if not isinstance(row, dict) or any(k not in row for k in PREDICTION_FIELDS):
+            missing = [k for k in PREDICTION_FIELDS if k not in row] if isinstance(row, dict) else "an object"
             errors.append({"line": number, "status": "malformed_prediction", "instance_id": row.get("instance_id")
-                           if isinstance(row, dict) else None, "error": f"{where}: needs fields {PREDICTION_FIELDS}"})
+                           if isinstance(row, dict) else None,
+                           "error": f"{where}: missing {missing} (a prediction has the fields {PREDICTION_FIELDS})"})
             continue
         if not isinstance(row["instance_id"], str):
             errors.append({"line": number, "status": "malformed_prediction", "instance_id": None,
@@ -99,6 +135,16 @@ def _patch_digest(patch: str) -> str:
     return hashlib.sha256(patch.encode()).hexdigest()
 
 
+def result_key(instance: dict, patch: str, executor) -> str:
+    """What a stored result must match to be reused: the patch, the instance's graded fields, the executor's
+    fingerprint (environment spec, limits) and the harness version."""
+    fingerprint = getattr(executor, "fingerprint", None)
+    material = {"harness": HARNESS_VERSION, "patch": _patch_digest(patch),
+                "instance": {k: instance.get(k) for k in GRADED_FIELDS},
+                "executor": fingerprint(instance) if fingerprint else type(executor).__name__}
+    return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()
+
+
 class Harness:
     """Grades predictions with an executor, N at a time, resumable through OUT/results/<id>.json."""
 
@@ -109,12 +155,16 @@ class Harness:
         self._lock = threading.Lock()
 
     def _finished(self, iid: str, patch: str) -> dict | None:
+        """The stored result of this exact grading, or None: a changed prediction, instance, environment spec,
+        limit or harness version is graded again, and so is an infrastructure failure or a harness crash."""
         path = self.results_dir / f"{iid}.json"
-        if path.exists():
+        try:
             result = json.loads(path.read_text())
-            # A changed prediction is graded again, and so is one the harness itself crashed on.
-            if result.get("patch_sha256") == _patch_digest(patch) and not result.get("harness_crash"):
-                return result
+        except (OSError, ValueError):  # absent, or cut mid-write by a killed run: grade it again
+            return None
+        if (result.get("result_key") == result_key(self.instances[iid], patch, self.executor)
+                and not result.get("harness_crash") and result.get("status") not in INFRA_FAILURES):
+            return result
         return None
 
     def _grade_one(self, prediction: dict) -> dict:
@@ -123,7 +173,9 @@ class Harness:
         shutil.rmtree(log_dir, ignore_errors=True)  # a re-graded instance's logs are all from this attempt
         log_dir.mkdir(parents=True)
         base = {"instance_id": iid, "model_name_or_path": prediction["model_name_or_path"],
-                "patch_sha256": _patch_digest(patch), "empty_patch": not patch.strip(), "log_dir": str(log_dir)}
+                "patch_sha256": _patch_digest(patch), "empty_patch": not patch.strip(), "log_dir": str(log_dir),
+                "result_key": result_key(self.instances[iid], patch, self.executor),
+                "harness_version": HARNESS_VERSION}
         try:
             result = self.executor.evaluate(self.instances[iid], patch, log_dir)
         except Exception as err:  # noqa: BLE001 - one instance's failure must not stop the run; logged
@@ -155,7 +207,8 @@ class Harness:
             else:
                 todo.append(prediction)
         bar = tqdm(total=len(todo), desc="instances", disable=not progress, file=sys.stderr)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.workers)) as pool:
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, self.workers))
+        try:
             futures = [pool.submit(self._grade_one, p) for p in todo]
             for future in concurrent.futures.as_completed(futures):
                 result = future.result()
@@ -163,45 +216,89 @@ class Harness:
                     results[result["instance_id"]] = result
                     bar.update(1)
                     bar.set_postfix(resolved=sum(r["resolved"] for r in results.values()))
+        except KeyboardInterrupt:  # the report of what finished; finished results stay for the re-run
+            pool.shutdown(wait=False, cancel_futures=True)
+            bar.close()
+            with self._lock:
+                write_report(self.out_dir, dict(results), errors, len(self.instances),
+                             pending=sorted(p["instance_id"] for p in todo if p["instance_id"] not in results))
+            raise
+        pool.shutdown()
         bar.close()
         return write_report(self.out_dir, results, errors, len(self.instances))
 
 
-def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[dict], n_instances: int) -> dict:
-    """report.json in the official harness's shape (id lists and counts) plus per-instance entries."""
+def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[dict], n_instances: int,
+                 pending: list[str] | None = None) -> dict:
+    """report.json in the official harness's shape (id lists and counts) plus per-instance entries, the count of
+    each status, and the predictions that were not graded (`prediction_errors`: malformed lines, duplicates, ids
+    not in the instances file). `pending`: the ids an interrupted run did not finish."""
     ids = sorted(results)
 
     def having(pred) -> list[str]:
         return [i for i in ids if pred(results[i])]
 
+    graded = ("resolved", "unresolved")
+    counts: dict[str, int] = {}
+    for result in results.values():
+        counts[result["status"]] = counts.get(result["status"], 0) + 1
+    for error in errors:
+        counts[error["status"]] = counts.get(error["status"], 0) + 1
     report = {
         "total_instances": n_instances,
         "submitted_instances": len(results) + len(errors),
-        "completed_instances": len(having(lambda r: r["status"] in ("resolved", "unresolved"))),
+        "completed_instances": len(having(lambda r: r["status"] in graded)),
         "resolved_instances": len(having(lambda r: r["resolved"])),
         "unresolved_instances": len(having(lambda r: r["status"] == "unresolved")),
         "empty_patch_instances": len(having(lambda r: r["empty_patch"])),
-        "error_instances": len(having(lambda r: r["status"] not in ("resolved", "unresolved"))) + len(errors),
-        "completed_ids": having(lambda r: r["status"] in ("resolved", "unresolved")),
+        "error_instances": len(having(lambda r: r["status"] not in graded)),
+        "completed_ids": having(lambda r: r["status"] in graded),
         "resolved_ids": having(lambda r: r["resolved"]),
         "unresolved_ids": having(lambda r: r["status"] == "unresolved"),
         "empty_patch_ids": having(lambda r: r["empty_patch"]),
-        "error_ids": having(lambda r: r["status"] not in ("resolved", "unresolved")),
+        "error_ids": having(lambda r: r["status"] not in graded),
+        "unknown_ids": sorted(str(e["instance_id"]) for e in errors if e["status"] == "unknown_instance"),
+        "malformed_predictions": sum(e["status"] != "unknown_instance" for e in errors),
+        "status_counts": dict(sorted(counts.items())),
         "instances": {i: results[i] for i in ids},
         "prediction_errors": errors,
-        "schema_version": 2,
+        "harness_version": HARNESS_VERSION,
+        "schema_version": 3,
     }
+    if pending is not None:
+        report["interrupted"], report["pending_ids"] = True, pending
     tmp = out_dir / ".report.json.tmp"
     tmp.write_text(json.dumps(report, indent=1))
     os.replace(tmp, out_dir / "report.json")
     return report
 
 
+def summary(report: dict) -> str:
+    """One line of counts: graded by status, empty patches, and what was not graded."""
+    counts = report["status_counts"]
+    errors = {k: v for k, v in counts.items() if k not in ("resolved", "unresolved", "unknown_instance",
+                                                             "malformed_prediction", "duplicate_prediction")}
+    parts = [f"resolved {counts.get('resolved', 0)}", f"unresolved {counts.get('unresolved', 0)}",
+             f"error {sum(errors.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in errors.items())})"
+                                                 if errors else "")]
+    not_graded = [f"unknown id {len(report['unknown_ids'])}", f"malformed line {report['malformed_predictions']}"]
+    return (f"graded {len(report['instances'])}: {', '.join(parts)}; empty patch "
+            f"{report['empty_patch_instances']}; not graded: {', '.join(not_graded)}")
+
+
+def exit_code(report: dict) -> int:
+    """0, or 1 when the input had malformed lines or unknown ids, or nothing could be graded."""
+    if report["malformed_predictions"] or report["unknown_ids"]:
+        return 1
+    return 1 if report["submitted_instances"] and not report["completed_instances"] else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's arguments."""
     p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.harness", description=__doc__.split("\n\n")[0])
     p.add_argument("--instances", type=pathlib.Path, required=True, help="SWE-bench instances (JSON list or JSONL)")
-    p.add_argument("--predictions", type=pathlib.Path, required=True, help="JSONL: " + ", ".join(PREDICTION_FIELDS))
+    p.add_argument("--predictions", type=pathlib.Path, required=True,
+                   help="JSONL or a JSON list of " + ", ".join(PREDICTION_FIELDS))
     p.add_argument("--repos", type=pathlib.Path, required=True, help="clones: owner__name[.git] or owner__name.bundle")
     p.add_argument("--out", type=pathlib.Path, required=True, help="run dir (report.json, logs, results)")
     p.add_argument("--workers", type=int, default=1)
@@ -212,6 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap of sandboxed commands")
     p.add_argument("--keep-workdirs", action="store_true")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--instance_ids", nargs="+", default=None, metavar="ID",
+                   help="grade only these instances (as SWE-bench's harness)")
     return p
 
 
@@ -226,20 +325,52 @@ def make_executor(args: argparse.Namespace):
                          keep_workdirs=args.keep_workdirs, setup_timeout_s=args.setup_timeout)
 
 
+def select(instances: dict[str, dict], predictions: dict[str, dict], ids: list[str] | None
+           ) -> tuple[dict[str, dict], dict[str, dict]]:
+    """The instances and predictions `--instance_ids` keeps (all when None); ValueError naming an id that is not
+    an instance, with a "did you mean"."""
+    if ids is None:
+        return instances, predictions
+    for iid in ids:
+        if iid not in instances:
+            close = difflib.get_close_matches(iid, list(instances), n=1)
+            raise ValueError(f"--instance_ids: {iid!r} is not in the instances file"
+                             + (f" (did you mean {close[0]!r}?)" if close else ""))
+    keep = set(ids)
+    return ({i: r for i, r in instances.items() if i in keep}, {i: r for i, r in predictions.items() if i in keep})
+
+
 def main(argv: list[str] | None = None) -> dict:
-    """Run the CLI; returns the report."""
+    """Run the CLI; returns the report (`python -m` exits with `exit_code(report)`)."""
     args = build_parser().parse_args(argv)
+    for flag in ("instances", "predictions"):
+        if not getattr(args, flag).is_file():
+            raise SystemExit(f"--{flag} {getattr(args, flag)}: no such file")
     instances = load_instances(args.instances)
     predictions, errors = load_predictions(args.predictions)
+    instances, predictions = select(instances, predictions, args.instance_ids)
     args.out.mkdir(parents=True, exist_ok=True)
     harness = Harness(instances, make_executor(args), args.out, args.workers)
-    report = harness.run(predictions, errors, progress=not args.no_progress)
+    try:
+        report = harness.run(predictions, errors, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        report = json.loads((args.out / "report.json").read_text())
+        print(f"\ninterrupted: {report['completed_instances']} graded, {len(report['pending_ids'])} not; the report "
+              f"of what finished is {args.out / 'report.json'}; run the same command again to grade the rest",
+              file=sys.stderr, flush=True)
+        raise
     for error in report["prediction_errors"]:
         print(f"skipped prediction: {error['error']}", file=sys.stderr)
     print(f"report: {args.out / 'report.json'}")
+    print(summary(report))
     print(f"resolved {report['resolved_instances']}/{report['submitted_instances']}")
     return report
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        sys.exit(exit_code(main()))
+    except ValueError as err:  # bad input files: one line naming the file (and line) is enough
+        sys.exit(f"error: {err}")
+    except KeyboardInterrupt:
+        os._exit(130)  # the report is written; running sandboxes die with us (--die-with-parent)

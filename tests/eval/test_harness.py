@@ -61,7 +61,8 @@ def test_bad_input_is_per_instance_and_the_run_goes_on(files, monkeypatch, capsy
     assert errors == {4: "malformed_prediction", 5: "malformed_prediction", 6: "duplicate_prediction",
                       "zzz": "unknown_instance"}
     assert report["resolved_ids"] == ["a"] and report["error_ids"] == ["b", "c"]
-    assert report["error_instances"] == 6 and report["empty_patch_ids"] == []
+    assert report["error_instances"] == 2 and report["empty_patch_ids"] == [] and report["unknown_ids"] == ["zzz"]
+    assert report["malformed_predictions"] == 3
     assert json.loads((files / "out" / "report.json").read_text()) == report
     for entry in report["instances"].values():
         assert entry["log_dir"].startswith(str(files / "out"))
@@ -91,3 +92,77 @@ def test_instances_file_errors_name_the_file_and_line(tmp_path):
     path.write_text(json.dumps([{"instance_id": "x", "repo": "o/r"}]))
     with pytest.raises(ValueError, match=r"\(x\) lacks \['base_commit', 'test_patch', 'version'\]"):
         harness.load_instances(path)
+
+
+class KeyedExecutor:
+    """Answers from a script per call; its fingerprint is its timeout (as LocalExecutor's holds its limits)."""
+
+    def __init__(self, answers, timeout=10.0):
+        self.answers, self.timeout, self.calls = list(answers), timeout, 0
+
+    def fingerprint(self, instance):
+        return {"timeout_s": self.timeout}
+
+    def evaluate(self, instance, patch, log_dir):
+        self.calls += 1
+        return dict(self.answers.pop(0))
+
+
+def one_prediction(tmp_path, patch="p", as_list=False, **instance_fields):
+    (tmp_path / "instances.jsonl").write_text(json.dumps(instance("a") | instance_fields) + "\n")
+    pred = {"instance_id": "a", "model_name_or_path": "m", "model_patch": patch}
+    (tmp_path / "preds.json").write_text(json.dumps([pred]) if as_list else json.dumps(pred) + "\n")
+
+
+def grade(tmp_path, executor, monkeypatch, *extra):
+    monkeypatch.setattr(harness, "make_executor", lambda args: executor)
+    return harness.main(["--instances", str(tmp_path / "instances.jsonl"), "--predictions",
+                         str(tmp_path / "preds.json"), "--repos", str(tmp_path), "--out", str(tmp_path / "out"),
+                         "--no-progress", *extra])
+
+
+@pytest.mark.parametrize("failure", ["no_repo", "env_failed", "setup_failed"])
+def test_an_infrastructure_failure_is_never_reused(tmp_path, monkeypatch, failure):
+    """Issue 31.1: a mistyped --repos made `no_repo` stick; after the fix, gold still reported resolved 0/1."""
+    one_prediction(tmp_path)
+    assert grade(tmp_path, KeyedExecutor([{"status": failure}]), monkeypatch)["resolved_instances"] == 0
+    fixed = KeyedExecutor([{"status": "resolved"}])
+    assert grade(tmp_path, fixed, monkeypatch)["resolved_instances"] == 1 and fixed.calls == 1
+    again = KeyedExecutor([])
+    assert grade(tmp_path, again, monkeypatch)["resolved_instances"] == 1 and again.calls == 0  # a result: reused
+
+
+def test_a_result_is_keyed_by_the_limits_and_the_instance(tmp_path, monkeypatch):
+    """Issue 31.1: a short --timeout stayed `timeout` on re-run with a longer one; a changed instance too."""
+    one_prediction(tmp_path)
+    assert grade(tmp_path, KeyedExecutor([{"status": "timeout"}], timeout=1), monkeypatch)["resolved_instances"] == 0
+    longer = KeyedExecutor([{"status": "resolved"}], timeout=1800)
+    assert grade(tmp_path, longer, monkeypatch)["resolved_instances"] == 1 and longer.calls == 1
+    one_prediction(tmp_path, test_patch="another test patch")
+    changed = KeyedExecutor([{"status": "unresolved"}], timeout=1800)
+    assert grade(tmp_path, changed, monkeypatch)["resolved_instances"] == 0 and changed.calls == 1
+
+
+def test_the_report_counts_every_status_and_the_exit_code_says_what_failed(files, monkeypatch, capsys):
+    """Issue 31.6: per-status counts on stdout, `error_instances` agrees with `error_ids`, exit code 1 for
+    malformed input or nothing graded, a JSON list accepted, --instance_ids filters (with a "did you mean")."""
+    executor = ScriptedExecutor({"a": {"status": "resolved"}, "b": {"status": "patch_failed", "error": "no"},
+                                 "c": {"status": "unresolved"}})
+    report, last = run_cli(files, executor, monkeypatch, capsys)
+    assert report["error_instances"] == len(report["error_ids"]) == 1
+    assert harness.summary(report) == ("graded 3: resolved 1, unresolved 1, error 1 (patch_failed 1); empty patch 0; "
+                                       "not graded: unknown id 1, malformed line 3")
+    assert harness.exit_code(report) == 1
+    (files / "x").mkdir()
+    one_prediction(files / "x", as_list=True)  # predictions as a JSON list, SWE-bench's other form
+    listed = grade(files / "x", KeyedExecutor([{"status": "resolved"}]), monkeypatch)
+    assert listed["resolved_ids"] == ["a"] and harness.exit_code(listed) == 0
+    nothing = grade(files / "x", KeyedExecutor([{"status": "env_failed"}], timeout=3), monkeypatch)
+    assert nothing["completed_instances"] == 0 and harness.exit_code(nothing) == 1
+    with pytest.raises(ValueError, match=r"--instance_ids: 'aa' is not in the instances file \(did you mean 'a'\?\)"):
+        grade(files / "x", KeyedExecutor([]), monkeypatch, "--instance_ids", "aa")
+    monkeypatch.setattr(harness, "make_executor", lambda args: ScriptedExecutor({"b": {"status": "resolved"}}))
+    only_b = harness.main(["--instances", str(files / "instances.jsonl"), "--predictions", str(files / "preds.jsonl"),
+                           "--repos", str(files), "--out", str(files / "out_b"), "--no-progress",
+                           "--instance_ids", "b"])
+    assert sorted(only_b["instances"]) == ["b"] and only_b["unknown_ids"] == []
