@@ -203,7 +203,7 @@ class Sandbox:
         self.readable = [pathlib.Path(p).resolve() for p in readable]
         self.limits = limits
 
-    def _argv(self, workdir: pathlib.Path, inputs: pathlib.Path, command: str, network: bool,
+    def _argv(self, workdir: pathlib.Path, inputs: pathlib.Path | None, command: str, network: bool,
               env: Mapping[str, str], uid: int | None, limits: SandboxLimits) -> list[str]:
         argv = [self.bwrap]
         for path in _SYSTEM:
@@ -222,7 +222,9 @@ class Sandbox:
         bound: list[pathlib.Path] = [pathlib.Path(p) for p in _SYSTEM]
         made: set[pathlib.Path] = set()
         mounts = [(p, p, "--ro-bind") for p in self.readable if p.exists()]
-        mounts += [(workdir, workdir, "--bind"), (inputs, pathlib.Path(INPUTS_DIR), "--ro-bind")]
+        mounts.append((workdir, workdir, "--bind"))
+        if inputs is not None:
+            mounts.append((inputs, pathlib.Path(INPUTS_DIR), "--ro-bind"))
         for path, target, how in sorted(mounts, key=lambda m: len(m[1].parts)):
             if any(target.is_relative_to(b) for b in bound) and how == "--ro-bind":
                 continue  # already visible (under /usr, or under another readable path)
@@ -274,9 +276,11 @@ class Sandbox:
         full_env = {"HOME": str(workdir), "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
                     "INPUTS": INPUTS_DIR}
         full_env.update(env or {})
-        private = pathlib.Path(tempfile.mkdtemp(prefix="swerl-inputs-"))  # host-only: the command cannot write it
+        # host-only, so the command cannot write it; made only when there are inputs (a tool call has none)
+        private = pathlib.Path(tempfile.mkdtemp(prefix="swerl-inputs-")) if inputs else None
         try:
-            private.chmod(0o755)
+            if private is not None:
+                private.chmod(0o755)
             for name, text in (inputs or {}).items():
                 if "/" in name or name in ("", ".", ".."):
                     raise ValueError(f"sandbox input name {name!r} must be a plain file name")
@@ -287,7 +291,8 @@ class Sandbox:
                 argv = self._argv(workdir, private, command, network, full_env, uid, limits)
                 return self._supervise(argv, workdir, limits, max(limits.disk_bytes, start_usage))
         finally:
-            shutil.rmtree(private, ignore_errors=True)
+            if private is not None:
+                shutil.rmtree(private, ignore_errors=True)
 
     def _supervise(self, argv: list[str], workdir: pathlib.Path, limits: SandboxLimits,
                    disk_allowed: int) -> SandboxResult:
