@@ -330,12 +330,24 @@ class GRPOTrainer(TrainLoop):
         self._start_sampler(version=start)
 
     def run(self) -> dict:
-        """Train from the latest checkpoint (or from scratch) to rl.num_steps; returns a summary."""
+        """Train from the latest checkpoint (or from scratch) to rl.num_steps, then publish the final policy as
+        version rl.num_steps (`publish_final`); returns a summary."""
         start = self.run_loop()
+        final = self.publish_final()
         writer = self.metrics_writer
         return {"workdir": str(self.workdir), "steps": self.num_steps, "resumed_from": start,
                 "metrics": str(writer.metrics_path), "tensorboard": str(writer.tensorboard_dir),
-                "checkpoints": self.checkpointer.directory}
+                "checkpoints": self.checkpointer.directory, "final_policy_version": final}
+
+    def publish_final(self) -> int:
+        """Publish the params after the last update to `policy/` as version rl.num_steps (on disk whatever the
+        sampler mode), unless it is there already: during the run the sampler only ever needs the policy before
+        each step, so without this `policy/` would end one step old (or empty, with the inline sampler), and
+        every reader of the newest version (repair-score, export, Agentless, test-time scaling) would evaluate
+        step N-1 without saying so."""
+        if weights.latest_version(self.weights_dir) != self.num_steps:
+            weights.publish(self.weights_dir, self.policy.state.params, self.num_steps, keep_last=2)
+        return self.num_steps
 
     def close(self) -> None:
         """Stop the sampler and the reward workers; finish pending checkpoint writes."""

@@ -44,8 +44,11 @@ def test_published_policy_version_exports(tiny_cpu_short_run, tmp_path):
     run, _ = tiny_cpu_short_run
     newest = weights.latest_version(run / "policy")
     done = export.main(["--run", str(run), "--out", str(tmp_path / "hf"), "--version", "-1"])
-    assert done["policy_version"] == newest == 15  # the 16th step's policy is only in the checkpoint
+    # the run ends by publishing its final policy (issue 31.4: policy/ used to end one step old, at v15)
+    assert done["policy_version"] == newest == 16
     params = jax.tree.map(np.asarray, weights.load(run / "policy", newest))
+    _, final = export.checkpoint_params(run / "checkpoints", 16)
+    jax.tree.map(np.testing.assert_array_equal, params, jax.tree.map(np.asarray, final))
     tokens = np.asarray([[1, 2, 3, 4, 5, 6, 7]], np.int32)
     np.testing.assert_allclose(_hf_logits(tmp_path / "hf", tokens), _ours(run, params, tokens), atol=TOL, rtol=0)
 
