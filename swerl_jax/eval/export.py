@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -59,9 +58,7 @@ def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
     model_config = model_config_from(config)
     if version is not None:
         policy_dir = config.sampler.weights_dir or str(run / "policy")
-        version = weights.latest_version(policy_dir) if version < 0 else version
-        if version is None:
-            raise FileNotFoundError(f"no published policy version in {policy_dir}")
+        version = weights.require_policy(policy_dir, version)
         params = jax.tree.map(np.asarray, weights.load(policy_dir, version))
         source = {"policy_version": version}
     else:
@@ -95,4 +92,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from swerl_jax.cli import run_cli
+
+    run_cli("python -m swerl_jax.eval.export", main)

@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import json
 import pathlib
-import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -154,6 +153,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hf_dir", default="", help="a Hugging Face directory to evaluate (sets model.hf_dir and "
                    "model.tokenizer; e.g. an `eval.export` of an SFT checkpoint)")
     p.add_argument("--address", default="", help="HOST:PORT of a running sampler server instead of a local engine")
+    p.add_argument("--random_init", action="store_true", help="score the config's seeded random init (only when "
+                   "asked: a model without --weights, --hf_dir or model.hf_dir is otherwise an error)")
     p.add_argument("--samples", type=int, default=1, help="answers per record (the paper: 1, greedy)")
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max_new_tokens", type=int, default=0, help="default: sampler.max_new_tokens")
@@ -171,6 +172,7 @@ def main(argv: list[str] | None = None) -> RepairScore:
     if args.hf_dir:
         config.model.hf_dir = config.model.tokenizer = args.hf_dir
     config = resolve_config(config, check_files=True)
+    evaluated = _evaluated(args, config)
     records = [r for path in expand_record_paths(args.records, key="--records") for r in read_records(path)]
     tokenizer = tokenizer_for(config.model)
     sampling = SamplingParams(temperature=args.temperature, top_p=config.sampler.top_p, top_k=config.sampler.top_k,
@@ -187,10 +189,13 @@ def main(argv: list[str] | None = None) -> RepairScore:
         from swerl_jax.sampler.weights import load
 
         engine, _ = load_engine(config, weights_dir=args.weights)
-        if args.weights and args.version is not None:
-            engine.update_params(load(args.weights, args.version, like=engine.params), args.version)
+        if args.weights and engine.policy_version != evaluated["policy_version"]:
+            version = evaluated["policy_version"]
+            engine.update_params(load(args.weights, version, like=engine.params), version)
         generate = engine_generate(engine, sampling, args.samples, args.seed)
         policy_version = engine.policy_version if args.weights else None
+        if policy_version != evaluated["policy_version"]:
+            raise RuntimeError(f"loaded policy version {policy_version}, meant {evaluated['policy_version']}")
     rows: list[dict] = []
     result = repair_score(records, generate, tokenizer, config.data.max_prompt_len, config.data.prompt_style,
                           config.reward.kind, rows)
@@ -199,11 +204,39 @@ def main(argv: list[str] | None = None) -> RepairScore:
     with open(out / "repair.jsonl", "w") as f:
         f.writelines(json.dumps(row) + "\n" for row in rows)
     summary = {**dataclasses.asdict(result), "samples": args.samples, "temperature": args.temperature,
-               "config": args.config, "weights": args.weights, "policy_version": policy_version}
+               "config": args.config, "weights": args.weights, "policy_version": policy_version,
+               "evaluated": evaluated}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"evaluated: {evaluated['what']}", flush=True)
     print(result.line(), flush=True)
     return result
 
 
+def _evaluated(args: argparse.Namespace, config) -> dict:
+    """What the run scores, checked before anything loads: a published policy (path and version; the version of
+    a finished run is its last GRPO step), a Hugging Face directory, a sampler server, or, only with
+    --random_init, the config's seeded random init. A --weights path without a policy is an error naming it."""
+    from swerl_jax.sampler.weights import require_policy
+
+    if args.address:
+        return {"what": f"the sampler server at {args.address}", "policy_version": None}
+    if args.weights:
+        version = require_policy(args.weights, -1 if args.version is None else args.version)
+        return {"what": f"policy version {version} (GRPO step {version}) of {args.weights}", "weights": args.weights,
+                "policy_version": version}
+    if args.version is not None:
+        raise ValueError("--version needs --weights (the published policy directory it counts in)")
+    if config.model.hf_dir:
+        return {"what": f"the Hugging Face model {config.model.hf_dir}", "hf_dir": str(config.model.hf_dir),
+                "policy_version": None}
+    if not args.random_init:
+        raise ValueError(f"{args.config}: the model has no weights (model.hf_dir is empty) and no --weights was "
+                         "given: pass --weights RUN/policy, --hf_dir DIR, or --random_init to score a random init")
+    return {"what": f"a random init of {config.model.name} (seed {config.seed})", "random_init_seed": config.seed,
+            "policy_version": None}
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from swerl_jax.cli import run_cli
+
+    run_cli("python -m swerl_jax.eval.repair_score", main, resume="run the same command again (it starts over)")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import sys
 
 from swerl_jax.config import load_experiment_config
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
@@ -58,6 +57,56 @@ def build_chat(c, instances: list[dict]):
                                **common), count
 
 
+# Keys that do not change a prediction or its grade: a re-run may change them in the same --out.
+OPERATIONAL_KEYS = ("harness_workers", "grade")
+
+
+def evaluated_model(c) -> dict:
+    """What the config evaluates, named for every prediction and report: {"what", "model_name", ...}. A `weights`
+    path must hold a published policy (checked here, before anything loads; never a silent random init)."""
+    from swerl_jax.sampler.weights import require_policy
+
+    name = str(c.model_name)
+    if c.backend == "oracle":
+        return {"what": "the gold patches (oracle backend: checks the scaffold, not a model)",
+                "model_name": "oracle-gold-patches", "backend": "oracle"}
+    if c.backend == "openai":
+        return {"what": f"{c.openai_model} at {c.openai_base_url}", "model_name": name or str(c.openai_model),
+                "backend": "openai"}
+    if c.backend == "sampler":
+        return {"what": f"the sampler server at {c.address}", "model_name": name, "backend": "sampler"}
+    if c.weights:
+        version = require_policy(str(c.weights), int(c.version))
+        return {"what": f"policy version {version} (GRPO step {version}) of {c.weights}", "backend": "engine",
+                "model_name": f"{name}@v{version}", "weights": str(c.weights), "policy_version": version}
+    if c.hf_dir:
+        return {"what": f"the Hugging Face model {c.hf_dir}", "model_name": name, "hf_dir": str(c.hf_dir),
+                "backend": "engine"}
+    hf_dir = str(load_experiment_config(c.policy).model.hf_dir)
+    if not hf_dir:
+        raise ValueError(f"policy={c.policy}: its model has no weights (model.hf_dir is empty) and neither weights "
+                         "nor hf_dir is set: set weights=RUN/policy or hf_dir=DIR (a random init is never evaluated "
+                         "silently)")
+    return {"what": f"the model of {c.policy} ({hf_dir})", "model_name": name, "backend": "engine",
+            "policy": str(c.policy), "hf_dir": hf_dir}
+
+
+def check_out_dir(out: pathlib.Path, c) -> None:
+    """Refuse an --out that holds a run of another config (its predictions would be reused), listing the keys."""
+    previous = out / "eval_config.json"
+    if not previous.exists():
+        return
+    from swerl_jax.rundir import flatten
+
+    old, new = flatten(json.loads(previous.read_text())), flatten(json.loads(c.to_json()))
+    changes = [(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
+               if not k.startswith(OPERATIONAL_KEYS) and old.get(k) != new.get(k)]
+    if changes:
+        lines = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes)
+        raise ValueError(f"{out} holds predictions of another config ({lines}): choose another --out, or remove "
+                         f"{out} to start over")
+
+
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point; returns {"predictions": [...], "report": harness report or None}."""
     p = argparse.ArgumentParser(prog="python -m swerl_jax.eval run", description=__doc__.split("\n")[0])
@@ -81,8 +130,13 @@ def main(argv: list[str] | None = None) -> dict:
         raise KeyError(f"instance_ids: {missing} are not in {c.instances}")
     instances = [all_instances[i] for i in ids] if ids else list(all_instances.values())
     out = pathlib.Path(args.out)
+    evaluated = evaluated_model(c)
+    c.model_name = evaluated["model_name"]
+    check_out_dir(out, c)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval_config.json").write_text(c.to_json(indent=1))
+    (out / "evaluated.json").write_text(json.dumps(evaluated, indent=1))
+    print(f"evaluating {evaluated['what']}", flush=True)
     chat, count_tokens = build_chat(c, instances)
     a = c.agentless
     settings = AgentlessSettings(num_samples=int(a.num_samples), temperature=float(a.temperature),
@@ -116,4 +170,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from swerl_jax.cli import run_cli
+
+    run_cli("python -m swerl_jax.eval run", main, resume="run the same command again (finished instances are kept)")

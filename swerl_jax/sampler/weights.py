@@ -13,6 +13,7 @@ before LATEST moves); `load` verifies it and refuses a corrupt version with an e
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import time
@@ -99,6 +100,28 @@ def latest_version(directory: str | epath.PathLike) -> int | None:
     """The newest published version, or None."""
     marker = read_marker(directory)
     return None if marker is None else marker["version"]
+
+
+def require_policy(directory: str | epath.PathLike, version: int = -1) -> int:
+    """The version to evaluate in `directory` (`version`, or the newest when -1), or FileNotFoundError naming the
+    path, with a "did you mean": a weights path that holds no policy is an error, never a random init."""
+    root = epath.Path(directory)
+    hint = ""
+    if not root.exists():
+        parent = root.parent
+        siblings = [p.name for p in parent.iterdir()] if parent.exists() else []
+        close = difflib.get_close_matches(root.name, siblings, n=1)
+        hint = f" (did you mean {parent / close[0]}?)" if close else ""
+        raise FileNotFoundError(f"weights {root}: no such directory{hint}")
+    newest = latest_version(root)
+    if newest is None:
+        if latest_version(root / "policy") is not None:
+            hint = f" (did you mean {root / 'policy'}? a run's published policies are in RUN/policy)"
+        raise FileNotFoundError(f"weights {root}: no published policy in it (no {LATEST} marker){hint}")
+    if version >= 0 and not version_path(root, version).exists():
+        kept = sorted(n for p in root.glob("v_*") if (n := _version_of(p)) is not None)
+        raise FileNotFoundError(f"weights {root}: policy version {version} is not there (kept: {kept})")
+    return newest if version < 0 else version
 
 
 def load(directory: str | epath.PathLike, version: int, like: dict | None = None) -> dict:

@@ -7,6 +7,7 @@ import json
 
 import jax
 import numpy as np
+import pytest
 
 from swerl_jax.data.records import write_records
 from swerl_jax.data.synthetic import synthetic_records
@@ -74,3 +75,22 @@ def test_cli_on_a_published_policy_version(tmp_path):
     assert result.scored == summary["scored"] == len(rows) == 2 and summary["policy_version"] == 5
     # an untrained 7M model writes 8 tokens of noise: every answer is malformed, exactly as the reward says
     assert summary["format_rate"] == 0.0 and all(row["reward"] == -1.0 for row in rows)
+
+
+def test_cli_never_scores_a_random_init_silently(tmp_path):
+    """Issue 31.3: `--weights RUN/polcy` used to exit 0 after scoring a seeded init as `policy_version 0`."""
+    write_records(tmp_path / "recs.jsonl", RECORDS[:1])
+    weights.publish(tmp_path / "run" / "policy", init_params(get_model_config("demo-7m"), jax.random.PRNGKey(3)), 2)
+    common = ["--config=experiments/tiny_cpu.py", f"--records={tmp_path / 'recs.jsonl'}", f"--out={tmp_path / 'o'}",
+              "--max_new_tokens=4"]
+    with pytest.raises(FileNotFoundError, match=r"polcy: no such directory \(did you mean .*run/policy\?\)"):
+        rs.main([*common, f"--weights={tmp_path / 'run' / 'polcy'}"])
+    with pytest.raises(ValueError, match="the model has no weights .* --random_init"):
+        rs.main(common)
+    assert not (tmp_path / "o").exists()  # nothing was written for a run that did not happen
+    rs.main([*common, "--random_init"])
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["evaluated"]["what"] == "a random init of demo-7m (seed 0)" and summary["policy_version"] is None
+    rs.main([*common, f"--weights={tmp_path / 'run' / 'policy'}"])
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["policy_version"] == 2 and "policy version 2 (GRPO step 2)" in summary["evaluated"]["what"]

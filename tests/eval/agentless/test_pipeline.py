@@ -84,3 +84,13 @@ def test_cli_oracle_with_sandboxed_tests_resolves_a_flask_instance(shared_data, 
     assert tests["outcomes_on_original"] == ["reproduced"] and tests["kept"] == [0]
     assert len(tests["regression_tests"]) == 50  # flask-4045's PASS_TO_PASS, all passing on the original
     assert tests["per_patch"] == {"0": {"regression_failures": 0, "reproduction_passed": ["0"]}}
+    # the predictions say they are the gold patches, not a model (issue 31.2)
+    preds = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
+    assert {p["model_name_or_path"] for p in preds} == {"oracle-gold-patches"}
+    # another backend into the same --out is refused before anything runs, naming the key: its report would have
+    # been the oracle's resolved 1/1
+    with pytest.raises(ValueError, match=r"holds predictions of another config \(backend: 'oracle' -> 'engine'"):
+        eval_run.main(["--config", "experiments/eval_agentless_mini.py:cpu", "--out", str(tmp_path / "out"),
+                       "--set", "backend=engine", "--set", "instance_ids=pallets__flask-4045",
+                       "--set", f"instances={shared_data / 'swebench_lite.json'}",
+                       "--set", f"repos={shared_data / 'repos'}", "--no-progress"])

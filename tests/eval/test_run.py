@@ -1,0 +1,40 @@
+"""`python -m swerl_jax.eval run` names what it evaluates and never evaluates something else silently (issue 31,
+items 2 and 3): a weights path without a policy, or a policy config without weights, is an error before anything
+loads; the engine's predictions carry the policy version."""
+
+import jax
+import pytest
+
+from swerl_jax.eval import run as eval_run
+from swerl_jax.model.config import get_model_config
+from swerl_jax.model.llama import init_params
+from swerl_jax.sampler import weights
+
+
+def config(**overrides):
+    c = eval_run.load_experiment_config("experiments/eval_agentless_mini.py:cpu")
+    for key, value in overrides.items():
+        setattr(c, key, value)
+    return c
+
+
+def test_a_mistyped_weights_path_is_an_error_with_a_did_you_mean(tmp_path):
+    weights.publish(tmp_path / "run" / "policy", init_params(get_model_config("demo-7m"), jax.random.PRNGKey(0)), 3)
+    with pytest.raises(FileNotFoundError, match=r"polcy: no such directory \(did you mean .*/run/policy\?\)"):
+        eval_run.evaluated_model(config(weights=str(tmp_path / "run" / "polcy")))
+    with pytest.raises(FileNotFoundError, match=r"no published policy in it .*did you mean .*/run/policy\?"):
+        eval_run.evaluated_model(config(weights=str(tmp_path / "run")))  # the run dir instead of its policy/
+    with pytest.raises(FileNotFoundError, match=r"policy version 7 is not there \(kept: \[3\]\)"):
+        eval_run.evaluated_model(config(weights=str(tmp_path / "run" / "policy"), version=7))
+    named = eval_run.evaluated_model(config(weights=str(tmp_path / "run" / "policy")))
+    assert named["policy_version"] == 3 and named["model_name"] == "swerl_jax-smollm2-135m@v3"
+    assert "policy version 3 (GRPO step 3)" in named["what"]
+
+
+def test_a_policy_without_weights_is_never_evaluated_as_a_random_init():
+    with pytest.raises(ValueError, match="its model has no weights .* never evaluated silently"):
+        eval_run.evaluated_model(config(policy="experiments/tiny_cpu.py"))
+
+
+def test_the_oracle_is_labelled_as_the_gold_patches():
+    assert eval_run.evaluated_model(config(backend="oracle"))["model_name"] == "oracle-gold-patches"
