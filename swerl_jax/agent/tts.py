@@ -18,7 +18,6 @@ import concurrent.futures
 import copy
 import json
 import pathlib
-import sys
 from typing import Any
 
 from swerl_jax.agent import scaling, verifier
@@ -204,4 +203,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from swerl_jax.cli import run_cli
+
+    run_cli("python -m swerl_jax.agent.tts", main, resume="run the same command again")

@@ -9,19 +9,30 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
+from typing import Any
 
 COMMANDS = {"run": "run", "repair-score": "repair_score", "harness": "harness", "calibrate": "calibrate",
             "export": "export"}
 
 
-def main(argv: list[str]) -> None:
-    """Dispatch to the subcommand's module `main`."""
-    if not argv or argv[0] not in COMMANDS:
+def main(argv: list[str]) -> Any:
+    """Dispatch to the subcommand's module `main`; an unknown command is one line with a "did you mean"."""
+    if not argv or argv[0] in ("-h", "--help"):
         sys.exit(f"usage: python -m swerl_jax.eval {{{','.join(COMMANDS)}}} ...\n\n{__doc__}")
-    importlib.import_module(f"swerl_jax.eval.{COMMANDS[argv[0]]}").main(argv[1:])
+    if argv[0] not in COMMANDS:
+        close = difflib.get_close_matches(argv[0], list(COMMANDS), n=1)
+        raise ValueError(f"unknown command {argv[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                         + f"; the commands: {', '.join(COMMANDS)}")
+    return importlib.import_module(f"swerl_jax.eval.{COMMANDS[argv[0]]}").main(argv[1:])
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from swerl_jax.cli import run_cli
+    from swerl_jax.eval import harness
+
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    run_cli(f"python -m swerl_jax.eval {command}".rstrip(), main, resume="run the same command again",
+            exit_code=harness.exit_code if command == "harness" else None)
