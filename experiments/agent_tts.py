@@ -22,6 +22,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
                 else "experiments/deepswe_agent.py")
     c.hf_dir = ""  # a Hugging Face directory for the policy (e.g. eval.export's); "" = the experiment's own
     c.weights = ""  # WORKDIR/policy: the newest published policy version
+    # evaluate the policy config's seeded random init when it has no weights (only when asked: the tiny smoke test)
+    c.random_init = tiny
     c.instances = "synthetic" if tiny else "../shared/data/swebench_lite.json" if cpu else "swebench_verified.json"
     # the three flask Lite instances whose gold patches resolve and empty patches do not (EVAL.md's calibration)
     c.instance_ids = "pallets__flask-4045,pallets__flask-4992,pallets__flask-5063" if cpu else ""

@@ -126,6 +126,25 @@ def _prompt(c: Any, tokenizer, instance: dict, t: scaling.Trajectory):
                                     int(c.verifier.max_len))
 
 
+def _evaluated(c: Any, policy: Any) -> dict:
+    """What the run evaluates, checked before anything loads: `weights` must hold a published policy (its newest
+    version, = its GRPO step), else the policy config's Hugging Face model; a random init is refused."""
+    from swerl_jax.sampler.weights import require_policy
+
+    if str(c.weights):
+        version = require_policy(str(c.weights))
+        return {"what": f"policy version {version} (GRPO step {version}) of {c.weights}", "weights": str(c.weights),
+                "policy_version": version}
+    if not str(policy.model.hf_dir):
+        if bool(c.random_init):
+            return {"what": f"a random init of {policy.model.name} (seed {policy.seed}; random_init=True)",
+                    "random_init_seed": int(policy.seed), "policy_version": None}
+        raise ValueError(f"policy={c.policy}: its model has no weights (model.hf_dir is empty): set "
+                         "weights=RUN/policy, or random_init=True to evaluate a random init")
+    return {"what": f"the Hugging Face model {policy.model.hf_dir}", "hf_dir": str(policy.model.hf_dir),
+            "policy_version": None}
+
+
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point; returns the report."""
     p = argparse.ArgumentParser(prog="python -m swerl_jax.agent.tts", description=__doc__.split("\n")[0])
@@ -151,8 +170,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     raw_policy = _policy_config(c)
     policy = resolve_config(raw_policy, check_files=True)
+    evaluated = _evaluated(c, policy)
+    print(f"evaluating {evaluated['what']}", flush=True)
     tokenizer = tokenizer_for(policy.model)
     engine, _ = load_engine(policy, weights_dir=str(c.weights))
+    if str(c.weights) and engine.policy_version != evaluated["policy_version"]:
+        raise RuntimeError(f"loaded policy version {engine.policy_version}, meant {evaluated['policy_version']}")
     pool = concurrent.futures.ThreadPoolExecutor(int(c.env_workers), thread_name_prefix="tts-env")
     episodes = Episodes(c, KeptKV(engine, int(c.max_context)), ChatFormat(tokenizer), pool, out)
     instances, repos, executor = _instances(c, out)
@@ -187,6 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
     choices = {name: choices[name] for name in str(c.selectors).split(",")}
     report = scaling.scaling_report(groups, choices)
     report["verifier_training"] = data
+    report["evaluated"] = evaluated
     report["per_instance"] = [
         {"instance_id": inst["instance_id"], "resolved": [t.resolved for t in g],
          "terminations": [t.termination for t in g], "has_patch": [bool(t.patch.strip()) for t in g],
