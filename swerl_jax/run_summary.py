@@ -71,8 +71,12 @@ def summarize_run(workdir: str | os.PathLike) -> str:
         else:
             if (c := _change(rows, "reward_mean", "{:+.3f}", k)) is not None:
                 parts.append(f"reward {c} (best {s['reward_mean_best']:+.3f} at step {s['best_step']})")
-            for key, what in (("format_error_rate", "malformed"), ("reward_solved_frac", "exact fixes"),
-                              ("reward_timeout_rate", "reward timeouts")):
+            # an agent run's rows carry agent/*: its rates are resolved episodes and failed tool calls; a
+            # single-turn run's are malformed answers and exact fixes (what its reward measures)
+            agent = any("agent/resolved_rate" in r for r in rows)
+            named = ((("agent/resolved_rate", "resolved"), ("agent/tool_error_rate", "tool errors")) if agent
+                     else (("format_error_rate", "malformed"), ("reward_solved_frac", "exact fixes")))
+            for key, what in (*named, ("reward_timeout_rate", "reward timeouts")):
                 if (c := _change(rows, key, "{:.0%}", k)) is not None:
                     parts.append(f"{what} {c}")
         if "seconds_per_step" in s:

@@ -14,10 +14,13 @@ step of each stage at which it took effect. Every start keeps its resolved confi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import time
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # Fields that do not change what a run computes, so a resume may change them without a flag.
 OPERATIONAL_KEYS = (
@@ -104,8 +107,19 @@ def record_config(workdir: str | os.PathLike, config_json: str, allow_change: bo
     previous = workdir / "config.json"
     if steps and previous.exists():
         changes = config_changes(json.loads(previous.read_text()), new)
+        sft_done = steps.get("sft", 0) >= int(new.get("sft", {}).get("num_steps", 0)) > 0
+
+        def effect(key: str) -> str:  # an SFT key after the SFT stage finished: that stage is never re-run
+            if sft_done and key.startswith("sft."):
+                return f" (changes nothing: the SFT stage finished at step {steps['sft']} and is not re-run)"
+            return ""
+
+        if changes and allow_change:
+            for k, old, cur in changes:
+                if effect(k):
+                    log.warning("%s: %r -> %r%s", k, old, cur, effect(k))
         if changes and not allow_change:
-            lines = "\n".join(f"  {k}: {old!r} -> {cur!r}" for k, old, cur in changes)
+            lines = "\n".join(f"  {k}: {old!r} -> {cur!r}{effect(k)}" for k, old, cur in changes)
             raise ConfigChangeError(
                 f"{workdir} holds a run (checkpoints at {steps}) started with a different config:\n{lines}\n"
                 "Re-run with the run's config to resume it, choose another --workdir for a new run, or pass "

@@ -71,3 +71,25 @@ def test_operational_fields_may_change_and_accepted_changes_are_recorded(tmp_pat
     assert entry["from_checkpoint"] == {"grpo": 3}
     assert entry["changes"] == {"rl.num_steps": {"old": 1600, "new": 3200}}
     assert len(list((tmp_path / "configs").glob("*.json"))) == 3
+
+
+def test_an_sft_key_changed_after_the_sft_stage_finished_says_it_changes_nothing(tmp_path, caplog):
+    """Issue 31.10: a researcher changes sft.learning_rate on a run whose SFT stage is done; the stage is never
+    re-run, and the refusal (or, accepted, the warning) says so."""
+    c = base.get_config()
+    c.sft.num_steps = 100
+    rundir.record_config(tmp_path, c.to_json())
+    (tmp_path / "sft" / "checkpoints" / "100").mkdir(parents=True)
+    changed = base.get_config()
+    changed.sft.num_steps, changed.sft.learning_rate = 100, 2e-5
+    with pytest.raises(rundir.ConfigChangeError, match=r"sft.learning_rate: 1e-05 -> 2e-05 \(changes nothing: the "
+                                                       r"SFT stage finished at step \d+ and is not re-run\)"):
+        rundir.record_config(tmp_path, changed.to_json())
+    with caplog.at_level("WARNING", logger="swerl_jax.rundir"):
+        rundir.record_config(tmp_path, changed.to_json(), allow_change=True)
+    assert "changes nothing" in caplog.text
+    # before the SFT stage finished, the same change is an ordinary one
+    (tmp_path / "sft" / "checkpoints" / "100").rename(tmp_path / "sft" / "checkpoints" / "1")
+    with pytest.raises(rundir.ConfigChangeError) as err:
+        rundir.record_config(tmp_path, c.to_json())
+    assert "changes nothing" not in str(err.value)

@@ -1,0 +1,29 @@
+"""The lines a run ends with say what its metrics measure: an agent run's resolved rate and tool-error rate, a
+single-turn run's malformed and exact-fix rates (issue 31.10: an agent run reported 'exact fixes' and
+'malformed', which its episodes never have)."""
+
+import json
+
+from swerl_jax.run_summary import summarize_run
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_an_agent_run_reports_resolved_and_tool_errors(tmp_path):
+    write_rows(tmp_path / "metrics.jsonl", [
+        {"step": s, "reward_mean": r, "agent/resolved_rate": r, "agent/tool_error_rate": e,
+         "format_error_rate": 0.0, "reward_solved_frac": 0.0, "time/step_s": 2.0}
+        for s, r, e in ((1, 0.25, 0.5), (2, 0.5, 0.25))])
+    line = summarize_run(tmp_path).splitlines()[0]
+    assert "resolved 25% -> 50%" in line and "tool errors 50% -> 25%" in line
+    assert "exact fixes" not in line and "malformed" not in line
+
+
+def test_a_single_turn_run_reports_malformed_and_exact_fixes(tmp_path):
+    write_rows(tmp_path / "metrics.jsonl", [
+        {"step": s, "reward_mean": r, "format_error_rate": f, "reward_solved_frac": x}
+        for s, r, f, x in ((1, -0.5, 0.6, 0.0), (2, 0.3, 0.2, 0.1))])
+    line = summarize_run(tmp_path).splitlines()[0]
+    assert "malformed 60% -> 20%" in line and "exact fixes 0% -> 10%" in line and "resolved" not in line
