@@ -1,9 +1,14 @@
 """The sampler process: `python -m swerl_jax.sampler.server --config=experiments/NAME.py [--port=0]`.
 
-It serves each client connection on its own thread over TCP with the `protocol` message format (at most
-`max_connections` at once; generation itself is serialized behind a lock). A connection must deliver its first
-message within `frame_timeout_s` of connecting and every message within `frame_timeout_s` of its first byte, and
-may idle up to `idle_timeout_s` between messages, so a stalled or idle peer holds only its own thread. Requests
+It serves each client connection on its own thread over TCP with the `protocol` message format (generation
+itself is serialized behind a lock). Connections are admitted in two pools. A new connection is *pending* until
+its first message arrives whole and valid (authenticated, with a secret): it must arrive within
+`handshake_timeout_s` of connecting and of its own first byte, at most `max_pending` connections are pending at
+once, and a new one past that evicts (closes) the oldest pending one. So idle, slow or garbage-sending peers
+that never authenticate cost a thread each for a few seconds and can never hold the slots of the clients that
+do: those are *active*, at most `max_connections` at once (a client past that waits, pending, for a slot).
+An active connection must deliver every message within `frame_timeout_s` of its first byte and may idle up to
+`idle_timeout_s` between messages, so a stalled or idle peer holds only its own thread. Requests
 are limited to `max_header_bytes` + `max_body_bytes`, checked (with the MAC over the declared lengths) before a
 byte of them is read. Any malformed message gets an error reply; the server stays up.
 Between requests it loads the newest published policy version from `sampler.weights_dir`; a request with
@@ -15,6 +20,7 @@ every message is then authenticated with HMAC-SHA256 bound to a per-connection n
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import logging
@@ -39,6 +45,9 @@ from swerl_jax.sections import Experiment
 from swerl_jax.tokenizer import tokenizer_for
 
 log = logging.getLogger("swerl_jax.sampler")
+
+# accept() errors that pass (a flood of connections can exhaust descriptors or buffers for a moment)
+_TRANSIENT_ACCEPT_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.ECONNABORTED}
 
 
 def is_loopback(host: str) -> bool:
@@ -89,25 +98,88 @@ def build_engine(config: Experiment, with_tokenizer: bool = True) -> SamplingEng
     return load_engine(config, with_tokenizer)[0]
 
 
+class _Admission:
+    """The two connection pools: pending (no valid first message yet; the oldest is evicted when full) and
+    active (a valid first message; bounded, a newcomer waits for a slot without blocking the accept loop)."""
+
+    def __init__(self, max_active: int, max_pending: int) -> None:
+        if max_active < 1 or max_pending < 1:
+            raise ValueError(f"max_connections={max_active} and max_pending={max_pending} must be >= 1")
+        self.max_active, self.max_pending = max_active, max_pending
+        self._cond = threading.Condition()
+        self._pending: dict[socket.socket, None] = {}  # insertion order: the oldest first
+        self.active = 0
+
+    @property
+    def pending(self) -> int:
+        """How many connections are pending now."""
+        return len(self._pending)
+
+    def admit(self, conn: socket.socket) -> None:
+        """Register a new connection as pending, evicting the oldest pending one when the pool is full."""
+        with self._cond:
+            self._pending[conn] = None  # first: the pool is never seen short while the evicted one closes
+            if len(self._pending) > self.max_pending:
+                oldest = next(iter(self._pending))  # not `conn`, the newest
+                del self._pending[oldest]
+                _close_quietly(oldest)  # wakes its thread's recv, which then ends the connection
+                self._cond.notify_all()  # ... or its wait for an active slot
+
+    def promote(self, conn: socket.socket, stopped: threading.Event) -> bool:
+        """Move `conn` from pending to active once a slot is free; False when it was evicted meanwhile."""
+        with self._cond:
+            while conn in self._pending and self.active >= self.max_active and not stopped.is_set():
+                self._cond.wait(1.0)  # woken by a release or an eviction; the timeout only notices a shutdown
+            if conn not in self._pending or stopped.is_set():
+                return False
+            del self._pending[conn]
+            self.active += 1
+            return True
+
+    def release(self, conn: socket.socket, active: bool) -> None:
+        """Forget a finished connection (pending or active)."""
+        with self._cond:
+            if active:
+                self.active -= 1
+            else:
+                self._pending.pop(conn, None)
+            self._cond.notify_all()
+
+
+def _close_quietly(conn: socket.socket) -> None:
+    """Shut a connection down from another thread (its owner's blocked recv returns), ignoring a closed one."""
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class SamplerServer:
-    """Accepts connections and answers ping / generate / shutdown messages, one thread per connection."""
+    """Accepts connections and answers ping / generate / shutdown messages, one thread per connection.
+
+    `max_connections` bounds the active (authenticated) connections, `max_pending` the connections still
+    waiting for their first valid message, `handshake_timeout_s` how long that may take (module docstring).
+    """
 
     def __init__(self, engine: SamplingEngine, host: str = "127.0.0.1", port: int = 0, secret: bytes | None = None,
                  weights_dir: str = "", *, max_connections: int = 16, frame_timeout_s: float = 60.0,
                  idle_timeout_s: float = 600.0, max_header_bytes: int = 1 << 20,
-                 max_body_bytes: int = 64 << 20) -> None:
+                 max_body_bytes: int = 64 << 20, max_pending: int = 64, handshake_timeout_s: float = 10.0) -> None:
         if not is_loopback(host) and not secret:
             raise ValueError(f"sampler.host={host!r} is not a loopback address: set a shared secret in "
                              f"${SECRET_ENV} (or the env var given by --secret_env) to expose the sampler")
+        if handshake_timeout_s <= 0:
+            raise ValueError(f"handshake_timeout_s={handshake_timeout_s} must be > 0")
         self.engine = engine
         self.secret = secret or None
         self.watcher = WeightWatcher(weights_dir, like=engine.params) if weights_dir else None
         self.frame_timeout_s, self.idle_timeout_s = frame_timeout_s, idle_timeout_s
+        self.handshake_timeout_s = handshake_timeout_s
         self.max_header_bytes, self.max_body_bytes = max_header_bytes, max_body_bytes
+        self.admission = _Admission(max_connections, max_pending)
         self.sock = socket.create_server((host, port))
         self.address = self.sock.getsockname()[:2]
         self._engine_lock = threading.Lock()  # the engine and the watcher serve one request at a time
-        self._slots = threading.BoundedSemaphore(max_connections)
         self._stopped = threading.Event()
 
     def refresh_weights(self) -> None:
@@ -120,12 +192,18 @@ class SamplerServer:
         """Accept connections until `shutdown` (a shutdown message or a call from another thread)."""
         try:
             while not self._stopped.is_set():
-                self._slots.acquire()  # at most max_connections threads; further peers wait in the backlog
+                # Never wait for a slot here: a full pool of silent peers must not keep an authenticated
+                # client in the backlog. Threads stay bounded: max_pending + max_connections (+ evicted ones
+                # finishing).
                 try:
                     conn, peer = self.sock.accept()
-                except OSError:  # shutdown() shut the listening socket
-                    self._slots.release()
-                    break
+                except OSError as e:
+                    if self._stopped.is_set() or e.errno not in _TRANSIENT_ACCEPT_ERRORS:
+                        break  # shutdown() shut the listening socket (or it is unusable)
+                    log.warning("accept failed (%s); retrying", e)  # e.g. out of file descriptors: wait, go on
+                    self._stopped.wait(0.1)
+                    continue
+                self.admission.admit(conn)
                 threading.Thread(target=self._serve_connection, args=(conn,), name=f"sampler-conn-{peer}",
                                  daemon=True).start()
         finally:
@@ -140,36 +218,49 @@ class SamplerServer:
             pass
 
     def _serve_connection(self, conn: socket.socket) -> None:
+        active = False
         try:
             with conn:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 channel = protocol.Channel.accept(conn, self.secret)
-                idle_s = self.frame_timeout_s  # until the peer has sent one good message
-                while not self._stopped.is_set():
-                    try:
-                        msg = channel.recv(self.max_header_bytes, self.max_body_bytes, idle_s, self.frame_timeout_s)
-                    except protocol.ProtocolError as e:
-                        channel.send("error", {"code": e.code, "message": str(e)})
-                        self._drain(conn)
-                        return  # the stream position is unknown after a bad frame: drop the connection
-                    idle_s = self.idle_timeout_s
+                # Pending: the whole first message within the handshake timeout (it proves the secret).
+                msg = self._receive(channel, self.handshake_timeout_s, self.handshake_timeout_s)
+                if msg is None or not self.admission.promote(conn, self._stopped):
+                    return  # a bad first frame (answered), or evicted while waiting for an active slot
+                active = True
+                while True:
                     msg_type, fields, arrays = self.handle(msg)
                     channel.send(msg_type, fields, arrays)
                     if msg_type == "bye":
                         self.shutdown()
                         return
+                    if self._stopped.is_set():
+                        return
+                    msg = self._receive(channel, self.idle_timeout_s, self.frame_timeout_s)
+                    if msg is None:
+                        return
         except (protocol.ConnectionClosed, OSError):
-            pass  # the peer left, idled out or broke the connection: nothing to answer
+            pass  # the peer left, idled out, was evicted or broke the connection: nothing to answer
         except Exception:  # noqa: BLE001 - one connection's failure never takes the server down
             log.exception("connection failed")
         finally:
-            self._slots.release()
+            self.admission.release(conn, active)
+
+    def _receive(self, channel: protocol.Channel, idle_s: float, frame_s: float) -> protocol.Message | None:
+        """The next message, or None after answering a bad frame (the connection must then be dropped: the
+        stream position is unknown). ConnectionClosed / OSError propagate (nothing to answer)."""
+        try:
+            return channel.recv(self.max_header_bytes, self.max_body_bytes, idle_s, frame_s)
+        except protocol.ProtocolError as e:
+            channel.send("error", {"code": e.code, "message": str(e)})
+            self._drain(channel.sock)
+            return None
 
     def _drain(self, conn: socket.socket, limit: int = 1 << 16) -> None:
         """Read (a bounded amount of) what the peer already sent, so closing does not reset the connection and
         destroy the error reply before the peer reads it."""
         conn.shutdown(socket.SHUT_WR)
-        conn.settimeout(min(self.frame_timeout_s, 5.0))
+        conn.settimeout(min(self.frame_timeout_s, self.handshake_timeout_s, 5.0))
         got = 0
         while got < limit and (chunk := conn.recv(limit)):
             got += len(chunk)
