@@ -24,11 +24,17 @@ longest-match finder; here, per piece:
   earliest ``(i, j)`` among the found runs of that length is difflib's choice. If it is shorter, say
   ``L``, it is still a real run, so the longest is ``>= L``: a second pass with ``q + s - 1 = L`` finds
   every run that long and decides the same way. A piece with no run of ``_KNOWN`` found (or where repeated
-  grams give too many candidates) goes to the compiled matcher.
+  grams give too many candidates) goes to ``_short_match`` when it has at least ``_GRAMS`` cells (the
+  longest match if shorter than ``_SHORT``, exactly, from sets of grams), else to the compiled matcher,
+  one level at a time on a matcher its sub-pieces share.
 * a piece of at least ``_COARSE`` cells first samples ``b`` sparsely (every ``s`` characters, ``s`` from a
   quarter of the piece down by 4x): a run ``>= s + _Q - 1`` found is the longest, a run ``>= _T`` is settled
   by a pass sized to it, by the same argument. Near-identical repetitive pieces (whole files rewritten in
   both diffs), where the dense pass gives up, are decided from a few grams instead of in quadratic time.
+* periodic chains: when the text after a piece's match repeats with the match's period in both strings,
+  the next right pieces repeat the same step shifted (``_repeats`` proves it), so the chain is one step
+  with a weight. n identical lines, one changed in the prediction and all in the oracle, made ~n/2 such
+  steps on ~n-character pieces (2,000 lines: 34 s, now 0.06 s).
 
 Equal strings score 1.0 at once (one block of ``n``: ``2.0 * n / (2 * n)``). tests/reward/test_ratio.py
 checks the bits against ``difflib`` on random, near-identical, repetitive and tie-heavy pairs.
@@ -49,6 +55,8 @@ _T = _S + _Q - 1  # runs at least this long are always found
 _SMALL = 20_000  # pieces with fewer cells (len(a) * len(b)) go to the compiled matcher directly
 _KNOWN = 12  # a found run this long is worth a second, denser pass
 _COARSE = 1 << 26  # pieces with this many cells (8K x 8K characters) try sparse samplings first
+_GRAMS = 1 << 22  # pieces with this many cells that sampling left undecided try _short_match
+_SHORT = 128  # _short_match decides longest matches shorter than this
 
 
 def _matcher_total(a: str, b: str) -> int:
@@ -172,24 +180,93 @@ def _longest_match(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> tu
     return found[1], found[2], found[0]
 
 
+def _repeats(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int, da: int, db: int) -> int:
+    """How many consecutive right-recursion steps of a piece repeat its first one, shifted (1: none known).
+
+    The piece's match (i, j, k) ends at (alo + da, blo + db), so its right piece is the piece with its starts
+    moved by (da, db) and the same ends. Say ``a`` has period ``da`` on ``[alo, alo + pa)`` and ``b`` period
+    ``db`` on ``[blo, blo + pb)``. Then, for every t with ``(t+1)*da <= pa`` and ``(t+1)*db <= pb``, step t
+    (the piece moved by t times (da, db)) finds the match shifted by (t*da, t*db), with the first left
+    piece's text as its left piece: the shifted match is there (periodicity); nothing longer is (the moved
+    piece is a sub-rectangle of the piece, whose longest match has size k); and nothing as long starts
+    earlier (shifted back by the period, an earlier one in a, or as early in a and earlier in b, would be a
+    match of the piece beating (i, j): difflib's choice is the earliest in a, then in b). A file rewritten
+    line by line in both diffs (n equal lines, one changed in one diff, all in the other) makes chains of
+    ~n such steps on ~n-character pieces: cubic time, done one step per chain here.
+    """
+    if 2 * da > ahi - alo or 2 * db > bhi - blo:
+        return 1
+    reps = (da + _run_right(a, a, alo, alo + da, 0, ahi - alo - da)) // da  # pa // da
+    if reps < 2:
+        return 1
+    return min(reps, (db + _run_right(b, b, blo, blo + db, 0, bhi - blo - db)) // db)  # and pb // db
+
+
+def _short_match(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int] | None:
+    """difflib's ``find_longest_match(alo, ahi, blo, bhi)`` as (i, j, size) when its size is < _SHORT; None
+    when it may be longer.
+
+    For repetitive pieces (sampling gives up on their frequent grams) with a short longest match, where the
+    compiled matcher is quadratic: a common substring of length L exists iff a's and b's sets of L-grams
+    meet, which is monotone in L, so a binary search finds the longest size; difflib's choice is then the
+    first L-gram of a that occurs in b, at its first occurrence in b (earliest in a, then in b). Each test
+    hashes every gram of both pieces once (a repetitive piece has few distinct ones).
+    """
+    def meet(size: int) -> set[str] | None:
+        grams = {b[j:j + size] for j in range(blo, bhi - size + 1)}
+        return None if grams.isdisjoint(a[i:i + size] for i in range(alo, ahi - size + 1)) else grams
+
+    if meet(_SHORT) is not None:
+        return None
+    lo, hi = 0, _SHORT  # a common substring of size lo exists, none of size hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if meet(mid) is None:
+            hi = mid
+        else:
+            lo = mid
+    if lo == 0:
+        return alo, blo, 0
+    grams = meet(lo)
+    i = next(i for i in range(alo, ahi - lo + 1) if a[i:i + lo] in grams)
+    return i, b.find(a[i:i + lo], blo, bhi), lo
+
+
 def matching_total(a: str, b: str) -> int:
-    """Total size of ``SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()``."""
+    """Total size of ``SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks()``.
+
+    difflib's recursion over pieces, each piece's longest match from the sampled finder, else from the
+    compiled matcher (one level at a time, on a matcher shared by the piece's sub-pieces as
+    ``get_matching_blocks`` shares its own), a small piece from the compiled matcher whole. A periodic piece
+    whose right pieces repeat its match (``_repeats``) is solved once with a weight: its match counts that
+    many times and its left piece, the same text each time, is solved once with that weight.
+    """
     total = 0
-    pieces = [(0, len(a), 0, len(b))]
+    # (alo, ahi, blo, bhi, weight, matcher, its offsets in a and b): weight = copies of this piece's text
+    pieces: list[tuple] = [(0, len(a), 0, len(b), 1, None, 0, 0)]
     while pieces:
-        alo, ahi, blo, bhi = pieces.pop()
-        found = None
-        if (ahi - alo) * (bhi - blo) >= _SMALL:
-            found = _longest_match(a, b, alo, ahi, blo, bhi)
-        if found is None:
-            total += _matcher_total(a[alo:ahi], b[blo:bhi])
+        alo, ahi, blo, bhi, weight, matcher, oa, ob = pieces.pop()
+        if (ahi - alo) * (bhi - blo) < _SMALL:
+            total += weight * _matcher_total(a[alo:ahi], b[blo:bhi])
             continue
+        found = None if matcher is not None else _longest_match(a, b, alo, ahi, blo, bhi)
+        if found is None and matcher is None and (ahi - alo) * (bhi - blo) >= _GRAMS:
+            found = _short_match(a, b, alo, ahi, blo, bhi)
+        if found is None:  # the compiled matcher decides this piece and its sub-pieces (sampling gave up)
+            if matcher is None:
+                matcher, oa, ob = _lib.SequenceMatcher(None, a[alo:ahi], b[blo:bhi], autojunk=False), alo, blo
+            m = matcher.find_longest_match(alo - oa, ahi - oa, blo - ob, bhi - ob)
+            found = (m[0] + oa, m[1] + ob, m[2])
         i, j, k = found
-        total += k
+        if k == 0:
+            continue
+        reps = _repeats(a, b, alo, ahi, blo, bhi, i + k - alo, j + k - blo)
+        total += weight * reps * k
         if alo < i and blo < j:
-            pieces.append((alo, i, blo, j))
-        if i + k < ahi and j + k < bhi:
-            pieces.append((i + k, ahi, j + k, bhi))
+            pieces.append((alo, i, blo, j, weight * reps, matcher, oa, ob))
+        nalo, nblo = alo + reps * (i + k - alo), blo + reps * (j + k - blo)
+        if nalo < ahi and nblo < bhi:
+            pieces.append((nalo, ahi, nblo, bhi, weight, matcher, oa, ob))
     return total
 
 
