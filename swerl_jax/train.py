@@ -159,6 +159,11 @@ def main(argv: list[str]) -> None:
         summary = run_experiment(config, workdir, allow_config_change=f.allow_config_change)
     except rundir.ConfigChangeError as e:
         raise SystemExit(f"swerl_jax.train: {e}") from None
+    except KeyboardInterrupt:  # the trainers closed their sampler, reward workers and checkpoint writes
+        steps = rundir.latest_steps(workdir) if pathlib.Path(workdir).is_dir() else {}
+        print(f"\nswerl_jax.train: interrupted; checkpoints {steps or 'none yet'} in {workdir}; run the same command "
+              "to resume from the newest", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
     if sharding.is_main_process():
         print(json.dumps(summary, indent=1), flush=True)  # stdout stays one JSON document for scripts
         print(summarize_run(summary["workdir"]), file=sys.stderr, flush=True)

@@ -19,6 +19,7 @@ import hashlib
 import math
 import os
 import pickle
+import signal
 import socket
 import time
 
@@ -49,6 +50,9 @@ def score_item(fn, code_context: dict, oracle_new_content: dict, output: str,
 def _worker_main(conn, kind: str, fallback_reward: float) -> None:
     """Worker loop: say ready, then receive (groups, [(id, key, output)], drop) and reply per item
     (id, reward, compact info, seconds)."""
+    # Ctrl-C reaches the whole process group: the trainer stops the service, which ends this loop; a worker's
+    # own KeyboardInterrupt would only add a traceback per worker to the user's terminal.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         fn = get_reward_fn(kind)
     except Exception as e:  # noqa: BLE001 - reported to the dispatcher, which fails the service with it
