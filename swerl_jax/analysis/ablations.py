@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -90,10 +91,15 @@ def final_value(rows: Sequence[Mapping], metric: str, last: int = 1) -> float:
 def final_values(index: Mapping, metric: str, last: int = 1) -> dict[str, dict[int, float]]:
     """{variant: {seed: final value of `metric`}} over the finished runs of a loaded sweep."""
     varying = varying_keys(index)
+    done = [run for run in index["runs"] if run.get("status") == "done"]
+    logged = {key for run in done for row in run["rows"] for key in row}
+    if done and metric not in logged:  # a typo would otherwise be a table of nan [nan, nan]
+        close = difflib.get_close_matches(metric, sorted(logged), n=1)
+        raise KeyError(f"metric {metric!r} is logged by no finished run of the sweep"
+                       + (f" (did you mean {close[0]!r}?)" if close else ""))
     out: dict[str, dict[int, float]] = {}
-    for run in index["runs"]:
-        if run.get("status") == "done":
-            out.setdefault(variant_name(run, varying), {})[int(run["seed"])] = final_value(run["rows"], metric, last)
+    for run in done:
+        out.setdefault(variant_name(run, varying), {})[int(run["seed"])] = final_value(run["rows"], metric, last)
     return out
 
 

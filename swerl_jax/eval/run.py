@@ -6,6 +6,7 @@ Agentless Mini over SWE-bench instances with a policy (see the config file for b
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import pathlib
 
@@ -122,7 +123,9 @@ def main(argv: list[str] | None = None) -> dict:
             p.error(f"--set {item!r}: expected KEY=VALUE")
         set_key(c, key, parse_value(c, key, text))
     if c.backend not in BACKENDS:
-        raise ValueError(f"backend={c.backend!r} is not one of {BACKENDS}")
+        close = difflib.get_close_matches(str(c.backend), BACKENDS, n=1)
+        raise ValueError(f"backend={c.backend!r} is not one of {BACKENDS}"
+                         + (f" (did you mean {close[0]!r}?)" if close else ""))
     all_instances = load_instances(pathlib.Path(c.instances))
     ids = [i.strip() for i in str(c.instance_ids).split(",") if i.strip()]
     missing = [i for i in ids if i not in all_instances]

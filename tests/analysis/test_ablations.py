@@ -64,6 +64,9 @@ def test_variant_table_reads_a_sweep(tmp_path):
     diff, _ = ab.paired_difference(values["reward.kind=discrete"], values["reward.kind=continuous"])
     assert diff.mean == -9.0
     assert ab.to_markdown(rows).splitlines()[0] == "| variant | seeds | eval/score |"
+    # a metric no run logs is refused with a did-you-mean (issue 31.9: it was a table of nan [nan, nan])
+    with pytest.raises(KeyError, match=r"'eval/scor' is logged by no finished run .*did you mean 'eval/score'"):
+        ab.variant_table(index, ["eval/scor"])
 
 
 def test_a_declared_sweep_whose_first_variant_overrides_nothing_is_named_base():
