@@ -291,3 +291,15 @@ def test_a_worker_that_never_gets_ready_fails_the_service(signals, monkeypatch):
         future = service.submit([item("x")])[0]
         with pytest.raises(RewardServiceError, match="not ready within 1.0 s"):
             future.result(timeout=120)
+
+
+def test_a_ctrl_c_reaches_no_worker():
+    """Issue 31.8: Ctrl-C goes to the whole process group; each worker printed its own KeyboardInterrupt
+    traceback (train's Ctrl-C was 89 lines). Workers ignore SIGINT: the trainer stops them."""
+    gold = answer([("a.py", "    return 1", "    return 2")])
+    with RewardService(num_workers=1, timeout_s=30) as service:
+        assert service.submit([item(gold)])[0].result(timeout=60)[0] == 1.0
+        pid = service.worker_pids()[0]
+        os.kill(pid, signal.SIGINT)
+        assert service.submit([item(gold)])[0].result(timeout=60)[0] == 1.0  # delivered after the signal
+        assert service.worker_pids() == [pid] and service.metrics()["crashes"] == 0
