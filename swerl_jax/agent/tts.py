@@ -18,6 +18,7 @@ import concurrent.futures
 import copy
 import json
 import pathlib
+import sys
 from typing import Any
 
 from swerl_jax.agent import scaling, verifier
@@ -126,6 +127,11 @@ def _prompt(c: Any, tokenizer, instance: dict, t: scaling.Trajectory):
                                     int(c.verifier.max_len))
 
 
+def say(line: str) -> None:
+    """A progress line on stderr (stdout keeps the report's table)."""
+    print(f"tts: {line}", file=sys.stderr, flush=True)
+
+
 def _evaluated(c: Any, policy: Any) -> dict:
     """What the run evaluates, checked before anything loads: `weights` must hold a published policy (its newest
     version, = its GRPO step), else the policy config's Hugging Face model; a random init is refused."""
@@ -179,6 +185,7 @@ def main(argv: list[str] | None = None) -> dict:
     pool = concurrent.futures.ThreadPoolExecutor(int(c.env_workers), thread_name_prefix="tts-env")
     episodes = Episodes(c, KeptKV(engine, int(c.max_context)), ChatFormat(tokenizer), pool, out)
     instances, repos, executor = _instances(c, out)
+    say(f"1/4 episodes: {len(instances)} instances x K={int(c.k)} (each graded by the harness)")
     groups = episodes.run(instances, repos, executor, int(c.k), int(c.seed))
     with open(out / "trajectories.jsonl", "w") as f:
         for t in (t for g in groups for t in g):
@@ -189,7 +196,9 @@ def main(argv: list[str] | None = None) -> dict:
                                  seed=int(c.seed))
     chat = EngineChat(tokenizer, int(c.test_max_new_tokens), int(c.max_context), engine=engine, seed=int(c.seed))
     executions = []
-    for inst, group in zip(instances, groups):
+    say(f"2/4 execution verifier: reproduction and regression tests of {len(instances)} instances")
+    for n, (inst, group) in enumerate(zip(instances, groups), 1):
+        say(f"    instance {n}/{len(instances)}: {inst['instance_id']}")
         samples, info = scaling.execution_samples(inst, group, chat, executor, settings,
                                                   out / "execution" / inst["instance_id"])
         executions.append((samples, "tests" in info, info))
@@ -197,6 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows, data = verifier_training_set(c, episodes, tokenizer)
     vconfig = _verifier_config(raw_policy, c)
     trainer = verifier.VerifierTrainer(vconfig, out / "verifier", rows)
+    say(f"3/4 execution-free verifier: training on {len(rows)} labelled trajectories")
     params = trainer.run()
     scores = [verifier.verifier_scores(trainer.policy.model_config, params, tokenizer,
                                        [_prompt(c, tokenizer, inst, t) for t in group])
@@ -223,6 +233,7 @@ def main(argv: list[str] | None = None) -> dict:
     table = scaling.report_table(report)
     (out / "report.md").write_text(table)
     print(table, end="", flush=True)
+    say(f"4/4 report: {out / 'report.md'} (and report.json, trajectories.jsonl)")
     return report
 
 
