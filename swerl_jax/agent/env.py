@@ -117,7 +117,9 @@ class SWEEnv:
             done, self.stats.termination = True, "max_turns"
         if not done and time.monotonic() - self._started > self.timeout_s:
             done, self.stats.termination = True, "timeout"
-        return cut(observation), done, {"error": error, "termination": self.stats.termination}
+        # what reaches the tokenizer is valid text: a file name or an echoed parameter may hold lone surrogates
+        observation = cut(observation).encode("utf-8", errors="replace").decode("utf-8")
+        return observation, done, {"error": error, "termination": self.stats.termination}
 
     def end(self, termination: str) -> None:
         """End the episode from outside (the trainer's context limit: `max_context`)."""

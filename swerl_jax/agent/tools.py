@@ -13,6 +13,7 @@ makes the host raise.
 
 from __future__ import annotations
 
+import collections
 import pathlib
 import re
 import shlex
@@ -25,6 +26,7 @@ from swerl_jax.eval.sandbox import Sandbox, SandboxLimits, limit_note
 MAX_OBSERVATION = 8_000
 MAX_FILE_BYTES = 8 << 20  # the editor's largest file (view, str_replace, insert): bounds host memory
 MAX_LISTING = 10_000  # entries a directory view lists
+MAX_UNDO_BYTES = 32 << 20  # old texts kept for undo_edit, all files together (the oldest go first)
 STEP_OUTPUT_BYTES = 1 << 20  # what the host keeps of one tool call's output (head and tail)
 MAX_COMMAND_CHARS = 32_000  # a bash command or a search term (the kernel refuses one argument over 128 KiB)
 REFUSED = re.compile(
@@ -72,6 +74,8 @@ class Workspace:
         self.files = Confined(self.work, self.repo.relative_to(self.work).parts)
         self.sandbox, self.env, self.step_limits = sandbox, dict(env or {}), step_limits
         self.history: dict[tuple[str, ...], list[str | None]] = {}
+        self._undo_order: collections.deque[tuple[str, ...]] = collections.deque()  # oldest first, all files
+        self._undo_bytes = 0
 
     # --- paths -------------------------------------------------------------------------------------------------
     def resolve(self, path: str) -> tuple[str, ...]:
@@ -128,6 +132,11 @@ class Workspace:
                             f"of {MAX_FILE_BYTES}")
         self.files.write(parts, data)
         self.history.setdefault(parts, []).append(before)
+        self._undo_order.append(parts)
+        self._undo_bytes += len(before or "")
+        while self._undo_bytes > MAX_UNDO_BYTES:  # bounded host memory: 50 turns of 8 MiB files would be 400 MiB
+            oldest = self.history[self._undo_order.popleft()].pop(0)
+            self._undo_bytes -= len(oldest or "")
 
     def create(self, path: str, file_text: str) -> str:
         """A new file (refused when it exists)."""
@@ -177,6 +186,10 @@ class Workspace:
         if not self.history.get(parts):
             raise ToolError(f"{path}: no edit to undo")
         before = self.history[parts].pop()
+        self._undo_order.reverse()  # the newest entry of this file is its last one in the order
+        self._undo_order.remove(parts)
+        self._undo_order.reverse()
+        self._undo_bytes -= len(before or "")
         if before is None:
             self.files.unlink(parts)
         else:
@@ -229,8 +242,9 @@ class Workspace:
         attributes = "$INPUTS/gitattributes"
         git = f"git -c core.pager=cat -c core.hooksPath=/dev/null -c core.attributesFile={attributes}"
         since = shlex.quote(base) if base else ""
-        done = self.sandbox.run(f"cd {shlex.quote(str(self.repo))} && {git} add -N . && "
-                                f"{git} diff --no-ext-diff --no-color --no-textconv {since}",
+        # stderr is not the patch: a warning (or a hook the model planted in .git) must not become part of it
+        done = self.sandbox.run(f"cd {shlex.quote(str(self.repo))} && {git} add -N . 2>/dev/null && "
+                                f"{git} diff --no-ext-diff --no-color --no-textconv {since} 2>/dev/null",
                                 self.work, env=self.env, limits=self.step_limits,
                                 inputs={"gitattributes": "*.py diff=python\n"})
         return done.output if done.returncode == 0 else ""

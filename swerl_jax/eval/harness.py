@@ -123,6 +123,12 @@ def load_predictions(path: pathlib.Path) -> tuple[dict[str, dict], list[dict]]:
             errors.append({"line": number, "status": "malformed_prediction", "instance_id": row["instance_id"],
                            "error": f"{where}: model_patch must be a string"})
             continue
+        try:
+            (row["model_patch"] or "").encode("utf-8")
+        except UnicodeEncodeError as err:  # JSON allows "\udc80"; no patch file can hold it
+            errors.append({"line": number, "status": "malformed_prediction", "instance_id": row["instance_id"],
+                           "error": f"{where}: model_patch is not valid text (a lone surrogate at {err.start})"})
+            continue
         if row["instance_id"] in predictions:
             errors.append({"line": number, "status": "duplicate_prediction", "instance_id": row["instance_id"],
                            "error": f"{where}: second prediction for {row['instance_id']} (the first is graded)"})

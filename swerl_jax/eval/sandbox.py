@@ -16,13 +16,13 @@ sandbox at its wall-clock timeout, and polls the work dir's size: a command that
 from __future__ import annotations
 
 import dataclasses
-import errno
 import functools
 import os
 import pathlib
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -119,45 +119,88 @@ def _sandbox_uid() -> Iterator[int | None]:
             _uids_in_use.discard(uid)
 
 
-def tree_usage(path: pathlib.Path, max_entries: int, chown_to: int | None = None) -> tuple[int, int]:
-    """(bytes allocated, entries) under `path`, never following a link; stops counting past `max_entries`.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_WALK_DEPTH = 256  # deeper trees are not measured: they count as over the quota (one open fd per level)
 
-    `chown_to`: also give every entry to that uid (lchown), in the same walk. Allocated blocks, not apparent
+
+def tree_usage(path: pathlib.Path, max_entries: int, chown_to: int | None = None) -> tuple[int, int]:
+    """(bytes allocated, entries) under `path`; past `max_entries` (or nested past MAX_WALK_DEPTH, or holding a
+    folder the host cannot read) the count is `max_entries + 1`, i.e. over any quota.
+
+    The walk holds a directory fd per level and opens each sub-folder from its parent's fd with O_NOFOLLOW, so a
+    folder a running command swaps for a link is skipped, never followed (a path-based walk would stat the host
+    through it). `chown_to`: also give every entry to that uid, in the same walk. Allocated blocks, not apparent
     sizes: a 100 GB sparse file costs what it holds.
     """
-    total, entries = 0, 0
-    if chown_to is not None:
-        os.lchown(path, chown_to, chown_to)
-    stack = [str(path)]
-    while stack and entries <= max_entries:
-        try:
-            scan = os.scandir(stack.pop())
-        except OSError as err:
-            if err.errno == errno.ENAMETOOLONG:  # nested past PATH_MAX: what is below cannot be measured, so it
-                return total, max_entries + 1  # counts as over the quota (no real checkout nests 4 KB deep)
-            continue  # removed, or made unreadable, while we walk: the command is still running
-        with scan:
-            for entry in scan:
-                entries += 1
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                    if chown_to is not None:
-                        os.lchown(entry.path, chown_to, chown_to)
-                except OSError as err:
-                    if err.errno == errno.ENAMETOOLONG:
-                        return total, max_entries + 1
+    total, entries, over = 0, 0, (0, max_entries + 1)
+    try:
+        root = os.open(path, _DIR_FLAGS)
+    except OSError:
+        return 0, 0
+    stack: list[tuple[int, Iterator[str]]] = []
+    try:
+        fd = root
+        while True:
+            subdirs = []
+            if chown_to is not None and not stack:
+                os.fchown(fd, chown_to, chown_to)
+            try:
+                scan = os.scandir(fd)
+            except PermissionError:
+                return over  # a folder the host cannot read (a non-root host): not measurable
+            with scan:
+                for entry in scan:
+                    entries += 1
+                    if entries > max_entries:
+                        return over
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                        if chown_to is not None:
+                            os.chown(entry.name, chown_to, chown_to, dir_fd=fd, follow_symlinks=False)
+                    except OSError:
+                        continue  # removed while we walk
+                    total += info.st_blocks * 512
+                    if stat.S_ISDIR(info.st_mode):
+                        subdirs.append(entry.name)
+            stack.append((fd, iter(subdirs)))
+            fd = -1
+            while stack and fd < 0:
+                parent, names = stack[-1]
+                name = next(names, None)
+                if name is None:
+                    os.close(parent)
+                    stack.pop()
                     continue
-                total += info.st_blocks * 512
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-    return total, entries
+                if len(stack) >= MAX_WALK_DEPTH:
+                    return over
+                try:
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+                except PermissionError:
+                    return over
+                except OSError:  # swapped for a link or a file, or removed: not followed
+                    fd = -1
+            if fd < 0:
+                return total, entries
+    finally:
+        for parent, _ in stack:
+            os.close(parent)
+        if fd >= 0 and all(fd != parent for parent, _ in stack):
+            os.close(fd)
+
+
+def disk_free(path: pathlib.Path) -> int:
+    """Bytes free for unprivileged users on the file system holding `path`."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 def remove_tree(path: str | os.PathLike) -> None:
     """Remove a directory a sandbox wrote into, at any depth and without following links: GNU rm (fts), since
     Python's rmtree recurses and raises RecursionError on a tree a command nested 1,000 folders deep."""
-    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], stdin=subprocess.DEVNULL,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    if os.geteuid() != 0:  # a host that is not root cannot empty a folder the command made unreadable (chmod 000)
+        subprocess.run(["chmod", "-R", "u+rwX", "--", str(path)], **quiet)  # links met inside are not followed
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], **quiet)
 
 
 def chown_tree(path: pathlib.Path, uid: int) -> None:
@@ -288,23 +331,33 @@ class Sandbox:
                 (private / name).chmod(0o644)
             with _sandbox_uid() as uid:
                 start_usage, _ = tree_usage(workdir, limits.disk_files, chown_to=uid)
+                free_at_start = disk_free(workdir)
                 argv = self._argv(workdir, private, command, network, full_env, uid, limits)
-                return self._supervise(argv, workdir, limits, max(limits.disk_bytes, start_usage))
+                return self._supervise(argv, workdir, limits, max(limits.disk_bytes, start_usage), free_at_start)
         finally:
             if private is not None:
                 shutil.rmtree(private, ignore_errors=True)
 
     def _supervise(self, argv: list[str], workdir: pathlib.Path, limits: SandboxLimits,
-                   disk_allowed: int) -> SandboxResult:
-        """Start the sandbox, keep a bounded part of its output, kill it at the timeout or past the disk quota."""
+                   disk_allowed: int, free_at_start: int) -> SandboxResult:
+        """Start the sandbox, keep a bounded part of its output, kill it at the timeout or past the disk quota.
+
+        bubblewrap reports on a status pipe once the sandbox stands (`--json-status-fd`): only a failure before
+        that is bubblewrap's own (SandboxUnavailable); what the command prints, "bwrap: ..." included, is its
+        output, never taken for an infrastructure failure."""
         # The limits are set by prlimit(1) in front of bwrap, inherited by everything in the sandbox. Not a
         # preexec_fn: that runs Python between fork and exec, which can deadlock in a multithreaded parent
         # (the trainer's JAX threads), and it keeps CPython from using vfork.
         limit = ["prlimit", f"--as={limits.memory_bytes}", f"--cpu={limits.cpu_seconds}",
                  f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", "--"]
+        status_read, status_write = os.pipe()
+        argv = [argv[0], "--json-status-fd", str(status_write), *argv[1:]]
         start = time.monotonic()
-        proc = subprocess.Popen(limit + argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc = subprocess.Popen(limit + argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(status_write,))
+        finally:
+            os.close(status_write)
         output, stopped = _BoundedOutput(limits.output_bytes), None
         next_poll = start + DISK_POLL_S
         with selectors.DefaultSelector() as selector:
@@ -316,7 +369,7 @@ class Sandbox:
                     break
                 if now >= next_poll:
                     next_poll = now + DISK_POLL_S
-                    if _over_quota(workdir, limits, disk_allowed):
+                    if _over_quota(workdir, limits, disk_allowed, free_at_start):
                         stopped = "disk"
                         break
                 wait = min(start + limits.timeout_s, next_poll) - now
@@ -335,18 +388,37 @@ class Sandbox:
                 stopped = "timeout"
         proc.wait()
         proc.stdout.close()
-        if stopped is None and _over_quota(workdir, limits, disk_allowed):
+        if stopped is None and _over_quota(workdir, limits, disk_allowed, free_at_start):
             stopped = "disk"  # it finished before a poll saw it: still reported, so the caller can say so
         text = output.text()
-        if stopped is None and proc.returncode != 0 and text.startswith("bwrap:"):
-            raise SandboxUnavailable(f"bubblewrap failed to start: {text.strip()}")
+        started = _sandbox_started(status_read)
+        if stopped is None and proc.returncode != 0 and not started:
+            raise SandboxUnavailable(f"bubblewrap failed to start: {text.strip()[:2000]}")
         code = None if stopped is not None else proc.returncode
         return SandboxResult(code, text, stopped == "timeout", time.monotonic() - start, stopped)
 
 
-def _over_quota(workdir: pathlib.Path, limits: SandboxLimits, allowed: int) -> bool:
+def _sandbox_started(status_read: int) -> bool:
+    """Whether bubblewrap wrote its child's pid on the status pipe (then closes our end). Read without blocking:
+    the command may hold the pipe's other end, and it may only add to what bubblewrap wrote first."""
+    os.set_blocking(status_read, False)
+    data = b""
+    try:
+        while len(data) < 1 << 16 and (chunk := os.read(status_read, 4096)):
+            data += chunk
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(status_read)
+    return b'"child-pid"' in data
+
+
+def _over_quota(workdir: pathlib.Path, limits: SandboxLimits, allowed: int, free_at_start: int) -> bool:
+    """The work dir holds more than `allowed` bytes or `disk_files` entries, or the file system lost more than the
+    quota since the command started: files a command deleted while it still holds them open take space that no
+    walk of the work dir sees."""
     used, entries = tree_usage(workdir, limits.disk_files)
-    return used > allowed or entries > limits.disk_files
+    return used > allowed or entries > limits.disk_files or free_at_start - disk_free(workdir) > limits.disk_bytes
 
 
 def limit_note(result: SandboxResult, limits: SandboxLimits) -> str:

@@ -192,16 +192,75 @@ def test_step_never_raises_on_what_the_model_writes(make_env, name):
 
 def test_a_deep_tree_neither_crashes_the_host_nor_hides_from_the_quota(make_env):
     """Found on the way: 1,500 nested folders made Python's rmtree raise RecursionError in `env.close()`, which the
-    rollout calls for every episode; a tree nested past PATH_MAX could not be measured by the quota."""
+    rollout calls for every episode; a file nested past PATH_MAX could not be measured by a path-based walk."""
     env = make_env()
-    observation, _ = bash(env, "mkdir -p $(printf 'd/%.0s' $(seq 1500)) && echo made")
-    assert "made" in observation
+    observation, _ = bash(env, "mkdir -p $(printf 'd/%.0s' $(seq 1500)); echo done")
+    assert "disk quota" in observation  # deeper than the walk measures: counted as over the quota
     work = env._work
     env.close()
     assert not work.exists()
     env = make_env()
     nest = "import os\nfor _ in range(30):\n    os.mkdir('n' * 200)\n    os.chdir('n' * 200)\n" \
-           "open('hidden', 'wb').write(bytes(1 << 20))\nprint('made')\n"
+           "open('hidden', 'wb').write(bytes(64 << 20))\nprint('made')\n"
     edit(env, command="create", path="nest.py", file_text=nest)
     observation, _ = bash(env, "python nest.py")
-    assert "disk quota" in observation, observation
+    assert "disk quota" in observation, observation  # 6,000 characters deep: still measured (fd-based walk)
+
+
+def test_the_quota_sees_what_a_command_deleted_but_holds_open(make_env):
+    """Red-team pass: a file unlinked while open takes disk space no walk of the work dir sees."""
+    env = make_env()
+    hold = ("import os, time\nheld = []\nfor name in ('a', 'b'):\n    f = open(name, 'wb')\n    os.unlink(name)\n"
+            "    held.append(f)\n    for _ in range(10):\n        f.write(bytes(4 << 20))\n        f.flush()\n"
+            "        os.fsync(f.fileno())\ntime.sleep(600)\nprint('kept')\n")  # 80 MiB held; ends only if killed
+    edit(env, command="create", path="hold.py", file_text=hold)
+    observation, _ = bash(env, "python hold.py")
+    assert "disk quota" in observation and "kept" not in observation, observation
+
+
+def test_output_that_looks_like_bubblewrap_is_the_commands_own(make_env):
+    """Red-team pass: a command printing 'bwrap: ...' and failing made env.step raise SandboxUnavailable."""
+    env = make_env()
+    observation, info = bash(env, 'echo "bwrap: not really"; exit 3')
+    assert "bwrap: not really" in observation and "[exit code 3]" in observation and not info["error"]
+
+
+def test_a_planted_git_hook_cannot_break_the_patch_or_the_reward(make_env):
+    """Red-team pass: a core.fsmonitor hook printing 'bwrap: ...' on stderr, and a broken diff setting, made
+    env.patch() and env.reward() raise SandboxUnavailable."""
+    env = make_env()
+    bash(env, "printf '#!/bin/sh\\necho bwrap: fake >&2\\n' > /tmp/h; cp /tmp/h .git/hook; chmod +x .git/hook; "
+              "git config core.fsmonitor \"$PWD/.git/hook\"; git config diff.algorithm bogus")
+    assert env.patch() == ""  # git refuses its own broken config: an empty diff, not an exception
+    env.step(format_action("finish"))
+    reward, info = env.reward()
+    assert reward == 0.0
+
+
+def test_names_that_are_not_utf8_become_valid_text(make_env):
+    """Red-team pass: a file named with byte 0xff put lone surrogates in a listing, and the tokenizer raised."""
+    env = make_env()
+    bash(env, "touch $'bad\\xffname.py'")
+    observation, _, info = env.step(format_action("file_editor", command="view", path="."))
+    assert "bad?name.py" in observation and not info["error"]
+    observation.encode("utf-8")  # strict: no surrogate left
+    observation, _, info = env.step(format_action("file_editor", command="view", path="\udc80x"))
+    assert info["error"] and "?" in observation
+    observation.encode("utf-8")
+
+
+def test_the_undo_history_is_bounded(make_env, monkeypatch):
+    """Red-team pass: every edit kept the whole old text for undo_edit (8 MiB a turn, 400 MiB an episode)."""
+    from swerl_jax.agent import tools
+
+    monkeypatch.setattr(tools, "MAX_UNDO_BYTES", 3 << 19)  # three of the old texts below
+    env = make_env()
+    for k in range(6):
+        edit(env, command="create", path=f"f{k}.txt", file_text="x" * (1 << 19))
+        edit(env, command="str_replace", path=f"f{k}.txt", old_str="x" * (1 << 19), new_str="y")
+    ws = env.workspace
+    assert ws._undo_bytes <= 3 << 19 and sum(len(t or "") for h in ws.history.values() for t in h) == ws._undo_bytes
+    observation, info = edit(env, command="undo_edit", path="f5.txt")  # the newest edits can still be undone
+    assert not info["error"] and (ws.repo / "f5.txt").read_text() == "x" * (1 << 19)
+    observation, info = edit(env, command="undo_edit", path="f0.txt")  # the oldest went first
+    assert info["error"] and "no edit to undo" in observation

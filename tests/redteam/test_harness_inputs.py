@@ -104,3 +104,17 @@ def test_an_episode_checkout_holds_the_base_commit_alone(tmp_path, shared_data):
     later = subprocess.run(["git", "-C", str(tmp_path / "repo"), "cat-file", "-e", "HEAD~1"], capture_output=True)
     assert later.returncode != 0
     assert pathlib.Path(tmp_path / "repo" / "src" / "flask" / "blueprints.py").is_file()
+
+
+def test_a_patch_that_is_not_text_is_one_malformed_line_and_the_rest_is_graded(tmp_path, monkeypatch):
+    """Red-team pass: JSON allows "\\udc80"; such a model_patch aborted the whole run."""
+    (tmp_path / "instances.jsonl").write_text("".join(json.dumps(instance(i)) + "\n" for i in ("a__b-1", "a__b-2")))
+    (tmp_path / "preds.jsonl").write_text(
+        json.dumps({"instance_id": "a__b-1", "model_name_or_path": "m", "model_patch": "diff \udc80"}) + "\n"
+        + json.dumps({"instance_id": "a__b-2", "model_name_or_path": "m", "model_patch": "x"}) + "\n")
+    monkeypatch.setattr(harness, "make_executor", lambda args: RecordingExecutor())
+    report = harness.main(["--instances", str(tmp_path / "instances.jsonl"), "--predictions",
+                           str(tmp_path / "preds.jsonl"), "--repos", str(tmp_path), "--out", str(tmp_path / "out"),
+                           "--no-progress"])
+    assert report["resolved_ids"] == ["a__b-2"] and report["malformed_predictions"] == 1
+    assert "lone surrogate" in report["prediction_errors"][0]["error"]
