@@ -138,3 +138,18 @@ def record_config(workdir: str | os.PathLike, config_json: str, allow_change: bo
     tmp.write_text(config_json)
     os.replace(tmp, previous)
     return steps
+
+
+def refuse_other_config(previous: pathlib.Path, new: dict, ignore: tuple[str, ...] = ()) -> None:
+    """ValueError listing every changed key when `previous` (an output folder's recorded config JSON) differs from
+    `new` outside the `ignore` prefixes: an evaluation's results are reused on resume, so another config must not
+    resume into them."""
+    if not previous.exists():
+        return
+    old, cur = flatten(json.loads(previous.read_text())), flatten(new)
+    changes = [(k, old.get(k), cur.get(k)) for k in sorted(set(old) | set(cur))
+               if not (ignore and k.startswith(ignore)) and old.get(k) != cur.get(k)]
+    if changes:
+        lines = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes)
+        raise ValueError(f"{previous.parent} holds results of another config ({lines}): choose another --out, or "
+                         f"remove {previous.parent} to start over")

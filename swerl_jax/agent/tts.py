@@ -30,6 +30,7 @@ from swerl_jax.config import load_experiment_config, resolve_config
 from swerl_jax.eval.agentless.backends import EngineChat
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings
 from swerl_jax.eval.sandbox import SandboxLimits
+from swerl_jax.rundir import refuse_other_config
 from swerl_jax.sampler.sessions import KeptKV
 from swerl_jax.sampler.types import SamplingParams
 from swerl_jax.sweep import parse_value, set_key
@@ -63,9 +64,11 @@ class Episodes:
         self.c, self.generator, self.chat, self.pool, self.out = c, generator, chat, pool, out
         self.limits = SandboxLimits(timeout_s=float(c.test_timeout_s), cpu_seconds=int(c.test_timeout_s) + 60)
 
-    def run(self, instances: list[dict], repos: pathlib.Path, executor: Any, k: int, seed: int, generator=None
-            ) -> list[list[scaling.Trajectory]]:
-        """`k` graded trajectories of each instance (`generator`: the policy's unless a scripted one)."""
+    def run(self, instances: list[dict], repos: pathlib.Path, executor: Any, k: int, seed: int, generator=None,
+            resume: str = "") -> list[list[scaling.Trajectory]]:
+        """`k` graded trajectories of each instance (`generator`: the policy's unless a scripted one). `resume`:
+        a name under OUT/done/ where each finished batch of instances is kept, so a re-run (same config: the
+        output folder refuses another) loads it instead of running it again; batches are seeded by position."""
         c = self.c
         envs = [[SWEEnv(inst, repos, self.out / "episodes", executor=executor, reward="execution",
                         max_turns=int(c.max_turns), timeout_s=float(c.episode_timeout_s),
@@ -74,13 +77,27 @@ class Episodes:
         sampling = SamplingParams(temperature=float(c.temperature), max_new_tokens=int(c.max_new_tokens))
         # instances_per_batch bounds the kept K/V (one session holds every row of a batch of instances)
         per = int(c.instances_per_batch) or len(envs)
-        groups = []
+        done = []
         for start in range(0, len(envs), per):
-            got, _ = run_episodes(envs[start:start + per], generator or self.generator, self.chat, SYSTEM, sampling,
-                                  max_context=int(c.max_context), seed=seed, step=start, policy_version=0,
-                                  pool=self.pool)
-            groups += got
-        return scaling.trajectories(groups)
+            kept = self.out / "done" / f"{resume}-{start}.jsonl"
+            if resume and kept.exists():
+                batch = [[scaling.Trajectory(**json.loads(line)) for line in group.splitlines()]
+                         for group in kept.read_text().split("\n\n") if group.strip()]
+                say(f"    instances {start + 1}-{start + len(batch)}: kept from an earlier run ({kept})")
+            else:
+                got, _ = run_episodes(envs[start:start + per], generator or self.generator, self.chat, SYSTEM,
+                                      sampling, max_context=int(c.max_context), seed=seed, step=start,
+                                      policy_version=0, pool=self.pool)
+                batch = scaling.trajectories(got)
+                if resume:
+                    kept.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = kept.with_suffix(".tmp")
+                    tmp.write_text("\n\n".join("\n".join(json.dumps(t.as_json()) for t in g) for g in batch) + "\n")
+                    tmp.replace(kept)
+                say(f"    instances {start + 1}-{start + len(batch)} of {len(envs)}: "
+                    f"{sum(t.resolved for g in batch for t in g)}/{sum(len(g) for g in batch)} episodes resolved")
+            done += batch
+        return done
 
 
 def _instances(c: Any, out: pathlib.Path) -> tuple[list[dict], pathlib.Path, Any]:
@@ -168,6 +185,7 @@ def main(argv: list[str] | None = None) -> dict:
     if bad:
         raise ValueError(f"selectors: {bad} are not among {scaling.SELECTORS}")
     out = pathlib.Path(args.out)
+    refuse_other_config(out / "tts_config.json", json.loads(c.to_json()))  # finished batches are reused
     out.mkdir(parents=True, exist_ok=True)
     (out / "tts_config.json").write_text(c.to_json(indent=1))
 
@@ -186,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     episodes = Episodes(c, KeptKV(engine, int(c.max_context)), ChatFormat(tokenizer), pool, out)
     instances, repos, executor = _instances(c, out)
     say(f"1/4 episodes: {len(instances)} instances x K={int(c.k)} (each graded by the harness)")
-    groups = episodes.run(instances, repos, executor, int(c.k), int(c.seed))
+    groups = episodes.run(instances, repos, executor, int(c.k), int(c.seed), resume="policy")
     with open(out / "trajectories.jsonl", "w") as f:
         for t in (t for g in groups for t in g):
             f.write(json.dumps(t.as_json()) + "\n")

@@ -94,18 +94,9 @@ def evaluated_model(c) -> dict:
 
 def check_out_dir(out: pathlib.Path, c) -> None:
     """Refuse an --out that holds a run of another config (its predictions would be reused), listing the keys."""
-    previous = out / "eval_config.json"
-    if not previous.exists():
-        return
-    from swerl_jax.rundir import flatten
+    from swerl_jax.rundir import refuse_other_config
 
-    old, new = flatten(json.loads(previous.read_text())), flatten(json.loads(c.to_json()))
-    changes = [(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
-               if not k.startswith(OPERATIONAL_KEYS) and old.get(k) != new.get(k)]
-    if changes:
-        lines = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes)
-        raise ValueError(f"{out} holds predictions of another config ({lines}): choose another --out, or remove "
-                         f"{out} to start over")
+    refuse_other_config(out / "eval_config.json", json.loads(c.to_json()), OPERATIONAL_KEYS)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -39,3 +39,9 @@ def test_tts_command_runs_every_stage_and_reports(tmp_path):
     assert report["verifier_training"] == {"rows": 2, "resolved": 1, "tasks": 1}
     assert len((out_dir / "verifier" / "metrics.jsonl").read_text().splitlines()) == 2
     assert (out_dir / "report.md").read_text() in done.stdout
+    assert "tts: 4/4 report: " in done.stderr and (out_dir / "done" / "policy-0.jsonl").exists()  # resumable
+    # another config into the same --out is refused in one line before anything runs (its batches are reused)
+    again = subprocess.run([*cmd[:-1], "--set=verifier.num_steps=3"], cwd=REPO_ROOT, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 2 and "holds results of another config (verifier.num_steps: 2 -> 3)" in again.stderr
+    assert "Traceback" not in again.stderr

@@ -89,7 +89,7 @@ def test_cli_oracle_with_sandboxed_tests_resolves_a_flask_instance(shared_data, 
     assert {p["model_name_or_path"] for p in preds} == {"oracle-gold-patches"}
     # another backend into the same --out is refused before anything runs, naming the key: its report would have
     # been the oracle's resolved 1/1
-    with pytest.raises(ValueError, match=r"holds predictions of another config \(backend: 'oracle' -> 'engine'"):
+    with pytest.raises(ValueError, match=r"holds results of another config \(backend: 'oracle' -> 'engine'"):
         eval_run.main(["--config", "experiments/eval_agentless_mini.py:cpu", "--out", str(tmp_path / "out"),
                        "--set", "backend=engine", "--set", "instance_ids=pallets__flask-4045",
                        "--set", f"instances={shared_data / 'swebench_lite.json'}",
