@@ -7,10 +7,23 @@ Variants are the product of every `--sweep KEY=V1,V2` axis, or what the experime
 `get_sweep(arg) -> list[dict]` (big_vision style; `--sweep` then adds axes to each). Each (variant, seed) is one
 run: exactly `python -m swerl_jax.train --config=FILE --workdir=DIR/runs/NAME --config.KEY=VALUE ...
 --config.seed=SEED` in a subprocess, its output in `DIR/runs/NAME/train.log`. Every override is checked against the
-config (types, values, keys; `swerl_jax.config.resolve_config`) before the first run starts. A finished run
-(`rundir.is_finished`) is skipped, an interrupted one resumes, a failed one is recorded and the sweep goes on.
-`DIR/index.json` lists every run: name, overrides, seed, status (done | failed | pending), workdir, log, the last
-logged metrics. `--emit SCRIPT` writes `DIR/commands.sh`, one launcher line per run, instead of running.
+config (types, values, keys; `swerl_jax.config.resolve_config`) before the first run starts.
+
+NAME is the run's result-changing overrides, sorted by key, then its seed (`sweepdir.run_name`): flag order and
+operational flags (`rundir.OPERATIONAL_KEYS`: logging.*, eval.*, checkpoint cadence, ...) do not change it, so a
+re-run with the flags swapped or a progress bar switched finds every run it finished. A run an earlier sweep named
+otherwise (older code put every `--set` in the name, in flag order) is found by its `config.json` and used where it
+is. A finished run (`rundir.is_finished`) is skipped, an interrupted one resumes, a failed one is recorded and the
+sweep goes on; a directory of the planned name holding another config's checkpoints is reported (`conflict`), never
+counted or trained over. One line per run as it starts and as it ends (name, status, wall time, directory).
+Ctrl-C stops the run in progress (SIGINT to its process group: the trainer closes its sampler, workers and
+checkpoint writes) and prints one line: the command that resumes.
+
+`DIR/index.json` lists every run: name, overrides, seed, status (done | failed | pending | running | conflict),
+workdir, log, the last logged metrics; `planned` names the runs of the last command. It is written atomically at
+every change and always lists every run the directory holds (runs of other seeds or commands stay listed).
+`--emit SCRIPT` writes `DIR/commands.sh`, one launcher line per run, instead of running; `--dry-run` checks and
+reports the runs and writes nothing.
 
 `--share-sft` (with `--sft-from OTHER_SWEEP_DIR ...`): ablations of the RL stage (RL vs SFT, GRPO++ switches) all
 start from the same seeded SFT stage. A run whose resolved config equals a finished run's in everything but `rl.*`
@@ -29,16 +42,21 @@ import os
 import pathlib
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
-from swerl_jax import rundir
-from swerl_jax.config import load_experiment_config, resolve_config
-from swerl_jax.metrics import read_metrics
+from swerl_jax import rundir, sweepdir
+from swerl_jax.cli import run_cli
+from swerl_jax.config import load_experiment_config, resolve_config, unknown_config_keys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+PROG = "python -m swerl_jax.sweep"
+# How long a stopped run may take to exit after its SIGINT (a checkpoint write in flight) before it is killed, and
+# how long it may take before the sweep says it is waiting (a trainer stops after its current step: seconds).
+STOP_GRACE_S, STOP_QUIET_S = 60.0, 10.0
 
 
 def parse_value(config: Any, key: str, text: str) -> Any:
@@ -47,20 +65,28 @@ def parse_value(config: Any, key: str, text: str) -> Any:
     *path, last = key.split(".")
     for part in path:
         if part not in node:
-            raise KeyError(f"unknown config key {key}")
+            raise _unknown_key(config, key)
         node = node[part]
     if last not in node:
-        raise KeyError(f"unknown config key {key}")
+        raise _unknown_key(config, key)
     current = node[last]
     if isinstance(current, bool):
         if text.lower() not in ("true", "false", "1", "0"):
             raise ValueError(f"{key}={text!r}: expected a bool (true/false)")
         return text.lower() in ("true", "1")
-    if isinstance(current, int):
-        return int(text)
-    if isinstance(current, float):
-        return float(text)
+    for kind in (int, float):
+        if isinstance(current, kind):
+            try:
+                return kind(text)
+            except ValueError:
+                raise ValueError(f"{key}={text!r}: expected {'an int' if kind is int else 'a float'}") from None
     return None if text == "None" else text
+
+
+def _unknown_key(config: Any, key: str) -> KeyError:
+    problems = unknown_config_keys(config, [f"--config.{key}="])  # its "; did you mean ..." names the closest key
+    hint = problems[0].partition(";")[2] if problems else ""
+    return KeyError(f"unknown config key {key}" + (f";{hint}" if hint else ""))
 
 
 def parse_axes(config: Any, specs: list[str]) -> list[tuple[str, list[Any]]]:
@@ -74,17 +100,12 @@ def parse_axes(config: Any, specs: list[str]) -> list[tuple[str, list[Any]]]:
     return axes
 
 
-def run_name(overrides: dict[str, Any], seed: int) -> str:
-    """A directory name: `reward.kind-discrete__seed-1` (the overrides in order, then the seed)."""
-    parts = [f"{k}-{v}" for k, v in overrides.items()] + [f"seed-{seed}"]
-    return "__".join(parts).replace("/", "_").replace(" ", "_")
-
-
 def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[int], fixed: dict[str, Any],
               check_files: bool = True, variants: list[int] | None = None) -> list[dict]:
     """Every (variant, seed) run with its overrides, each checked by `resolve_config` before anything runs
     (`check_files`: also that its data and model files exist here; off when only emitting commands). `variants`
-    keeps only those positions of the experiment's declared `get_sweep` list."""
+    keeps only those positions of the experiment's declared `get_sweep` list. Two runs that would train the same
+    thing (they differ only in operational keys, or set what the config already holds) are an error."""
     load_experiment_config(config_arg)  # the file exists; the repository root is importable
     path, _, arg = config_arg.partition(":")
     declared = [{}]
@@ -97,7 +118,7 @@ def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[in
             raise ValueError(f"--variants {bad}: {config_arg} declares {len(declared)} variants "
                              f"(0-{len(declared) - 1})")
         declared = [declared[i] for i in variants]
-    runs = []
+    runs, seen = [], {}
     for base_overrides in declared:
         for combo in itertools.product(*[[(k, v) for v in values] for k, values in axes]):
             overrides = {**fixed, **base_overrides, **dict(combo)}
@@ -106,12 +127,19 @@ def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[in
                 for key, value in {**overrides, "seed": seed}.items():
                     set_key(config, key, value)
                 resolved = resolve_config(config, check_files=check_files)  # a bad override fails here, naming the key
-                runs.append({"name": run_name(overrides, seed), "overrides": overrides, "seed": seed,
-                             "sft_steps": int(config.sft.num_steps), "rl_steps": int(config.rl.num_steps),
-                             "config": json.loads(resolved.to_json())})
-    names = [r["name"] for r in runs]
-    if len(set(names)) != len(names):
-        raise ValueError("two runs of the sweep have the same overrides and seed")
+                as_json = json.loads(resolved.to_json())
+                run = {"name": sweepdir.run_name(overrides, seed, as_json), "overrides": overrides, "seed": seed,
+                       "sft_steps": int(config.sft.num_steps), "rl_steps": int(config.rl.num_steps),
+                       "config": as_json}
+                twin = seen.setdefault(sweepdir.result_identity(as_json), run)
+                if twin is not run:  # one directory, one result: the second would only retrain (or clash)
+                    differ = sorted(k for k in set(overrides) | set(twin["overrides"])
+                                    if overrides.get(k, "<unset>") != twin["overrides"].get(k, "<unset>"))
+                    why = (f"they differ only in {', '.join(differ)}, which change no result (an operational key, "
+                           "or the value the config already holds)" if differ else "a seed or value listed twice")
+                    raise ValueError(f"two runs of the sweep would train the same thing ({run['name']}): {why}; "
+                                     "drop one of the values")
+                runs.append(run)
     return runs
 
 
@@ -125,52 +153,165 @@ def train_command(config_arg: str, workdir: pathlib.Path, overrides: dict[str, A
     return [sys.executable, "-m", "swerl_jax.train", f"--config={path}", *flags]
 
 
+def run_child(cmd: list[str], cwd: str | os.PathLike | None = None, stdout: Any = None, stderr: Any = None,
+              check: bool = False, grace_s: float = STOP_GRACE_S) -> subprocess.CompletedProcess:
+    """`subprocess.run` for one training run, in a process group of its own so that the sweep decides how it
+    stops: on Ctrl-C (KeyboardInterrupt) or any other exception while it runs, `stop_process_group`, then the
+    exception goes on. (subprocess.run would SIGKILL it 0.25 s after the Ctrl-C, mid checkpoint write, and leave
+    its sampler server or reward workers behind.)"""
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=stdout, stderr=stderr, start_new_session=True)
+    try:
+        code = proc.wait()
+    except BaseException:
+        stop_process_group(proc, grace_s)
+        raise
+    if check and code:
+        raise subprocess.CalledProcessError(code, cmd)
+    return subprocess.CompletedProcess(cmd, code)
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop `proc` and everything in its process group: SIGINT (`python -m swerl_jax.train` then closes its
+    sampler, reward workers and checkpoint writes and exits), SIGKILL after `grace_s` or at a second Ctrl-C, then
+    SIGKILL to whatever the group still holds (a child the run left behind)."""
+    _signal_group(proc.pid, signal.SIGINT)
+    try:
+        try:
+            proc.wait(timeout=min(STOP_QUIET_S, grace_s))
+        except subprocess.TimeoutExpired:  # say why the prompt does not come back yet
+            print(f"sweep: waiting up to {grace_s:.0f} s for the run in progress (pid {proc.pid}) to stop; Ctrl-C "
+                  "again to kill it now", file=sys.stderr, flush=True)
+            try:
+                proc.wait(timeout=max(0.0, grace_s - STOP_QUIET_S))
+            except subprocess.TimeoutExpired:
+                pass
+    except KeyboardInterrupt:  # a second Ctrl-C: no more waiting
+        pass
+    finally:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):  # the group is gone already
+        pass
+
+
+def _shown(path: pathlib.Path) -> str:
+    """`path` relative to the working directory when it lies under it (what the user typed), else absolute."""
+    try:
+        return str(path.relative_to(pathlib.Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _add_results(entry: dict, run_dir: pathlib.Path) -> None:
+    entry["final"] = sweepdir.last_metrics(run_dir)
+    if (run_dir / "sft" / "eval.json").is_file():  # the SFT stage's held-out metric (train.evaluate_sft)
+        entry["sft_eval"] = json.loads((run_dir / "sft" / "eval.json").read_text())
+
+
 def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str, list[Any]]], seeds: list[int],
               fixed: dict[str, Any] | None = None, emit: str = "", dry_run: bool = False,
-              runner=subprocess.run, variants: list[int] | None = None, share_sft: bool = False,
+              runner: Any = None, variants: list[int] | None = None, share_sft: bool = False,
               sft_from: list[str | os.PathLike] = ()) -> dict:
-    """Run (or emit) every run of the sweep; returns the index (also written to `workdir/index.json`).
+    """Run (or emit) every run of the sweep; returns the index, also written to `workdir/index.json` (not by a
+    `dry_run`, which writes nothing). `runner` stands in for `run_child` (subprocess.run's signature).
     `share_sft`: start a run from a finished run's identical SFT stage (this sweep's or `sft_from` sweeps')."""
     root = pathlib.Path(workdir).resolve()
+    runner = runner or run_child
     if sft_from and not share_sft:
         raise ValueError("--sft-from names sweeps whose SFT stages --share-sft reuses: pass --share-sft too")
     for other in sft_from:
         if not (pathlib.Path(other) / "runs").is_dir():
             raise FileNotFoundError(f"--sft-from {other}: no runs/ folder there (not a sweep's --workdir)")
     runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not (emit or dry_run), variants=variants)
-    root.mkdir(parents=True, exist_ok=True)
-    index = {"config": config_arg, "axes": [[k, v] for k, v in axes], "seeds": seeds, "runs": []}
+    base_config = json.loads(resolve_config(load_experiment_config(config_arg), check_files=False).to_json())
+    existing = sweepdir.scan_runs(root / "runs")
+    claimed = {r["name"] for r in runs}  # a planned run's own name is never another run's "found" directory
+    index = {"config": config_arg, "axes": [[k, v] for k, v in axes], "seeds": seeds, "planned": [], "runs": []}
+    before = {e.get("name"): e for e in (sweepdir.read_index(root) or {}).get("runs", []) if isinstance(e, dict)}
+    planned = []  # (run, its index entry, how its directory was found, detail)
+    for r in runs:
+        run_dir, how, detail = sweepdir.locate_run(root / "runs", r["name"], r["config"], existing, claimed)
+        claimed.add(run_dir.name)
+        entry = {"name": run_dir.name, "overrides": r["overrides"], "seed": r["seed"], "workdir": str(run_dir),
+                 "log": str(run_dir / "train.log"), "status": "pending"}
+        # what an earlier command recorded of this run (its wall time, exit status, whose SFT stage it copied)
+        entry.update({k: v for k, v in before.get(run_dir.name, {}).items()
+                      if k in ("started", "seconds", "returncode", "sft_shared_from")})
+        if how == "found":
+            entry["planned_name"] = r["name"]
+        if how == "conflict":
+            entry.update(status="conflict", conflict=detail)
+        elif rundir.is_finished(rundir.latest_steps(run_dir), r["sft_steps"], r["rl_steps"]):
+            entry["status"] = "done"
+        _add_results(entry, run_dir)
+        index["planned"].append(entry["name"])
+        index["runs"].append(entry)
+        planned.append((r, entry, how, detail))
+
+    def save() -> None:  # every write lists every run: this command's and whatever else the directory holds
+        if not dry_run:
+            sweepdir.write_index(root, sweepdir.merged_index(root, index, base_config))
+
+    if not dry_run:
+        root.mkdir(parents=True, exist_ok=True)
     if emit:
-        lines = [shlex.join(train_command(config_arg, root / "runs" / r["name"], r["overrides"], r["seed"], emit))
-                 for r in runs]
+        lines = [shlex.join(train_command(config_arg, pathlib.Path(e["workdir"]), r["overrides"], r["seed"], emit))
+                 if e["status"] != "conflict" else f"# {e['name']}: not run, its directory holds another config"
+                 for r, e, _, _ in planned]
         (root / "commands.sh").write_text("#!/usr/bin/env bash\n# one line per run of the sweep\n"
                                           + "\n".join(lines) + "\n")
-    for r in runs:
-        run_dir = root / "runs" / r["name"]
-        entry = {**{k: r[k] for k in ("name", "overrides", "seed")}, "workdir": str(run_dir),
-                 "log": str(run_dir / "train.log"), "status": "pending"}
-        index["runs"].append(entry)
-        if rundir.is_finished(rundir.latest_steps(run_dir), r["sft_steps"], r["rl_steps"]):
-            entry["status"] = "done"
-        elif not (emit or dry_run):
-            run_dir.mkdir(parents=True, exist_ok=True)
-            if share_sft and r["sft_steps"] > 0:
-                source = share_sft_stage(run_dir, r["config"], [root / "runs"] + [pathlib.Path(d) / "runs"
-                                                                                  for d in sft_from])
-                if source is not None:
-                    entry["sft_shared_from"] = str(source)
-            t0 = time.time()
+    save()
+    for i, (r, entry, how, detail) in enumerate(planned, 1):
+        tag, run_dir = f"sweep [{i}/{len(planned)}]", pathlib.Path(entry["workdir"])
+        shown = _shown(run_dir)  # the run's name is its directory's: one path says which run and where it is
+        if how == "found":
+            _say(f"{tag} {r['name']}: found as {shown} (named by an earlier sweep; the same result-changing "
+                 f"config{detail}): using it")
+        if entry["status"] == "conflict":
+            _say(f"{tag} conflict {shown}: it holds checkpoints of a run with another config ({detail}); not "
+                 "run: move that directory away to train this run there")
+            continue
+        if entry["status"] == "done":
+            _say(f"{tag} done {shown} (finished earlier)")
+            continue
+        if emit or dry_run:
+            _say(f"{tag} pending {shown}" + (" (dry run: not started)" if dry_run else ""))
+            continue
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if share_sft and r["sft_steps"] > 0:
+            source = share_sft_stage(run_dir, r["config"], [root / "runs"] + [pathlib.Path(d) / "runs"
+                                                                              for d in sft_from])
+            if source is not None:
+                entry["sft_shared_from"] = str(source)
+        entry.update(status="running", started=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        save()
+        _say(f"{tag} start {shown} (its output: train.log there)")
+        t0 = time.monotonic()
+        try:
             with open(run_dir / "train.log", "a") as log:
                 proc = runner(train_command(config_arg, run_dir, r["overrides"], r["seed"]), cwd=REPO,
                               stdout=log, stderr=subprocess.STDOUT, check=False)
-            entry["status"] = "done" if proc.returncode == 0 else "failed"
-            entry["returncode"], entry["seconds"] = proc.returncode, round(time.time() - t0, 1)
-        entry["final"] = _last_metrics(run_dir)
-        if (run_dir / "sft" / "eval.json").is_file():  # the SFT stage's held-out metric (train.evaluate_sft)
-            entry["sft_eval"] = json.loads((run_dir / "sft" / "eval.json").read_text())
-        _write_index(root, index)
-    _write_index(root, index)
-    return index
+        except BaseException:  # Ctrl-C: the run stopped (run_child); it resumes from its checkpoints next time
+            entry["status"] = "pending"
+            _add_results(entry, run_dir)
+            save()
+            raise
+        entry["status"] = "done" if proc.returncode == 0 else "failed"
+        entry["returncode"], entry["seconds"] = proc.returncode, round(time.monotonic() - t0, 1)
+        _add_results(entry, run_dir)
+        save()
+        failed = f" (exit {proc.returncode}: see its train.log)" if proc.returncode else ""
+        _say(f"{tag} {entry['status']} {shown} in {entry['seconds']:.1f} s{failed}")
+    return sweepdir.merged_index(root, index, base_config)
 
 
 def sft_stage_differences(a: dict, b: dict) -> list[str]:
@@ -212,18 +353,6 @@ def share_sft_stage(run_dir: pathlib.Path, config: dict, run_roots: list[pathlib
     return None
 
 
-def _last_metrics(run_dir: pathlib.Path) -> dict:
-    path = run_dir / "metrics.jsonl"
-    rows = read_metrics(path) if path.exists() else []
-    return {k: v for k, v in rows[-1].items() if isinstance(v, int | float)} if rows else {}
-
-
-def _write_index(root: pathlib.Path, index: dict) -> None:
-    tmp = root / f"index.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(index, indent=1))
-    os.replace(tmp, root / "index.json")  # a reader never sees half an index
-
-
 def set_key(config: Any, key: str, value: Any) -> None:
     """Set the dotted `key` of a ConfigDict (the key must exist: see `parse_value`)."""
     *path, last = key.split(".")
@@ -245,15 +374,16 @@ def _module_attr(path: str, name: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; exit status 1 when a run failed."""
-    p = argparse.ArgumentParser(prog="python -m swerl_jax.sweep", description=__doc__.split("\n")[0])
+    """Parse the command line and run the sweep; 1 when a run failed or conflicts with its directory, else 0.
+    Bad input and Ctrl-C raise (`cli` turns them into one line)."""
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="experiments/NAME.py[:arg]")
     p.add_argument("--workdir", required=True, help="the sweep's directory (runs/, index.json)")
     p.add_argument("--sweep", action="append", default=[], help="KEY=V1,V2,...: one axis (repeatable)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (config.seed of each run)")
     p.add_argument("--set", action="append", default=[], help="KEY=VALUE applied to every run (repeatable)")
     p.add_argument("--emit", default="", help="write DIR/commands.sh with this launcher (e.g. launch/local.sh)")
-    p.add_argument("--dry-run", action="store_true", help="check and index the runs, run nothing")
+    p.add_argument("--dry-run", action="store_true", help="check and report the runs; run and write nothing")
     p.add_argument("--variants", default="", help="comma-separated positions in the config's declared sweep to run "
                    "(default: all of them)")
     p.add_argument("--share-sft", action="store_true", help="start each run from a finished run's identical SFT "
@@ -261,24 +391,52 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sft-from", action="append", default=[], help="another sweep directory whose runs' SFT stages "
                    "--share-sft may reuse (repeatable)")
     args = p.parse_args(argv)
+    base = load_experiment_config(args.config)
+    axes = parse_axes(base, args.sweep)
+    fixed = {}
+    for spec in args.set:
+        key, sep, text = spec.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {spec!r}: expected KEY=VALUE")
+        fixed[key] = parse_value(base, key, text)
     try:
-        base = load_experiment_config(args.config)
-        axes = parse_axes(base, args.sweep)
-        fixed = {}
-        for spec in args.set:
-            key, _, text = spec.partition("=")
-            fixed[key] = parse_value(base, key, text)
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         variants = [int(v) for v in args.variants.split(",") if v.strip()] or None
-        index = run_sweep(args.config, args.workdir, axes, seeds, fixed, emit=args.emit, dry_run=args.dry_run,
-                          variants=variants, share_sft=args.share_sft, sft_from=args.sft_from)
-    except (KeyError, ValueError, TypeError, FileNotFoundError) as e:
-        raise SystemExit(f"swerl_jax.sweep: {str(e).strip(chr(39))}") from None
-    statuses = [r["status"] for r in index["runs"]]
+    except ValueError:
+        raise ValueError(f"--seeds {args.seeds!r} / --variants {args.variants!r}: expected comma-separated "
+                         "integers") from None
+    index = run_sweep(args.config, args.workdir, axes, seeds, fixed, emit=args.emit, dry_run=args.dry_run,
+                      variants=variants, share_sft=args.share_sft, sft_from=args.sft_from)
+    planned = set(index["planned"])
+    statuses = [r["status"] for r in index["runs"] if r["name"] in planned]
+    others = len(index["runs"]) - len(statuses)
     print(f"sweep {args.workdir}: {len(statuses)} runs, {statuses.count('done')} done, "
-          f"{statuses.count('failed')} failed, {statuses.count('pending')} pending", flush=True)
-    return int("failed" in statuses)
+          f"{statuses.count('failed')} failed, {statuses.count('pending')} pending"
+          + (f", {statuses.count('conflict')} in conflict" if "conflict" in statuses else "")
+          + (f"; index.json also lists {others} other run(s) of this directory" if others else "")
+          + ("" if not args.dry_run else " (dry run: nothing written)"), flush=True)
+    return int("failed" in statuses or "conflict" in statuses)
+
+
+def cli(argv: list[str] | None = None) -> NoReturn:
+    """`python -m swerl_jax.sweep`: `main`, with bad input as one line (exit 2) and Ctrl-C, SIGTERM or a closed
+    terminal as one line naming the command that resumes the sweep (exit 130), the run in progress stopped."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    resume = f"run the same command again: {PROG} {shlex.join(argv)}"
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # a scheduler's stop or a closed terminal: stop the run, as Ctrl-C
+        if signal.getsignal(sig) is signal.SIG_DFL:  # not where the caller chose otherwise (nohup ignores SIGHUP)
+            previous[sig] = signal.signal(sig, _interrupt)
+    try:
+        run_cli(PROG, main, resume=resume, argv=argv, exit_code=int)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

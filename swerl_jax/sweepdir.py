@@ -1,0 +1,185 @@
+"""A sweep directory's runs on disk: their names, finding a planned run that is already there, and index.json.
+
+    name = run_name(overrides, seed, config)                  # reward.kind-discrete__seed-1
+    existing = scan_runs(root / "runs")                       # what earlier sweeps left, with their config.json
+    run_dir, how, detail = locate_run(root / "runs", name, config, existing, claimed)
+    write_index(root, merged_index(root, index, base_config))  # atomic; never drops a run the directory holds
+
+A run is named by its result-changing overrides only (`rundir.OPERATIONAL_KEYS`, the keys a resume may change
+freely, are left out), sorted by key, each value as the resolved config holds it: the same result-changing
+settings always give the same name, whatever the flag order or the cosmetic flags. A run that an earlier sweep
+named otherwise (yesterday's code put every `--set` in the name, in flag order) is found by its `config.json`:
+no result-changing difference from the planned run means it is that run, finished or resumable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+from typing import Any
+
+from swerl_jax import rundir
+from swerl_jax.metrics import read_metrics
+
+
+def is_operational(key: str) -> bool:
+    """Whether `key` changes nothing a run computes (`rundir.OPERATIONAL_KEYS`, as `rundir.config_changes` reads
+    them): where logs go, progress bars, eval cadence, checkpoint cadence, ports, worker counts."""
+    return key.startswith(rundir.OPERATIONAL_KEYS) or key in rundir.OPERATIONAL_KEYS
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, bool | int | float | str) or value is None:
+        return str(value)  # str(0.04) is the shortest round-tripping form; True/False as earlier sweeps wrote them
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def run_name(overrides: dict[str, Any], seed: int, config: dict | None = None) -> str:
+    """A run's directory name, `reward.kind-discrete__seed-1`: its result-changing overrides sorted by key, then the
+    seed. With the run's resolved `config`, each value is written as the config holds it (`rl.kl_coef=0` and
+    `=0.0` are one run)."""
+    flat = rundir.flatten(config) if config is not None else {}
+    parts = [f"{k}-{_format_value(flat.get(k, v))}" for k, v in sorted(overrides.items()) if not is_operational(k)]
+    return "__".join([*parts, f"seed-{seed}"]).replace("/", "_").replace(" ", "_")
+
+
+def result_identity(config: dict) -> str:
+    """A canonical text of `config`'s result-changing fields: two planned runs with the same identity would train
+    the same thing twice."""
+    return json.dumps({k: v for k, v in rundir.flatten(config).items() if not is_operational(k)}, sort_keys=True)
+
+
+_WARNED: set[str] = set()
+
+
+@dataclasses.dataclass
+class ExistingRun:
+    """A directory under the sweep's runs/: its `config.json` (None when absent or unreadable) and newest
+    checkpoint of each stage (`rundir.latest_steps`)."""
+
+    path: pathlib.Path
+    config: dict | None
+    steps: dict[str, int]
+
+    @property
+    def finished(self) -> bool:
+        """Whether its checkpoints reach the stages' steps of its own config."""
+        try:
+            sft, rl = int(self.config["sft"]["num_steps"]), int(self.config["rl"]["num_steps"])
+        except (TypeError, KeyError, ValueError):  # no config, or not a run's
+            return False
+        return rundir.is_finished(self.steps, sft, rl)
+
+
+def scan_runs(runs_dir: pathlib.Path) -> dict[str, ExistingRun]:
+    """{directory name: ExistingRun} of every run directory under `runs_dir` ({} when there is none)."""
+    out = {}
+    for path in sorted(runs_dir.iterdir()) if runs_dir.is_dir() else []:
+        if not path.is_dir() or path.name.startswith("."):
+            continue
+        config = None
+        if (path / "config.json").is_file():
+            try:
+                config = json.loads((path / "config.json").read_text())
+            except (OSError, ValueError) as e:  # a hand-broken config.json: the run is listed, never matched
+                if str(path) not in _WARNED:  # once, not at every index write
+                    _WARNED.add(str(path))
+                    print(f"sweep: {path / 'config.json'}: unreadable ({e}); that run is not matched to planned "
+                          "ones", file=sys.stderr, flush=True)
+            if not isinstance(config, dict) or not isinstance(config.get("sft"), dict):
+                config = None
+        out[path.name] = ExistingRun(path, config, rundir.latest_steps(path))
+    return out
+
+
+def locate_run(runs_dir: pathlib.Path, name: str, config: dict, existing: dict[str, ExistingRun],
+               claimed: set[str]) -> tuple[pathlib.Path, str, str]:
+    """(the planned run's directory, how it was found, a detail for the report).
+
+    `same`: `runs_dir/name`, new or holding this run (or nothing trained yet). `found`: a directory of another name
+    (`claimed` ones excepted: other planned runs' names) holding a run with no result-changing difference from
+    `config`, the most advanced one: an earlier sweep named it otherwise. `conflict`: `runs_dir/name` holds
+    checkpoints of a run whose config differs in result-changing keys (the detail lists them); the trainer would
+    refuse to resume it, and it must not count as this run's result."""
+    same = existing.get(name)
+    if same is not None and (same.config is None or not same.steps or not rundir.config_changes(same.config, config)):
+        return same.path, "same", ""
+    matches = [e for n, e in existing.items()
+               if n != name and n not in claimed and e.steps and e.config is not None
+               and e.config.get("seed") == config.get("seed") and not rundir.config_changes(e.config, config)]
+    if matches:
+        best = max(matches, key=lambda e: (e.finished, sum(e.steps.values()), e.path.name))
+        others = f" (also: {', '.join(e.path.name for e in matches if e is not best)})" if len(matches) > 1 else ""
+        return best.path, "found", others
+    if same is None:
+        return runs_dir / name, "same", ""
+    changes = rundir.config_changes(same.config, config)
+    shown = ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes[:4])
+    more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
+    return same.path, "conflict", f"{shown}{more}"
+
+
+def read_index(root: pathlib.Path) -> dict | None:
+    """`root/index.json`, or None when there is none or it is unreadable (its runs are still found on disk)."""
+    path = root / "index.json"
+    if not path.is_file():
+        return None
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        print(f"sweep: {path}: unreadable ({e}); rebuilt from the run directories", file=sys.stderr, flush=True)
+        return None
+    return index if isinstance(index, dict) and isinstance(index.get("runs"), list) else None
+
+
+def last_metrics(run_dir: pathlib.Path) -> dict:
+    """The numbers of the last row of `run_dir/metrics.jsonl` ({} when it logged none)."""
+    path = run_dir / "metrics.jsonl"
+    rows = read_metrics(path) if path.exists() else []
+    return {k: v for k, v in rows[-1].items() if isinstance(v, int | float)} if rows else {}
+
+
+def _unplanned_entry(run: ExistingRun, previous: dict | None, base_config: dict, keys: set[str]) -> dict:
+    """An index entry for a run directory this invocation did not plan (another seed, variant or command)."""
+    cfg = run.config or {}
+    if previous is not None:
+        entry = dict(previous)
+    else:  # its overrides, as a planned run's would read: the planned runs' keys, and what else differs from
+        # the experiment's config (seed apart), so analysis.ablations groups it with its variant
+        have = rundir.flatten(cfg)
+        overrides = {k: have[k] for k in sorted(keys) if k in have}
+        overrides.update((k, new) for k, _, new in rundir.config_changes(base_config, cfg) if k != "seed" and k in have)
+        entry = {"name": run.path.name, "seed": cfg.get("seed"), "overrides": overrides}
+    entry.update(name=run.path.name, workdir=str(run.path), log=str(run.path / "train.log"))
+    if run.finished:
+        entry["status"] = "done"
+    elif entry.get("status") not in ("failed", "running", "conflict"):
+        entry["status"] = "pending"
+    entry["final"] = last_metrics(run.path)
+    return entry
+
+
+def merged_index(root: pathlib.Path, index: dict, base_config: dict) -> dict:
+    """`index` (this invocation's runs) with every other run directory of the sweep appended, by name: as the index
+    on disk lists it, or (unlisted) from its config.json; a listed run whose directory is gone is dropped. The disk
+    is re-read at every write, so sweeps of other seeds writing beside this one keep their runs listed too."""
+    listed = {e["name"] for e in index["runs"]}
+    keys = {k for e in index["runs"] for k in e.get("overrides", {})}
+    previous = {e.get("name"): e for e in (read_index(root) or {}).get("runs", []) if isinstance(e, dict)}
+    extra = []
+    for name, run in scan_runs(root / "runs").items():
+        if name in listed or (name not in previous and run.config is None):
+            continue
+        extra.append(_unplanned_entry(run, previous.get(name), base_config, keys))
+    return {**index, "runs": index["runs"] + extra}
+
+
+def write_index(root: pathlib.Path, index: dict) -> None:
+    """Write `root/index.json` atomically: a temporary file, then os.replace (a reader never sees half an index,
+    and a crash mid-write leaves the previous one)."""
+    tmp = root / f"index.json.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(index, indent=1))
+    os.replace(tmp, root / "index.json")
