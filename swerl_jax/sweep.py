@@ -36,6 +36,7 @@ deterministic for a seed (`make demo`'s metrics repeat bit for bit), so this cha
 from __future__ import annotations
 
 import argparse
+import difflib
 import itertools
 import json
 import os
@@ -228,6 +229,9 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
     runner = runner or run_child
     if sft_from and not share_sft:
         raise ValueError("--sft-from names sweeps whose SFT stages --share-sft reuses: pass --share-sft too")
+    if emit and not (pathlib.Path(emit).is_file() or (REPO / emit).is_file() or shutil.which(emit)):
+        near = difflib.get_close_matches(emit, [str(p) for p in pathlib.Path(emit).parent.glob("*")], n=1)
+        raise FileNotFoundError(f"--emit {emit}: no such launcher" + (f" (did you mean {near[0]}?)" if near else ""))
     for other in sft_from:
         if not (pathlib.Path(other) / "runs").is_dir():
             raise FileNotFoundError(f"--sft-from {other}: no runs/ folder there (not a sweep's --workdir)")
