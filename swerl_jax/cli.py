@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 # What a user's mistake raises: the message names the input; the traceback would only hide it.
-INPUT_ERRORS = (ValueError, KeyError, TypeError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
+INPUT_ERRORS = (ValueError, KeyError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError,
+                IsADirectoryError)
 
 
 def input_error_line(prog: str, err: BaseException) -> str:

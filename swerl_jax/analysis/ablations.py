@@ -84,19 +84,28 @@ def varying_keys(index: Mapping) -> list[str]:
 
 def final_value(rows: Sequence[Mapping], metric: str, last: int = 1) -> float:
     """The mean of `metric` over the last `last` rows that log it (NaN when none does)."""
+    if last < 1:
+        raise ValueError(f"last={last}: the number of final rows to average, >= 1")
     values = [float(r[metric]) for r in rows if metric in r][-last:]
     return float(np.mean(values)) if values else math.nan
+
+
+def require_metric(index: Mapping, metric: str) -> list[Mapping]:
+    """The sweep's finished runs; KeyError (with a did-you-mean) when none logs `metric`: a typo would otherwise be
+    a table of nan [nan, nan] or an empty figure."""
+    done = [run for run in index["runs"] if run.get("status") == "done"]
+    logged = {key for run in done for row in run["rows"] for key in row}
+    if done and metric not in logged:
+        close = difflib.get_close_matches(metric, sorted(logged), n=1)
+        raise KeyError(f"metric {metric!r} is logged by no finished run of the sweep"
+                       + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return done
 
 
 def final_values(index: Mapping, metric: str, last: int = 1) -> dict[str, dict[int, float]]:
     """{variant: {seed: final value of `metric`}} over the finished runs of a loaded sweep."""
     varying = varying_keys(index)
-    done = [run for run in index["runs"] if run.get("status") == "done"]
-    logged = {key for run in done for row in run["rows"] for key in row}
-    if done and metric not in logged:  # a typo would otherwise be a table of nan [nan, nan]
-        close = difflib.get_close_matches(metric, sorted(logged), n=1)
-        raise KeyError(f"metric {metric!r} is logged by no finished run of the sweep"
-                       + (f" (did you mean {close[0]!r}?)" if close else ""))
+    done = require_metric(index, metric)
     out: dict[str, dict[int, float]] = {}
     for run in done:
         out.setdefault(variant_name(run, varying), {})[int(run["seed"])] = final_value(run["rows"], metric, last)
@@ -197,9 +206,7 @@ def step_curves(index: Mapping, metric: str) -> dict[str, SeedCurves]:
     no run logged the metric are left out)."""
     varying = varying_keys(index)
     per_variant: dict[str, dict[int, dict[int, float]]] = {}
-    for run in index["runs"]:
-        if run.get("status") != "done":
-            continue
+    for run in require_metric(index, metric):
         points = {int(r["step"]): float(r[metric]) for r in run["rows"] if metric in r and "step" in r}
         if points:
             per_variant.setdefault(variant_name(run, varying), {})[int(run["seed"])] = points

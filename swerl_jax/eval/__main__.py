@@ -31,8 +31,10 @@ def main(argv: list[str]) -> Any:
 
 if __name__ == "__main__":
     from swerl_jax.cli import run_cli
-    from swerl_jax.eval import harness
 
     command = sys.argv[1] if len(sys.argv) > 1 else ""
+    # the commands whose result says more than "it ran": a report with nothing graded, an instance that failed
+    codes = {"harness": "swerl_jax.eval.harness", "run": "swerl_jax.eval.run"}
+    code = importlib.import_module(codes[command]).exit_code if command in codes else None
     run_cli(f"python -m swerl_jax.eval {command}".rstrip(), main, resume="run the same command again",
-            exit_code=harness.exit_code if command == "harness" else None)
+            exit_code=code)

@@ -182,6 +182,9 @@ class LocalExecutor:
         if not report["tests_ran"]:
             return {"status": "error", "error": f"tests did not start (exit {tests.returncode}): see test.log",
                     **report}
+        if report["runner_crashed"] and not report["resolved"]:
+            return {"status": "error", "error": "the test runner crashed (INTERNALERROR, e.g. the memory cap): "
+                    "see test.log", **report}
         return {"status": "resolved" if report["resolved"] else "unresolved", **report}
 
 
@@ -246,4 +249,6 @@ class DockerExecutor:
         report = grading.grade(instance, log)
         if not report["tests_ran"]:
             return {"status": "error", "error": f"tests did not start (exit {done.returncode})", **report}
+        if report["runner_crashed"] and not report["resolved"]:
+            return {"status": "error", "error": "the test runner crashed (INTERNALERROR): see test.log", **report}
         return {"status": "resolved" if report["resolved"] else "unresolved", **report}

@@ -55,6 +55,17 @@ def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
     exported (source, step or version, dtype, path)."""
     run = pathlib.Path(run)
     config = load_run_config(run)
+    if version is not None and (step is not None or stage != "grpo"):
+        raise ValueError("--version exports a published policy (GRPO's policy/); --step and --stage name a "
+                         "checkpoint instead: give one or the other")
+    if dtype and not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+        raise ValueError(f"--dtype {dtype}: weights are cast to a floating type (float32, bfloat16, float16), "
+                         "not rounded to integers")
+    target = pathlib.Path(out).resolve()
+    if target == run.resolve() or run.resolve() in target.parents or (target / "config.json").is_file() and \
+            (target / "checkpoints").exists():
+        raise ValueError(f"--out {out}: inside the run (or another run's folder); the export would overwrite its "
+                         "files: choose a folder of its own")
     model_config = model_config_from(config)
     if version is not None:
         policy_dir = config.sampler.weights_dir or str(run / "policy")

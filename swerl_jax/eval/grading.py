@@ -48,4 +48,7 @@ def grade(instance: dict, log: str) -> dict:
         report[key] = {"passed": len(tests) - len(failed), "total": len(tests), "failed": failed}
         resolved = resolved and not failed
     report["resolved"] = resolved
+    # pytest's own crash (INTERNALERROR: out of memory under the cap, a broken plugin): the tests' statuses are
+    # missing, not failed, so an unresolved verdict would be the harness's failure counted as the patch's
+    report["runner_crashed"] = output is not None and "INTERNALERROR>" in output
     return report

@@ -79,14 +79,21 @@ def load_instances(path: pathlib.Path) -> dict[str, dict]:
 def _prediction_rows(path: pathlib.Path) -> list[tuple[int, str, object]]:
     """(number, where, row or a JSONDecodeError) per prediction: JSONL lines, or the items of a JSON list (or of a
     JSON object keyed by instance id), as SWE-bench reads them."""
-    text = pathlib.Path(path).read_text()
+    text = pathlib.Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the JSON
     stripped = text.lstrip()
-    if stripped.startswith("["):
+    if stripped.startswith(("[", "{")):  # one JSON document: a list, or an object keyed by id (pretty-printed)
         try:
-            rows = json.loads(text)
+            whole = json.loads(text)
         except json.JSONDecodeError as err:
-            return [(1, f"{path}", err)]
-        return [(i, f"{path}: item #{i}", row) for i, row in enumerate(rows, 1)]
+            if stripped.startswith("["):
+                return [(1, f"{path}", err)]
+            whole = None  # JSONL whose first line is an object
+        if isinstance(whole, list):
+            return [(i, f"{path}: item #{i}", row) for i, row in enumerate(whole, 1)]
+        if isinstance(whole, dict) and whole and all(isinstance(v, dict) for v in whole.values()) \
+                and not any(k in whole for k in PREDICTION_FIELDS):
+            return [(i, f"{path}: {key}", {**row, "instance_id": row.get("instance_id", key)})
+                    for i, (key, row) in enumerate(whole.items(), 1)]
     rows = []
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
@@ -94,10 +101,6 @@ def _prediction_rows(path: pathlib.Path) -> list[tuple[int, str, object]]:
                 rows.append((number, f"{path}:{number}", json.loads(line)))
             except json.JSONDecodeError as err:
                 rows.append((number, f"{path}:{number}", err))
-    if len(rows) == 1 and isinstance(rows[0][2], dict) and all(isinstance(v, dict) for v in rows[0][2].values()) \
-            and rows[0][2] and not any(k in rows[0][2] for k in PREDICTION_FIELDS):
-        return [(i, f"{path}: {key}", {"instance_id": key, **row})  # {id: prediction}
-                for i, (key, row) in enumerate(rows[0][2].items(), 1)]
     return rows
 
 
@@ -293,10 +296,11 @@ def summary(report: dict) -> str:
 
 
 def exit_code(report: dict) -> int:
-    """0, or 1 when the input had malformed lines or unknown ids, or nothing could be graded."""
+    """0, or 1 when the input had malformed lines or unknown ids, or nothing could be graded (an empty
+    predictions file, an --instance_ids with no prediction, every instance an infrastructure failure)."""
     if report["malformed_predictions"] or report["unknown_ids"]:
         return 1
-    return 1 if report["submitted_instances"] and not report["completed_instances"] else 0
+    return 0 if report["completed_instances"] else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -351,7 +355,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     for flag in ("instances", "predictions"):
         if not getattr(args, flag).is_file():
-            raise SystemExit(f"--{flag} {getattr(args, flag)}: no such file")
+            raise FileNotFoundError(f"--{flag} {getattr(args, flag)}: no such file")
+    if args.out.exists() and not args.out.is_dir():
+        raise FileExistsError(f"--out {args.out}: a file, not a folder")
+    for flag in ("timeout", "setup_timeout", "memory_gb"):
+        if getattr(args, flag) <= 0:
+            raise ValueError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be > 0")
+    if args.instance_ids and any("," in i for i in args.instance_ids):
+        raise ValueError(f"--instance_ids {' '.join(args.instance_ids)}: ids are separated by spaces, not commas")
     instances = load_instances(args.instances)
     predictions, errors = load_predictions(args.predictions)
     instances, predictions = select(instances, predictions, args.instance_ids)
@@ -376,7 +387,8 @@ def main(argv: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     try:
         sys.exit(exit_code(main()))
-    except ValueError as err:  # bad input files: one line naming the file (and line) is enough
-        sys.exit(f"error: {err}")
+    except (ValueError, FileNotFoundError, FileExistsError) as err:  # bad input: one line naming it
+        print(f"python -m swerl_jax.eval.harness: {err}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:
         os._exit(130)  # the report is written; running sandboxes die with us (--die-with-parent)

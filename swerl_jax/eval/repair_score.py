@@ -171,6 +171,17 @@ def main(argv: list[str] | None = None) -> RepairScore:
     config = load_experiment_config(args.config)
     if args.hf_dir:
         config.model.hf_dir = config.model.tokenizer = args.hf_dir
+    from swerl_jax.sampler.client import SamplerError
+
+    if args.samples < 1:
+        raise ValueError(f"--samples {args.samples}: must be >= 1")
+    if args.weights and args.hf_dir:
+        raise ValueError("--weights and --hf_dir name two models: give one")
+    if args.address and (args.weights or args.hf_dir or args.version is not None):
+        raise ValueError("--address scores the sampler server's policy: --weights, --hf_dir and --version do not "
+                         "apply")
+    if args.version is not None and args.version < -1:
+        raise ValueError(f"--version {args.version}: a version number, or -1 for the newest")
     config = resolve_config(config, check_files=True)
     evaluated = _evaluated(args, config)
     records = [r for path in expand_record_paths(args.records, key="--records") for r in read_records(path)]
@@ -197,8 +208,14 @@ def main(argv: list[str] | None = None) -> RepairScore:
         if policy_version != evaluated["policy_version"]:
             raise RuntimeError(f"loaded policy version {policy_version}, meant {evaluated['policy_version']}")
     rows: list[dict] = []
-    result = repair_score(records, generate, tokenizer, config.data.max_prompt_len, config.data.prompt_style,
-                          config.reward.kind, rows)
+    try:
+        result = repair_score(records, generate, tokenizer, config.data.max_prompt_len, config.data.prompt_style,
+                              config.reward.kind, rows)
+    except SamplerError as err:  # the server named by --address: one line, not a traceback
+        raise ValueError(f"--address {args.address}: {err}") from None
+    if result.scored == 0:  # a score of 0.0 over nothing is not a number to report
+        raise ValueError(f"--records {args.records}: none of the {result.records} records could be scored "
+                         f"({result.skipped or 'no records'}); nothing written")
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "repair.jsonl", "w") as f:

@@ -9,6 +9,7 @@ import argparse
 import difflib
 import json
 import pathlib
+import sys
 
 from swerl_jax.config import load_experiment_config
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
@@ -81,6 +82,9 @@ def evaluated_model(c) -> dict:
         return {"what": f"policy version {version} (GRPO step {version}) of {c.weights}", "backend": "engine",
                 "model_name": f"{name}@v{version}", "weights": str(c.weights), "policy_version": version}
     if c.hf_dir:
+        if not (pathlib.Path(str(c.hf_dir)) / "config.json").is_file():
+            raise FileNotFoundError(f"hf_dir={c.hf_dir}: not a Hugging Face model folder (no config.json); a run's "
+                                    "checkpoint becomes one with python -m swerl_jax.eval export")
         return {"what": f"the Hugging Face model {c.hf_dir}", "model_name": name, "hf_dir": str(c.hf_dir),
                 "backend": "engine"}
     hf_dir = str(load_experiment_config(c.policy).model.hf_dir)
@@ -119,6 +123,9 @@ def main(argv: list[str] | None = None) -> dict:
                          + (f" (did you mean {close[0]!r}?)" if close else ""))
     all_instances = load_instances(pathlib.Path(c.instances))
     ids = [i.strip() for i in str(c.instance_ids).split(",") if i.strip()]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ValueError(f"instance_ids: {twice} named more than once")
     missing = [i for i in ids if i not in all_instances]
     if missing:
         raise KeyError(f"instance_ids: {missing} are not in {c.instances}")
@@ -127,11 +134,12 @@ def main(argv: list[str] | None = None) -> dict:
     evaluated = evaluated_model(c)
     c.model_name = evaluated["model_name"]
     check_out_dir(out, c)
+    print(f"evaluating {evaluated['what']}", flush=True)
+    chat, count_tokens = build_chat(c, instances)
+    # recorded only once the model loaded: a typo must not claim the folder for a config that never ran
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval_config.json").write_text(c.to_json(indent=1))
     (out / "evaluated.json").write_text(json.dumps(evaluated, indent=1))
-    print(f"evaluating {evaluated['what']}", flush=True)
-    chat, count_tokens = build_chat(c, instances)
     a = c.agentless
     settings = AgentlessSettings(num_samples=int(a.num_samples), temperature=float(a.temperature),
                                  max_input_tokens=int(a.max_input_tokens), thinking=bool(a.thinking),
@@ -148,8 +156,19 @@ def main(argv: list[str] | None = None) -> dict:
                                                 cpu_seconds=int(c.test_timeout_s) + 60))
     made = run_instances(instances, pathlib.Path(c.repos), out, chat, count_tokens, settings, executor,
                          progress=not args.no_progress)
-    print(f"agentless: {sum(bool(m['model_patch']) for m in made)}/{len(made)} instances got a patch "
-          f"({out / 'predictions.jsonl'})", flush=True)
+    wanted = {inst["instance_id"] for inst in instances}
+    have = {}
+    for line in (out / "predictions.jsonl").read_text().splitlines() if (out / "predictions.jsonl").exists() else []:
+        row = json.loads(line)
+        if row.get("instance_id") in wanted:
+            have[row["instance_id"]] = row
+    failed = [m for m in made if "error" in m]
+    print(f"agentless: {sum(bool(r['model_patch']) for r in have.values())}/{len(instances)} instances have a patch "
+          f"({len(made) - len(failed)} made now, the rest kept from an earlier run; {out / 'predictions.jsonl'})",
+          flush=True)
+    for m in failed:
+        print(f"agentless: {m['instance_id']} failed, no prediction (re-run to retry): {m['error'][:300]}",
+              file=sys.stderr, flush=True)
     report = None
     if c.grade:
         from swerl_jax.eval import harness
@@ -160,10 +179,20 @@ def main(argv: list[str] | None = None) -> dict:
                                "--repos", str(c.repos), "--out", str(out / "harness"),
                                "--workers", str(int(c.harness_workers)), "--timeout", str(float(c.test_timeout_s)),
                                *(["--no-progress"] if args.no_progress else [])])
-    return {"predictions": made, "report": report}
+    return {"predictions": made, "report": report, "failed": [m["instance_id"] for m in failed]}
+
+
+def exit_code(result: dict) -> int:
+    """1 when an instance failed (it has no prediction) or the grading's inputs were bad or nothing was graded."""
+    from swerl_jax.eval import harness
+
+    if result["failed"]:
+        return 1
+    return harness.exit_code(result["report"]) if result["report"] is not None else 0
 
 
 if __name__ == "__main__":
     from swerl_jax.cli import run_cli
 
-    run_cli("python -m swerl_jax.eval run", main, resume="run the same command again (finished instances are kept)")
+    run_cli("python -m swerl_jax.eval run", main, resume="run the same command again (finished instances are kept)",
+            exit_code=exit_code)

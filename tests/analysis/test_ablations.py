@@ -115,7 +115,8 @@ def test_per_metric_last_step_curves_and_paired_table(tmp_path):
     assert c.max().tolist() == [0.1, 0.7]
     assert math.isnan(d.values[1, 0]) and d.mean().tolist() == pytest.approx([0.0, 0.2])  # the seed that logged
     assert list(ab.step_curves(index, "eval/score")["reward.kind=discrete"].steps) == [2]
-    assert ab.step_curves(index, "never_logged") == {}
+    with pytest.raises(KeyError, match="never_logged"):  # a typo is an error, not an empty figure
+        ab.step_curves(index, "never_logged")
 
     pair = ("reward.kind=discrete", "reward.kind=continuous")
     table = ab.paired_table(index, ["eval/score", "r"], [pair], last={"r": 1})

@@ -53,6 +53,21 @@ def test_published_policy_version_exports(tiny_cpu_short_run, tmp_path):
     np.testing.assert_allclose(_hf_logits(tmp_path / "hf", tokens), _ours(run, params, tokens), atol=TOL, rtol=0)
 
 
+def test_conflicting_or_destructive_requests_are_refused(tiny_cpu_short_run, tmp_path):
+    """Held-out check: --stage/--step with --version were ignored, --dtype int8 zeroed every weight, and --out RUN
+    overwrote the run's config.json; each exited 0."""
+    run, _ = tiny_cpu_short_run
+    for extra, message in ((["--version", "-1", "--stage", "sft"], "give one or the other"),
+                           (["--version", "-1", "--step", "16"], "give one or the other"),
+                           (["--dtype", "int8"], "floating type")):
+        with pytest.raises(SystemExit, match=message):
+            export.main(["--run", str(run), "--out", str(tmp_path / "hf"), *extra])
+    before = (run / "config.json").read_text()
+    with pytest.raises(SystemExit, match="inside the run"):
+        export.main(["--run", str(run), "--out", str(run)])
+    assert (run / "config.json").read_text() == before and not (tmp_path / "hf").exists()
+
+
 def test_missing_step_is_named(tiny_cpu_short_run, tmp_path):
     run, _ = tiny_cpu_short_run
     with pytest.raises(SystemExit, match="checkpoint step 7 is not in"):

@@ -166,3 +166,31 @@ def test_the_report_counts_every_status_and_the_exit_code_says_what_failed(files
                            "--repos", str(files), "--out", str(files / "out_b"), "--no-progress",
                            "--instance_ids", "b"])
     assert sorted(only_b["instances"]) == ["b"] and only_b["unknown_ids"] == []
+
+
+def test_nothing_graded_is_exit_1_even_for_an_empty_predictions_file(tmp_path, monkeypatch):
+    """Held-out check: an empty predictions file (or an --instance_ids without a prediction) printed resolved 0/0
+    with exit 0."""
+    (tmp_path / "instances.jsonl").write_text(json.dumps(instance("a")) + "\n")
+    for text in ("", "[]", "  \n"):
+        (tmp_path / "preds.json").write_text(text)
+        assert harness.exit_code(grade(tmp_path, KeyedExecutor([]), monkeypatch)) == 1
+
+
+def test_a_pretty_printed_object_keyed_by_id_and_a_byte_order_mark_are_read(tmp_path, monkeypatch):
+    (tmp_path / "instances.jsonl").write_text(json.dumps(instance("a")) + "\n")
+    by_id = {"a": {"model_name_or_path": "m", "model_patch": "p"}}
+    (tmp_path / "preds.json").write_text("\ufeff" + json.dumps(by_id, indent=2), encoding="utf-8")
+    report = grade(tmp_path, KeyedExecutor([{"status": "resolved"}]), monkeypatch)
+    assert report["resolved_ids"] == ["a"] and report["malformed_predictions"] == 0
+
+
+def test_a_crashed_test_runner_is_an_error_not_unresolved():
+    """Held-out check: --memory-gb 0.05 made pytest crash (INTERNALERROR> MemoryError) and gold read unresolved."""
+    from swerl_jax.eval import grading, specs
+
+    consts = specs.constants()
+    log = (f"{consts.START_TEST_OUTPUT}\nINTERNALERROR> MemoryError\n{consts.END_TEST_OUTPUT}\n")
+    inst = {**instance("a"), "repo": "pallets/flask", "FAIL_TO_PASS": '["tests/test_a.py::test_x"]'}
+    report = grading.grade(inst, log)
+    assert report["tests_ran"] and report["runner_crashed"] and not report["resolved"]

@@ -94,3 +94,17 @@ def test_cli_never_scores_a_random_init_silently(tmp_path):
     rs.main([*common, f"--weights={tmp_path / 'run' / 'policy'}"])
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["policy_version"] == 2 and "policy version 2 (GRPO step 2)" in summary["evaluated"]["what"]
+
+
+def test_nothing_scored_is_an_error_not_a_score_of_zero(tmp_path):
+    """Held-out check: records none of which could be scored (all prompts over budget, or none at all) gave
+    'score 0.0 (0 of N records)' with exit 0."""
+    (tmp_path / "empty.jsonl").write_text("")
+    weights.publish(tmp_path / "policy", init_params(get_model_config("demo-7m"), jax.random.PRNGKey(3)), 1)
+    with pytest.raises(ValueError, match="none of the 0 records could be scored"):
+        rs.main(["--config=experiments/tiny_cpu.py", f"--records={tmp_path / 'empty.jsonl'}",
+                 f"--out={tmp_path / 'o'}", f"--weights={tmp_path / 'policy'}", "--max_new_tokens=4"])
+    assert not (tmp_path / "o" / "summary.json").exists()
+    with pytest.raises(ValueError, match="--samples 0: must be >= 1"):
+        rs.main(["--config=experiments/tiny_cpu.py", f"--records={tmp_path / 'empty.jsonl'}",
+                 f"--out={tmp_path / 'o'}", "--samples=0", "--random_init"])

@@ -38,3 +38,24 @@ def test_a_policy_without_weights_is_never_evaluated_as_a_random_init():
 
 def test_the_oracle_is_labelled_as_the_gold_patches():
     assert eval_run.evaluated_model(config(backend="oracle"))["model_name"] == "oracle-gold-patches"
+
+
+def test_an_instance_that_failed_is_no_prediction_and_is_retried(shared_data, tmp_path):
+    """Held-out check: a missing clone made an empty prediction that a re-run kept (graded: unresolved, exit 0)."""
+    import json
+
+    (tmp_path / "repos_late").mkdir()
+    argv = ["--config", "experiments/eval_agentless_mini.py:cpu", "--out", str(tmp_path / "out"), "--no-progress",
+            "--set", "backend=oracle", "--set", "grade=false", "--set", "agentless.regression=false",
+            "--set", "agentless.reproduction_tests=0", "--set", "instance_ids=pallets__flask-4045",
+            "--set", f"instances={shared_data / 'swebench_lite.json'}", "--set", f"repos={tmp_path / 'repos_late'}"]
+    first = eval_run.main(argv)
+    assert first["failed"] == ["pallets__flask-4045"] and eval_run.exit_code(first) == 1
+    assert not (tmp_path / "out" / "predictions.jsonl").exists()
+    (tmp_path / "repos_late" / "pallets__flask.bundle").symlink_to(shared_data / "repos" / "pallets__flask.bundle")
+    second = eval_run.main(argv)  # the same command once the clone is there: the instance is tried again
+    assert second["failed"] == [] and eval_run.exit_code(second) == 0
+    (pred,) = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
+    assert pred["model_patch"] and pred["model_name_or_path"] == "oracle-gold-patches"
+    with pytest.raises(ValueError, match=r"instance_ids: \['pallets__flask-4045'\] named more than once"):
+        eval_run.main([*argv[:-8], "--set", "instance_ids=pallets__flask-4045,pallets__flask-4045", *argv[-4:]])

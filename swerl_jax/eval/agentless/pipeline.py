@@ -3,7 +3,8 @@
 `run_instances` writes SWE-bench predictions (`instance_id`, `model_name_or_path`, `model_patch`) to
 `OUT/predictions.jsonl` and every step's prompts, answers and results to `OUT/trajectories/<id>.json`; an
 instance already in the predictions file is skipped (resumable), and an instance that fails (no clone, a backend
-error) gets an empty patch and its error in the trajectory: nothing stops the run.
+error) gets its error in the trajectory and no prediction (a re-run tries it again; an empty patch would be graded
+as the model's failure): nothing stops the run.
 """
 
 from __future__ import annotations
@@ -153,7 +154,9 @@ def patch_test_results(instance: dict, samples: list[dict], chat: Chat, settings
 def run_instances(instances: list[dict], repos_dir: pathlib.Path, out: pathlib.Path, chat: Chat,
                   count_tokens: Callable[[str], int], settings: AgentlessSettings, executor=None,
                   progress: bool = True) -> list[dict]:
-    """Agentless Mini over `instances`; appends to OUT/predictions.jsonl; returns this call's predictions."""
+    """Agentless Mini over `instances`; appends to OUT/predictions.jsonl; returns this call's predictions, and
+    {instance_id, error} for an instance that failed (a missing clone, a backend error): it is not written as a
+    prediction, so a re-run tries it again and no grade counts it as the model's."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "trajectories").mkdir(exist_ok=True)
     predictions_file = out / "predictions.jsonl"
@@ -175,9 +178,11 @@ def run_instances(instances: list[dict], repos_dir: pathlib.Path, out: pathlib.P
             git_dir = environments.resolve_clone(repos_dir, inst["repo"], out / "repos")
             traj = run_instance(inst, git_dir, chat, count_tokens, settings, executor, out / "logs" / iid)
         except Exception as err:  # one instance's failure is its record, never the run's end
-            traj = {"instance_id": iid, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(),
-                    "prediction": {"instance_id": iid, "model_name_or_path": settings.model_name, "model_patch": ""}}
+            traj = {"instance_id": iid, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
         (out / "trajectories" / f"{iid}.json").write_text(json.dumps(traj, indent=1, default=list))
+        if "error" in traj:  # not a prediction: an empty patch would be graded as the model's failure; retried
+            made.append({"instance_id": iid, "error": traj["error"]})
+            continue
         with open(predictions_file, "a") as f:
             f.write(json.dumps(traj["prediction"]) + "\n")
         made.append(traj["prediction"])
