@@ -193,7 +193,10 @@ def main(argv: list[str] | None = None) -> RepairScore:
         from swerl_jax.curate.config import parse_address
         from swerl_jax.sampler.client import SamplerClient
 
-        client = SamplerClient(parse_address(args.address), timeout_s=config.sampler.request_timeout_s)
+        try:
+            client = SamplerClient(parse_address(args.address), timeout_s=config.sampler.request_timeout_s)
+        except SamplerError as err:  # nothing listening there: one line, not a traceback
+            raise ValueError(f"--address {args.address}: {err}") from None
         generate = client_generate(client, tokenizer, sampling, args.samples, args.seed)
     else:
         from swerl_jax.sampler.server import load_engine
