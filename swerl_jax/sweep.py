@@ -406,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not key:
             raise ValueError(f"--set {spec!r}: expected KEY=VALUE")
         fixed[key] = parse_value(base, key, text)
+    both = sorted(set(fixed) & {k for k, _ in axes})
+    if both:  # which one wins would be an accident of the merge order
+        raise ValueError(f"{both[0]} is both swept (--sweep) and fixed (--set): give it one of the two")
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         variants = [int(v) for v in args.variants.split(",") if v.strip()] or None

@@ -89,6 +89,9 @@ def test_emit_writes_one_launcher_line_per_run_and_runs_nothing(tmp_path):
     lines = (tmp_path / "commands.sh").read_text().splitlines()[2:]
     assert rec.commands == [] and len(lines) == 6 and all(r["status"] == "pending" for r in index["runs"])
     assert lines[0].startswith(f"launch/local.sh {CONFIG} --workdir=") and "--config.rl.kl_coef=0.0" in lines[0]
+    # a key both swept and fixed is refused (held-out check: the --set value silently lost or won)
+    with pytest.raises(ValueError, match="reward.kind is both swept"):
+        sweep.main(_argv(tmp_path / "both", ["reward.kind=continuous"], "--dry-run"))
     # a launcher that does not exist is refused (issue 31.9: commands.sh was written naming it)
     with pytest.raises(FileNotFoundError, match=r"--emit launch/locl.sh: no such launcher \(did you mean "
                                                 r"launch/local.sh\?\)"):

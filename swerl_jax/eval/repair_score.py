@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> RepairScore:
 
     config = load_experiment_config(args.config)
     if args.hf_dir:
+        from swerl_jax.model.convert import require_hf_dir
+
+        require_hf_dir(args.hf_dir, "--hf_dir")
         config.model.hf_dir = config.model.tokenizer = args.hf_dir
     from swerl_jax.sampler.client import SamplerError
 

@@ -82,9 +82,9 @@ def evaluated_model(c) -> dict:
         return {"what": f"policy version {version} (GRPO step {version}) of {c.weights}", "backend": "engine",
                 "model_name": f"{name}@v{version}", "weights": str(c.weights), "policy_version": version}
     if c.hf_dir:
-        if not (pathlib.Path(str(c.hf_dir)) / "config.json").is_file():
-            raise FileNotFoundError(f"hf_dir={c.hf_dir}: not a Hugging Face model folder (no config.json); a run's "
-                                    "checkpoint becomes one with python -m swerl_jax.eval export")
+        from swerl_jax.model.convert import require_hf_dir
+
+        require_hf_dir(str(c.hf_dir))
         return {"what": f"the Hugging Face model {c.hf_dir}", "model_name": name, "hf_dir": str(c.hf_dir),
                 "backend": "engine"}
     hf_dir = str(load_experiment_config(c.policy).model.hf_dir)

@@ -45,6 +45,22 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be converted: wrong architecture, missing tensors, mismatched shapes."""
 
 
+def require_hf_dir(path: str | os.PathLike, what: str = "hf_dir") -> pathlib.Path:
+    """`path` as a Hugging Face model folder (a config.json with a `model_type`), or FileNotFoundError naming it:
+    a run's folder (whose config.json is the experiment's) becomes one with `python -m swerl_jax.eval export`."""
+    folder = pathlib.Path(path)
+    if str(path) == "smollm2":  # the packaged model's name (`smollm2.resolve_hf_dir`), converted on first use
+        return folder
+    try:
+        hf = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        hf = {}
+    if not isinstance(hf, dict) or "model_type" not in hf:
+        raise FileNotFoundError(f"{what}={path}: not a Hugging Face model folder (no config.json with a model_type); "
+                                "a run's checkpoint becomes one with python -m swerl_jax.eval export")
+    return folder
+
+
 def hf_config_to_llama(hf: dict, param_dtype: str = "float32") -> LlamaConfig:
     """Our `LlamaConfig` from an HF `config.json` dict; raises CheckpointError for anything but a Llama decoder."""
     model_type = hf.get("model_type")

@@ -59,3 +59,11 @@ def test_an_instance_that_failed_is_no_prediction_and_is_retried(shared_data, tm
     assert pred["model_patch"] and pred["model_name_or_path"] == "oracle-gold-patches"
     with pytest.raises(ValueError, match=r"instance_ids: \['pallets__flask-4045'\] named more than once"):
         eval_run.main([*argv[:-8], "--set", "instance_ids=pallets__flask-4045,pallets__flask-4045", *argv[-4:]])
+
+
+def test_a_run_folder_given_as_hf_dir_is_named_as_such(tmp_path):
+    """Held-out check: a run's folder as hf_dir gave transformers' five-line tokenizer message."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text('{"seed": 0, "model": {}}')
+    with pytest.raises(FileNotFoundError, match="not a Hugging Face model folder .* python -m swerl_jax.eval export"):
+        eval_run.evaluated_model(config(hf_dir=str(tmp_path / "run")))
