@@ -51,11 +51,13 @@ def test_a_failing_instance_is_its_own_record(flask, tmp_path):
     bad = {**instances[0], "instance_id": "nowhere__repo-1", "repo": "nowhere/repo"}
     made = pipeline.run_instances([bad], tmp_path / "repos", tmp_path / "out", scripted.OracleChat([bad]), len,
                                   pipeline.AgentlessSettings(num_samples=1), progress=False)
-    assert made == [{"instance_id": "nowhere__repo-1", "model_name_or_path": "swerl_jax", "model_patch": ""}]
+    (failed,) = made  # its error, and no prediction: an empty patch would be graded as the model's failure
+    assert failed["instance_id"] == "nowhere__repo-1" and "nowhere" in failed["error"]
     assert "nowhere" in json.loads((tmp_path / "out" / "trajectories" / "nowhere__repo-1.json").read_text())["error"]
+    assert not (tmp_path / "out" / "predictions.jsonl").exists()
     again = pipeline.run_instances([bad], tmp_path / "repos", tmp_path / "out", scripted.OracleChat([bad]), len,
                                    pipeline.AgentlessSettings(num_samples=1), progress=False)
-    assert again == []  # resumable: already predicted
+    assert [m["instance_id"] for m in again] == ["nowhere__repo-1"]  # tried again on resume, not skipped
 
 
 @pytest.mark.slow
