@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 
 # function -> (required parameters, optional parameters)
 TOOLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -110,10 +111,15 @@ def parse_action(text: str) -> Action:
         raise ActionError("No function call found. Call exactly one tool per turn: "
                           "<function=NAME><parameter=KEY>VALUE</parameter></function>.")
     name, body_start, body_end, _ = block
+    return make_action(name, _parameters(text[body_start:body_end]))
+
+
+def make_action(name: str, pairs: Iterable[tuple[str, str]]) -> Action:
+    """The Action of a function block's name and (key, raw value) pairs, checked against TOOLS (ActionError)."""
     if name not in TOOLS:
         raise ActionError(f"Unknown function {name!r}; the tools are {', '.join(TOOLS)}.")
     params: dict[str, str] = {}
-    for key, value in _parameters(text[body_start:body_end]):
+    for key, value in pairs:
         if key in params:
             raise ActionError(f"Parameter {key!r} of {name} is given twice.")
         params[key] = _strip_one_newline(value)

@@ -26,7 +26,8 @@ from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
 from swerl_jax.agent.tools import STEP_OUTPUT_BYTES, ToolError, Workspace, cut
 from swerl_jax.eval import environments
 from swerl_jax.eval.executors import LocalExecutor
-from swerl_jax.eval.sandbox import SandboxLimits, remove_tree
+from swerl_jax.eval.sandbox import SandboxLimits
+from swerl_jax.eval.workdirs import remove_tree
 
 REWARDS = ("execution", "similarity")
 TERMINATIONS = ("finish", "max_turns", "timeout", "max_context")

@@ -28,24 +28,8 @@ def _old_parse(text: str) -> Action:
     if match is None:
         raise ActionError("No function call found. Call exactly one tool per turn: "
                           "<function=NAME><parameter=KEY>VALUE</parameter></function>.")
-    name, body = match.group(1), match.group(2)
-    if name not in TOOLS:
-        raise ActionError(f"Unknown function {name!r}; the tools are {', '.join(TOOLS)}.")
-    params: dict[str, str] = {}
-    for key, value in _OLD_PARAM.findall(body):
-        if key in params:
-            raise ActionError(f"Parameter {key!r} of {name} is given twice.")
-        params[key] = actions._strip_one_newline(value)
-    required, optional = TOOLS[name]
-    unknown = sorted(set(params) - set(required) - set(optional))
-    if unknown:
-        raise ActionError(f"Unknown parameter(s) {unknown} for {name}; it takes {list(required + optional)}.")
-    missing = [k for k in required if k not in params]
-    if missing:
-        raise ActionError(f"Missing parameter(s) {missing} for {name}.")
-    if name == "file_editor" and params["command"] not in actions.EDITOR_COMMANDS:
-        raise ActionError(f"file_editor command {params['command']!r} is not one of {list(actions.EDITOR_COMMANDS)}.")
-    return Action(name, params)
+    # the same checks of the name and parameters as today's parser: what changed is how blocks are found
+    return actions.make_action(match.group(1), _OLD_PARAM.findall(match.group(2)))
 
 
 def _outcome(parse, text: str):
