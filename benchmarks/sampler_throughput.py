@@ -16,6 +16,16 @@ prompt once and keeps its K/V once per group; transformers' `num_return_sequence
 prefill). The same run also times our engine with `shared_prefix=False` ("copied rows": each sample row holds a
 copy of the prompt's K/V, the engine before the shared cache) unless `--skip-copied`.
 
+`--prefix-kernel` picks the shared rows' attention (`SamplingEngine(prefix_kernel=...)`: auto = the fused Pallas
+kernels of `swerl_jax.sampler.prefix_attention` on a GPU, XLA elsewhere). `--compare-kernels` (with `--samples`
+> 1) runs the shared engine with both kernels, the copied-rows engine and transformers in the same run and
+prints, per batch, tokens/s, the ratio vs copied rows and peak memory of each side, and the on-device parity of
+the three engines (same seeds: identical tokens, log-prob differences):
+
+    JAX_PLATFORMS=cuda XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/sampler_throughput.py \
+        --model=llama3.2-1b --dtype=bfloat16 --batches=256 --samples 16 --prompt-tokens 1024 --new-tokens 256 \
+        --repeats 2 --compare-kernels
+
 `--weight-sync` also times the policy hand-off trainer -> sampler on the same params: `weights.publish`
 (Orbax save + LATEST marker) then `WeightWatcher.poll` (restore into memory); `last_ready_latency_s` is the
 marker's time -> params ready.
@@ -113,11 +123,12 @@ def time_call(fn: Callable[[], object]) -> tuple[float, object]:
 
 
 def ours_runner(engine: SamplingEngine, prompts: Sequence[Sequence[int]], new_tokens: int, greedy: bool,
-                cap: int | None = None, samples: int = 1) -> Callable[[], None]:
+                cap: int | None = None, samples: int = 1, keep: list | None = None) -> Callable[[], None]:
     """A closure that generates exactly `new_tokens` for each of `samples` rows per prompt with our engine and
     checks the lengths.
 
     `cap` stops every row after `cap` tokens while keeping the program compiled for `new_tokens` (warm-up).
+    The k-th call uses seed k; `keep`, if given, holds the last call's completions (for parity checks).
     """
     sp = SamplingParams(temperature=0.0 if greedy else 1.0, max_new_tokens=new_tokens, stop_token_ids=())
     caps = None if cap is None else [cap] * len(prompts)
@@ -127,6 +138,8 @@ def ours_runner(engine: SamplingEngine, prompts: Sequence[Sequence[int]], new_to
         seed[0] += 1
         groups = engine.generate(prompts, sp, num_samples=samples, seed=seed[0], max_new_tokens=caps)
         assert all(len(g) == samples and all(c.completion_length == (cap or new_tokens) for c in g) for g in groups)
+        if keep is not None:
+            keep[:] = [groups]
 
     return run
 
@@ -233,6 +246,53 @@ def length_mix(args: argparse.Namespace, config: LlamaConfig, params: dict, hf_d
           "torch.cuda max allocated, - on CPU)")
 
 
+def device_peak_mib() -> float | None:
+    """JAX's process-wide peak device memory so far (`memory_stats()['peak_bytes_in_use']`; None where the
+    backend keeps no such count, e.g. CPU). It is monotone and cannot be reset."""
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats["peak_bytes_in_use"] / 2**20 if "peak_bytes_in_use" in stats else None
+
+
+def parity(a: list, b: list) -> tuple[int, int, float]:
+    """(rows with identical tokens, rows, max |log-prob difference| over the positions before each row's first
+    differing token) between two engines' completions of the same prompts and seed."""
+    same, total, worst = 0, 0, 0.0
+    for ga, gb in zip(a, b):
+        for x, y in zip(ga, gb):
+            total += 1
+            diff = np.flatnonzero(x.tokens != y.tokens)
+            same += diff.size == 0
+            n = diff[0] if diff.size else x.tokens.size
+            if n:
+                worst = max(worst, float(np.abs(x.logprobs[:n] - y.logprobs[:n]).max()))
+    return same, total, worst
+
+
+def print_kernel_comparison(batch: int, n_tok: int, med: dict[str, float], names: dict[str, str],
+                            planned: dict[str, float | None], device_peak: dict[str, float | None],
+                            kept: dict[str, list]) -> None:
+    """The --compare-kernels table of one batch (sides keyed as in `med`, shown as `names`) and parity lines."""
+    print(f"\nbatch {batch}: shared-prefix attention kernels vs copied rows (median of the timed calls)")
+    print("| side | tokens/s | vs copied rows | planned / torch peak MiB | device peak MiB after side |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    fmt = lambda v: "-" if v is None else f"{v:.0f}"  # noqa: E731
+    for k, t in med.items():
+        ratio = f"{med['copied rows'] / t:.2f}x" if "copied rows" in med else "-"
+        print(f"| {names.get(k, k)} | {n_tok / t:.1f} | {ratio} | {fmt(planned.get(k))} | "
+              f"{fmt(device_peak.get(k))} |")
+    print("(planned peak: XLA's plan of the largest generate program, arguments + outputs + temporaries. Device "
+          "peak: JAX's process-wide peak_bytes_in_use read right after each side's warm-up, in table order; it is "
+          "monotone and cannot be reset, so a side only shows its own peak when it exceeds every earlier side's. "
+          "transformers: torch.cuda.max_memory_allocated over one call after reset_peak_memory_stats; - where not "
+          "measured.)")
+    ref = "ours"
+    for k in kept:
+        if k != ref and kept[k] and kept[ref]:
+            same, total, worst = parity(kept[ref][0], kept[k][0])
+            print(f"parity {names[k]} vs {names[ref]} (last timed call, same seeds): tokens identical in "
+                  f"{same}/{total} rows; max |log-prob diff| before the first differing token {worst:.2e}")
+
+
 def measure_weight_sync(params: dict, versions: int) -> dict[str, float]:
     """Publish `versions` successive policy versions to a temporary directory, each followed by a watcher poll.
 
@@ -266,6 +326,12 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=1,
                     help="rows per prompt (GRPO's group): a batch of B rows is B / samples distinct prompts")
     ap.add_argument("--skip-torch", action="store_true", help="measure only our engine")
+    ap.add_argument("--prefix-kernel", default="auto", choices=("auto", "xla", "pallas"),
+                    help="shared rows' attention: the fused Pallas kernels (auto on GPU; interpret mode, slow, "
+                    "elsewhere) or XLA")
+    ap.add_argument("--compare-kernels", action="store_true",
+                    help="with --samples > 1: time the shared engine with both the xla and pallas kernels, the "
+                    "copied-rows engine and transformers; print tokens/s, peak memory and parity per batch")
     ap.add_argument("--skip-copied", action="store_true",
                     help="with --samples > 1, skip the engine that copies each prompt's K/V to its sample rows")
     ap.add_argument("--torch-threads", type=int, default=0,
@@ -285,6 +351,8 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
     if any(b % args.samples for b in batches):
         ap.error(f"every batch must be a multiple of --samples={args.samples}")
+    if args.compare_kernels and args.samples < 2:
+        ap.error("--compare-kernels needs --samples > 1 (the kernels attend over GRPO groups' shared prompts)")
     if args.torch_threads > 0:
         torch.set_num_threads(args.torch_threads)
 
@@ -308,8 +376,17 @@ def main() -> None:
             SamplingEngine, config, params, max_batch=max(batches), max_prompt_len=args.prompt_tokens,
             max_new_tokens=args.new_tokens, batch_buckets=sorted(set(batches) | {b // args.samples for b in batches}),
             prompt_buckets=(args.prompt_tokens,), new_token_buckets=(args.new_tokens,))
-        engine = make_engine()
+        engine = make_engine(prefix_kernel=args.prefix_kernel)
         peaks = {"ours": XlaPeak(engine, ("_fn", "_fn_shared"))}
+        names = {"ours": f"shared {engine.prefix_kernel}", "copied rows": "copied rows",
+                 "transformers": "transformers"}
+        # --compare-kernels: the same shared engine with the other attention kernel, timed beside "ours".
+        other_kernel = {"xla": "pallas", "pallas": "xla"}[engine.prefix_kernel]
+        other = f"shared {other_kernel}"
+        other_engine = make_engine(prefix_kernel=other_kernel) if args.compare_kernels else None
+        if other_engine is not None:
+            peaks[other] = XlaPeak(other_engine, ("_fn", "_fn_shared"))
+            names[other] = other
         # GRPO groups: today's engine (each sample row holds a copy of its prompt's K/V) beside the shared cache.
         copied = make_engine(shared_prefix=False) if args.samples > 1 and not args.skip_copied else None
         if copied is not None:
@@ -321,13 +398,20 @@ def main() -> None:
             warm = ours_runner(engine, prompts, args.new_tokens, args.greedy, cap=1, samples=args.samples)
             first_s, _ = time_call(warm)  # compiles this batch bucket, prefill + 1 token
             compile_s = max(0.0, first_s - time_call(warm)[0])
+            device_peak = {"ours": device_peak_mib()}  # after each side's warm-up (process-wide, monotone)
+            kept: dict[str, list] = {"ours": []}
             sides: dict[str, Callable[[], None]] = {
-                "ours": ours_runner(engine, prompts, args.new_tokens, args.greedy, samples=args.samples)}
-            if copied is not None:
+                "ours": ours_runner(engine, prompts, args.new_tokens, args.greedy, samples=args.samples,
+                                    keep=kept["ours"])}
+            for key, eng in ((other, other_engine), ("copied rows", copied)):
+                if eng is None:
+                    continue
                 for _ in range(2):
-                    ours_runner(copied, prompts, args.new_tokens, args.greedy, cap=1, samples=args.samples)()
-                sides["copied rows"] = ours_runner(copied, prompts, args.new_tokens, args.greedy,
-                                                   samples=args.samples)
+                    ours_runner(eng, prompts, args.new_tokens, args.greedy, cap=1, samples=args.samples)()
+                device_peak[key] = device_peak_mib()
+                kept[key] = []
+                sides[key] = ours_runner(eng, prompts, args.new_tokens, args.greedy, samples=args.samples,
+                                         keep=kept[key])
             if hf_model is not None:
                 pad = tokenizer.eos_token_id
                 for _ in range(2):  # warm-up (allocator, kernels) at this batch size
@@ -352,6 +436,8 @@ def main() -> None:
                   "- on CPU)", flush=True)
             print(f"batch {batch}: " + ", ".join(f"{k} {', '.join(f'{t:.2f}' for t in v)} s" for k, v in times.items())
                   + f"; our compile {compile_s:.2f} s; load average {os.getloadavg()}", flush=True)
+            if args.compare_kernels:
+                print_kernel_comparison(batch, n_tok, med, names, mib, device_peak, kept)
         group = f", {args.samples} rows per prompt" if args.samples > 1 else ""
         print(f"\nprompt {args.prompt_tokens} tokens{group}, {args.new_tokens} new tokens per row, {mode}, "
               f"{args.dtype}, median of {args.repeats} (best in brackets)")
@@ -375,7 +461,7 @@ def main() -> None:
             line = f"| {batch} | {o} | {t} | {r} | {compile_s:.1f} |"
             if roof:
                 fractions = [roofline_fraction(config, batch, args.prompt_tokens, args.new_tokens, med[k],
-                                               args.hbm_gbps) for k in med if k != "copied rows"]
+                                               args.hbm_gbps) for k in ("ours", "transformers") if k in med]
                 line += " " + " / ".join(f"{f:.1%}" for f in fractions) + " |"
             print(line)
     if args.length_mix:

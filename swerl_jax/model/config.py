@@ -37,7 +37,8 @@ class LlamaConfig:
     dtype: str = "float32"
     # Rematerialisation per decoder layer: "none", "full" (save nothing) or a jax.checkpoint_policies name.
     remat: str = "none"
-    # jax.nn.dot_product_attention implementation: None (XLA), "cudnn" (flash attention on H100).
+    # attention kernel (model/attention.py): None (XLA), "cudnn" (causal flash attention on Hopper GPUs),
+    # "cudnn_masked" (cuDNN with the mask as a bias: any mask, all blocks), "pallas" (TPU splash).
     attention_impl: str | None = None
 
     def __post_init__(self) -> None:

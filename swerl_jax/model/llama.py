@@ -130,7 +130,8 @@ class Attention(nn.Module):
             cv = jax.lax.dynamic_update_slice_in_dim(cache[1], v.astype(cache[1].dtype), cache_index, axis=1)
             new_cache = (ck, cv)
             k, v = ck.astype(dt), cv.astype(dt)
-        out = dot_product_attention(q, k, v, mask, d ** -0.5, cfg.attention_impl)
+        with jax.named_scope("attention"):  # the scopes name the parts of a profile (benchmarks/profile_split.py)
+            out = dot_product_attention(q, k, v, mask, d ** -0.5, cfg.attention_impl)
         out = nn.with_logical_constraint(out, ("activation_batch", "activation_length", "activation_heads", None))
         return jnp.einsum("bthd,hde->bte", out, wo.astype(dt)), new_cache
 
@@ -304,6 +305,7 @@ def token_logprobs(config: LlamaConfig, params: dict, tokens: Array, attention_m
     hidden_c = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, -1, chunk, e).swapaxes(0, 1)
     targets_c = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, -1, chunk).swapaxes(0, 1)
 
+    @jax.named_scope("vocab_head")
     def one_chunk(args):
         h, tgt = args
         logits = model.apply({"params": params}, h, method=Llama.logits) / temperature

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from swerl_jax.model.config import LlamaConfig
 from swerl_jax.model.llama import KVCache, rms_normalize, rope_cos_sin, rotate_half_rope
+from swerl_jax.sampler import prefix_attention
 
 
 def zeros_cache(config: LlamaConfig, rows: int, slots: int) -> tuple[KVCache, ...]:
@@ -162,12 +163,16 @@ def _attend_shared(q: jax.Array, prefix: KVCache, own: KVCache, prefix_visible: 
 
 
 def decode_step_shared(config: LlamaConfig, weights: dict, tokens: jax.Array, positions: jax.Array,
-                       prefix_mask: jax.Array, cache: tuple[tuple[KVCache, KVCache], ...], step: jax.Array
-                       ) -> tuple[jax.Array, tuple[tuple[KVCache, KVCache], ...]]:
+                       prefix_mask: jax.Array, cache: tuple[tuple[KVCache, KVCache], ...], step: jax.Array, *,
+                       kernel: str = "xla") -> tuple[jax.Array, tuple[tuple[KVCache, KVCache], ...]]:
     """`decode_step` for GRPO groups (rows = prompts x samples, row r a sample of prompt r // samples) over
     `shared_prefix_cache`: the token's keys/values go to slot `step` of the row's own cache; attention reads each
     prompt's K/V once per group instead of once per row (at 1k-token prompts x 16 samples and 256 new tokens, ~5x
-    fewer cache bytes per step). prefix_mask [prompts, T] marks the prompts' real (not left-pad) slots."""
+    fewer cache bytes per step). prefix_mask [prompts, T] marks the prompts' real (not left-pad) slots.
+    kernel: "xla" (`_attend_shared`) or "pallas" (`prefix_attention.attend_shared_fused`, one fused Triton
+    kernel pair that also skips own slots past `step`; XLA for shapes it does not take)."""
+    if kernel not in ("xla", "pallas"):
+        raise ValueError(f"kernel must be 'xla' or 'pallas', got {kernel!r}")
     n_prompts = prefix_mask.shape[0]
     samples = tokens.shape[0] // n_prompts
     prefix_visible = prefix_mask[:, None, None, None, :]
@@ -182,7 +187,11 @@ def decode_step_shared(config: LlamaConfig, weights: dict, tokens: jax.Array, po
         own = KVCache(k_own, v_own)
         own_visible = jnp.arange(own.v.shape[2]) <= step
         rows, kv, g, d = q.shape
-        out = _attend_shared(q.reshape(n_prompts, samples, kv, g, d), prefix, own, prefix_visible, own_visible)
+        q = q.reshape(n_prompts, samples, kv, g, d)
+        if kernel == "pallas" and prefix_attention.supported(q.shape, d, prefix.v.shape[2], own.v.shape[2]):
+            out = prefix_attention.attend_shared_fused(q, prefix.k, prefix.v, prefix_mask, own.k, own.v, step)
+        else:
+            out = _attend_shared(q, prefix, own, prefix_visible, own_visible)
         return out, (prefix, own)
 
     return _decode(config, weights, tokens, positions, cache, attention)

@@ -90,9 +90,10 @@ def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: tupl
 def _generate_shared(config: LlamaConfig, counter: list[int], params: dict, prompt_tokens: jax.Array,
                      prompt_mask: jax.Array, row_keys: jax.Array, max_new: jax.Array, temperature: jax.Array,
                      top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, *, num_new: int, samples: int,
-                     use_filters: bool):
+                     use_filters: bool, prefix_kernel: str = "xla"):
     """`_generate` for GRPO groups: rows = prompts x `samples`, the prompts' K/V kept once per prompt
-    (`decode.shared_prefix_cache`) instead of copied to every row."""
+    (`decode.shared_prefix_cache`) instead of copied to every row; `prefix_kernel` is `decode_step_shared`'s
+    attention kernel ("xla" or "pallas")."""
     counter[0] += 1
     model = Llama(config)
     variables = {"params": params}
@@ -106,7 +107,8 @@ def _generate_shared(config: LlamaConfig, counter: list[int], params: dict, prom
     weights = decode_weights(config, params)
 
     def step_fn(tok, position, step, cache, _):
-        logits, cache = decode_step_shared(config, weights, tok, position, prompt_mask, cache, step)
+        logits, cache = decode_step_shared(config, weights, tok, position, prompt_mask, cache, step,
+                                           kernel=prefix_kernel)
         return logits, (cache, None)
 
     out_tok, out_lp, length, stopped, _ = _decode_loop(
@@ -153,7 +155,7 @@ class SamplingEngine:
                  max_prompt_len: int = 1024, max_new_tokens: int = 256, eos_token_ids: Sequence[int] = (),
                  batch_buckets: Sequence[int] | None = None, prompt_buckets: Sequence[int] | None = None,
                  new_token_buckets: Sequence[int] | None = None, policy_version: int = 0,
-                 pad_token_id: int = 0, shared_prefix: bool = True) -> None:
+                 pad_token_id: int = 0, shared_prefix: bool = True, prefix_kernel: str = "auto") -> None:
         """Args:
           config, params: the policy.
           tokenizer: optional Hugging Face tokenizer for `text` and stop strings.
@@ -163,7 +165,13 @@ class SamplingEngine:
           *_buckets: padded sizes (sorted); default powers of two up to the limits.
           shared_prefix: with several samples per prompt, keep each prompt's K/V once and attend over it once
             per group (`decode.decode_step_shared`) instead of copying it to every sample's row.
+          prefix_kernel: the shared-prefix attention: "xla", "pallas" (the fused Pallas/Triton kernels of
+            `prefix_attention`; interpret mode, slow, off GPU) or "auto" ("pallas" on a GPU, else "xla").
         """
+        if prefix_kernel not in ("auto", "xla", "pallas"):
+            raise ValueError(f"SamplingEngine(prefix_kernel={prefix_kernel!r}): must be one of 'auto', 'xla', 'pallas'")
+        if prefix_kernel == "auto":
+            prefix_kernel = "pallas" if jax.default_backend() == "gpu" else "xla"
         for name, value in (("max_batch", max_batch), ("max_prompt_len", max_prompt_len),
                             ("max_new_tokens", max_new_tokens)):
             if value < 1:
@@ -184,9 +192,11 @@ class SamplingEngine:
         self._counter = [0]
         self._cache: tuple[KVCache, ...] | None = None
         self.shared_prefix = shared_prefix
+        self.prefix_kernel = prefix_kernel  # resolved: "xla" or "pallas" (static in the shared program)
         self._fn = jax.jit(lambda *a, **kw: _generate(config, self._counter, *a, **kw),
                            static_argnames=("num_new", "use_filters"), donate_argnums=(1,))
-        self._fn_shared = jax.jit(lambda *a, **kw: _generate_shared(config, self._counter, *a, **kw),
+        self._fn_shared = jax.jit(lambda *a, **kw: _generate_shared(config, self._counter, *a, **kw,
+                                                                    prefix_kernel=prefix_kernel),
                                   static_argnames=("num_new", "samples", "use_filters"))
 
     @property

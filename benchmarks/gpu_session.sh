@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# One lent-GPU session's measurements (issue 36), in priority order under one deadline; every part's log is
+# appended to $OUT/all.log (default OUT=/tmp/gpu_out), the profiles go to $OUT/profile_*.tgz. From the repository
+# root of the GPU machine:
+#   DEADLINE=540 bash benchmarks/gpu_session.sh [part ...]     # parts: env train profile decode1k tests torch
+#                                                               #        decode2k mix 8b profile_after (default all)
+# Needs: the image's python3 (jax[cuda], torch, transformers), ml_collections (wheel in .whl/), SmolLM2's
+# tokenizer in $SWERL_JAX_HOME (default .gpu/home). Prints each part's table; a part that would outrun the
+# deadline is skipped and named.
+set -u
+OUT=${OUT:-/tmp/gpu_out}; LOGS=/tmp/gpu_logs; mkdir -p "$OUT" "$LOGS"  # back: all.log and 2 profiles
+DEADLINE=${DEADLINE:-540}
+START=$(date +%s)
+export PYTHONUNBUFFERED=1 SWERL_JAX_HOME=${SWERL_JAX_HOME:-$PWD/.gpu/home} JAX_PLATFORMS=cuda TOKENIZERS_PARALLELISM=false
+PY=${PY:-python3}
+parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(env train profile decode1k tests torch decode2k mix 8b profile_after)
+MFU="benchmarks/train_step_mfu.py --model=llama3.2-1b --seq=4096 --batch=4 --dtype=bfloat16 \
+--remat=dots_with_no_batch_dims_saveable --mesh=h200x1 --chunk 32768 --steps 5"
+SAMPLER="benchmarks/sampler_throughput.py --model=llama3.2-1b --dtype=bfloat16 --new-tokens 256"
+
+run() {  # run NAME SECONDS_NEEDED CMD...: skip when the deadline is nearer than SECONDS_NEEDED
+  local name=$1 need=$2; shift 2
+  local left=$(( DEADLINE - ($(date +%s) - START) ))
+  if [ "$left" -lt "$need" ]; then echo "== $name: SKIPPED ($left s left, needs ~$need s)"; return; fi
+  echo "== $name (at $(( $(date +%s) - START )) s)"
+  timeout "$left" "$@" > "$LOGS/$name.log" 2>&1; local rc=$?
+  { echo "===== $name: $*"; cat "$LOGS/$name.log"; echo "===== $name: rc=$rc"; } >> "$OUT/all.log"
+  grep -v -E "^\s*$|WARNING|warn\(|I0000|E0000|W0000|Loading weights" "$LOGS/$name.log" | tail -n 30
+  echo "== $name: rc=$rc after $(( $(date +%s) - START )) s"
+}
+
+for part in "${parts[@]}"; do case $part in
+  env)
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+    if ! $PY -c "import ml_collections" 2>/dev/null; then
+      $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/ml_collections-*.whl
+      export PYTHONPATH=/tmp/site
+    fi
+    export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+    $PY -c "import jax, flax, optax, torch, transformers; print('jax', jax.__version__, jax.devices(), 'flax', \
+flax.__version__, 'optax', optax.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+    ;;
+  train)  # MFU before (cuDNN given the mask as a bias) and after (cuDNN's causal mask + lengths)
+    export XLA_PYTHON_CLIENT_MEM_FRACTION=0.94
+    run train_masked 100 $PY $MFU --attention=cudnn_masked --no-peer
+    run train_causal 100 $PY $MFU --attention=cudnn --no-peer ;;
+  profile)  # the split of the step before the change; command buffers off so kernels name their HLO op
+    rm -rf /tmp/dump /tmp/prof
+    XLA_FLAGS="--xla_gpu_enable_command_buffer= --xla_dump_to=/tmp/dump --xla_dump_hlo_as_text \
+--xla_dump_hlo_module_re=jit_step" run profile_masked 90 $PY $MFU --attention=cudnn_masked --no-peer \
+      --steps 2 --profile /tmp/prof --hlo-dump /tmp/dump
+    tar czf "$OUT/profile_masked.tgz" /tmp/prof $(ls /tmp/dump/*jit_step*after_optimizations.txt 2>/dev/null) \
+      2>/dev/null ;;
+  profile_after)
+    rm -rf /tmp/dump /tmp/prof
+    XLA_FLAGS="--xla_gpu_enable_command_buffer= --xla_dump_to=/tmp/dump --xla_dump_hlo_as_text \
+--xla_dump_hlo_module_re=jit_step" run profile_causal 90 $PY $MFU --attention=cudnn --no-peer \
+      --steps 2 --profile /tmp/prof --hlo-dump /tmp/dump
+    tar czf "$OUT/profile_causal.tgz" /tmp/prof $(ls /tmp/dump/*jit_step*after_optimizations.txt 2>/dev/null) \
+      2>/dev/null ;;
+  tests)  # the GPU-relevant subset: kernels, fp32 parity against transformers / the copied engine, batching
+    run tests 100 $PY -m pytest -q -p no:cacheprovider tests/model/test_attention.py \
+      tests/sampler/test_prefix_attention.py tests/sampler/test_engine.py tests/model/test_llama.py \
+      tests/sampler/test_continuous.py ;;
+  torch)
+    run train_torch 60 $PY $MFU --attention=cudnn --peer-only ;;
+  decode1k)
+    XLA_PYTHON_CLIENT_PREALLOCATE=false run decode1k 150 $PY $SAMPLER --batches=256 --samples 16 \
+      --prompt-tokens 1024 --repeats 2 --compare-kernels --hbm-gbps=4800 ;;
+  decode2k)
+    XLA_PYTHON_CLIENT_PREALLOCATE=false run decode2k 100 $PY $SAMPLER --batches=256 --samples 16 \
+      --prompt-tokens 2048 --repeats 1 --compare-kernels --skip-torch --hbm-gbps=4800 ;;
+  mix)  # continuous batching vs the static engine on a long-tailed mix of answer lengths
+    XLA_PYTHON_CLIENT_PREALLOCATE=false run mix 90 $PY benchmarks/sampler_throughput.py --model=llama3.2-1b \
+      --dtype=bfloat16 --batches=32 --prompt-tokens 512 --new-tokens 512 --length-mix 128 --repeats 1 \
+      --skip-torch ;;
+  8b)  # the 8B shape on one GPU: bf16 master weights and Adam moments (fp32 would need 128 GB of state)
+    run train_8b 150 $PY benchmarks/train_step_mfu.py --model=llama3.1-8b --seq=4096 --batch=1 \
+      --dtype=bfloat16 --param-dtype=bfloat16 --remat=full --mesh=h200x1 --chunk 4096 --steps 3 \
+      --attention=cudnn --no-peer ;;
+  *) echo "unknown part $part" ;;
+esac; done
+echo "== done after $(( $(date +%s) - START )) s"
