@@ -3,7 +3,8 @@
 # appended to $OUT/all.log (default OUT=/tmp/gpu_out), the profiles go to $OUT/profile_*.tgz. From the repository
 # root of the GPU machine:
 #   DEADLINE=540 bash benchmarks/gpu_session.sh [part ...]     # parts: env train profile decode1k tests torch
-#                                                               #        decode2k mix 8b profile_after (default all)
+#                                                               #   decode2k mix 8b profile_after (default: all
+#                                                               #   these), causal (train's second half alone)
 # Needs: the image's python3 (jax[cuda], torch, transformers), ml_collections (wheel in .whl/), SmolLM2's
 # tokenizer in $SWERL_JAX_HOME (default .gpu/home). Prints each part's table; a part that would outrun the
 # deadline is skipped and named.
@@ -44,6 +45,9 @@ flax.__version__, 'optax', optax.__version__, 'torch', torch.__version__, 'trans
     export XLA_PYTHON_CLIENT_MEM_FRACTION=0.94
     run train_masked 100 $PY $MFU --attention=cudnn_masked --no-peer
     run train_causal 100 $PY $MFU --attention=cudnn --no-peer ;;
+  causal)  # the "after" alone
+    export XLA_PYTHON_CLIENT_MEM_FRACTION=0.94
+    run train_causal 100 $PY $MFU --attention=cudnn --no-peer ;;
   profile)  # the split of the step before the change; command buffers off so kernels name their HLO op
     rm -rf /tmp/dump /tmp/prof
     XLA_FLAGS="--xla_gpu_enable_command_buffer= --xla_dump_to=/tmp/dump --xla_dump_hlo_as_text \
@@ -68,14 +72,14 @@ flax.__version__, 'optax', optax.__version__, 'torch', torch.__version__, 'trans
     XLA_PYTHON_CLIENT_PREALLOCATE=false run decode1k 150 $PY $SAMPLER --batches=256 --samples 16 \
       --prompt-tokens 1024 --repeats 2 --compare-kernels --hbm-gbps=4800 ;;
   decode2k)
-    XLA_PYTHON_CLIENT_PREALLOCATE=false run decode2k 100 $PY $SAMPLER --batches=256 --samples 16 \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false run decode2k 70 $PY $SAMPLER --batches=256 --samples 16 \
       --prompt-tokens 2048 --repeats 1 --compare-kernels --skip-torch --hbm-gbps=4800 ;;
   mix)  # continuous batching vs the static engine on a long-tailed mix of answer lengths
-    XLA_PYTHON_CLIENT_PREALLOCATE=false run mix 90 $PY benchmarks/sampler_throughput.py --model=llama3.2-1b \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false run mix 60 $PY benchmarks/sampler_throughput.py --model=llama3.2-1b \
       --dtype=bfloat16 --batches=32 --prompt-tokens 512 --new-tokens 512 --length-mix 128 --repeats 1 \
       --skip-torch ;;
   8b)  # the 8B shape on one GPU: bf16 master weights and Adam moments (fp32 would need 128 GB of state)
-    run train_8b 150 $PY benchmarks/train_step_mfu.py --model=llama3.1-8b --seq=4096 --batch=1 \
+    run train_8b 100 $PY benchmarks/train_step_mfu.py --model=llama3.1-8b --seq=4096 --batch=1 \
       --dtype=bfloat16 --param-dtype=bfloat16 --remat=full --mesh=h200x1 --chunk 4096 --steps 3 \
       --attention=cudnn --no-peer ;;
   *) echo "unknown part $part" ;;

@@ -145,3 +145,27 @@ def test_bf16_compute_runs_close_to_fp32(converted):
     scale = np.abs(fp32[mask]).max()
     assert np.abs(out[mask] - fp32[mask]).max() <= 0.1 * scale
     assert (out[mask].argmax(-1) == fp32[mask].argmax(-1)).mean() >= 0.8
+
+
+def test_head_logits_backward_runs_in_the_compute_dtype():
+    """`head_logits`: fp32 logits; its gradients equal plain autodiff's exactly in fp32, and in bf16 they are bf16
+    (the fp32 cotangent cast first: no fp32 GEMM over the vocabulary) within bf16 rounding of autodiff's."""
+    from swerl_jax.model.llama import head_logits
+
+    rng = np.random.default_rng(0)
+    target = jnp.asarray(rng.normal(size=(2, 5, 40)), jnp.float32)
+    for dt, tol in ((jnp.float32, 0.0), (jnp.bfloat16, 1e-2)):
+        h = jnp.asarray(rng.normal(size=(2, 5, 16)), dt)
+        w = jnp.asarray(rng.normal(size=(16, 40)), dt)
+
+        def ours(h, w):
+            return (head_logits(h, w) * target).sum()
+
+        def plain(h, w):
+            return (jnp.einsum("...e,ev->...v", h, w, preferred_element_type=jnp.float32) * target).sum()
+
+        assert head_logits(h, w).dtype == jnp.float32 and ours(h, w) == plain(h, w)
+        for a, b in zip(jax.grad(ours, (0, 1))(h, w), jax.grad(plain, (0, 1))(h, w)):
+            assert a.dtype == dt
+            a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+            assert np.linalg.norm(a - b) <= tol * np.linalg.norm(b)

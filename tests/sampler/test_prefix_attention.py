@@ -113,13 +113,9 @@ def test_exports_for_cuda(monkeypatch, d, t):
     args = (sds((p, s, kv, g, d), dt), sds((p, kv, d, t), dt), sds((p, kv, t, d), dt), sds((p, t), jnp.bool_),
             sds((p * s, kv, d, n), dt), sds((p * s, kv, n, d), dt), sds((), jnp.int32))
     fn = jax.jit(lambda *a: attend_shared_fused(*a, interpret=False))
-    try:
-        exported = jax.export.export(fn, platforms=["cuda"], disabled_checks=[
-            jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(*args)
-    except Exception as e:  # an install without CUDA lowering support is not a kernel failure
-        if any(w in str(e).lower() for w in ("plugin", "unknown platform", "unsupported platform")):
-            pytest.skip(f"cannot lower for CUDA on this install: {e}")
-        raise
+    # Cross-lowering for CUDA needs no GPU: the pinned jaxlib lowers Pallas to Triton on any machine.
+    exported = jax.export.export(fn, platforms=["cuda"], disabled_checks=[
+        jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(*args)
     assert exported.mlir_module().count("__gpu$xla.gpu.triton") == 2
     print(f"Triton modules verified: {verified}")
     assert verified in ([], [True, True])
