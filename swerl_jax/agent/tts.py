@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = pathlib.Path(args.out)
     refuse_other_config(out / "tts_config.json", json.loads(c.to_json()))  # finished batches are reused
 
-    from swerl_jax.sampler.server import load_engine
+    from swerl_jax.sampler.factory import load_engine
     from swerl_jax.tokenizer import tokenizer_for
 
     raw_policy = _policy_config(c)

@@ -105,7 +105,7 @@ def evaluate_params(config, params: dict) -> dict:
     """The held-out repair metric of `params` (host arrays, the model's layout), greedy: the `eval/*` scalars the
     GRPO trainer logs every `eval.every_steps`, for a policy outside it (the SFT stage's, the RL-vs-SFT baseline)."""
     from swerl_jax.rl.trainer import sampling_params  # JAX: only when a policy is evaluated
-    from swerl_jax.sampler.server import build_engine
+    from swerl_jax.sampler.factory import build_engine
     from swerl_jax.tokenizer import tokenizer_for
 
     engine = build_engine(config)
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> RepairScore:
             raise ValueError(f"--address {args.address}: {err}") from None
         generate = client_generate(client, tokenizer, sampling, args.samples, args.seed)
     else:
-        from swerl_jax.sampler.server import load_engine
+        from swerl_jax.sampler.factory import load_engine
         from swerl_jax.sampler.weights import load
 
         engine, _ = load_engine(config, weights_dir=args.weights)

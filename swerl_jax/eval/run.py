@@ -49,7 +49,7 @@ def build_chat(c, instances: list[dict]):
         client = SamplerClient(parse_address(c.address), timeout_s=policy.sampler.request_timeout_s)
         return backends.EngineChat(tokenizer, int(c.max_new_tokens), int(c.max_prompt_len), client=client,
                                    **common), count
-    from swerl_jax.sampler.server import load_engine
+    from swerl_jax.sampler.factory import load_engine
     from swerl_jax.sampler.weights import load
 
     engine, _ = load_engine(policy, weights_dir=c.weights)

@@ -48,7 +48,7 @@ from swerl_jax.rl.rollouts import RolloutGroups, build_train_batch, flatten_grou
 from swerl_jax.sampler import weights
 from swerl_jax.sampler.client import SamplerClient
 from swerl_jax.sampler.engine import SamplingParams
-from swerl_jax.sampler.server import build_engine
+from swerl_jax.sampler.factory import build_engine
 from swerl_jax.tokenizer import tokenizer_for
 
 log = logging.getLogger("swerl_jax.rl")

@@ -10,8 +10,8 @@ from experiments import tiny_cpu
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import init_params
 from swerl_jax.policy import model_config_from
+from swerl_jax.sampler import factory, weights
 from swerl_jax.sampler import server as server_mod
-from swerl_jax.sampler import weights
 
 
 def _config():
@@ -23,7 +23,7 @@ def _config():
 
 def _spy(monkeypatch, calls: dict):
     """Count weight reads: published versions, HF directories and concrete (not shape-only) random inits."""
-    load, load_hf, init = server_mod.load, server_mod.load_hf, server_mod.init_params
+    load, load_hf, init = factory.load, factory.load_hf, factory.init_params
 
     def spy_load(directory, version, like=None):
         calls.setdefault("load", []).append(version)
@@ -38,9 +38,9 @@ def _spy(monkeypatch, calls: dict):
             calls.setdefault("init", []).append(key)
         return init(cfg, key)
 
-    monkeypatch.setattr(server_mod, "load", spy_load)
-    monkeypatch.setattr(server_mod, "load_hf", spy_load_hf)
-    monkeypatch.setattr(server_mod, "init_params", spy_init)
+    monkeypatch.setattr(factory, "load", spy_load)
+    monkeypatch.setattr(factory, "load_hf", spy_load_hf)
+    monkeypatch.setattr(factory, "init_params", spy_init)
     monkeypatch.setattr(weights, "load", spy_load)  # the watcher's reads
 
 
@@ -84,6 +84,6 @@ def test_without_a_published_version_the_seeded_init_is_used_once(tmp_path, monk
 def test_server_and_trainer_build_the_same_model_config():
     config = _config()
     config.model.remat, config.model.attention_impl = "full", "xla"
-    engine_config = server_mod.load_policy(config)[0]
+    engine_config = factory.load_policy(config)[0]
     assert engine_config == model_config_from(config)
     assert engine_config.remat == "full"
