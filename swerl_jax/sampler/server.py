@@ -31,6 +31,7 @@ import threading
 
 from swerl_jax.config import resolve_config
 from swerl_jax.sampler import protocol
+from swerl_jax.sampler.engine import SamplingEngine
 from swerl_jax.sampler.factory import load_engine
 from swerl_jax.sampler.types import SECRET_ENV, RequestTooLarge
 from swerl_jax.sampler.weights import WeightWatcher
