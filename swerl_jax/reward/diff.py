@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - exercised only where cydifflib is abse
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from swerl_jax.reward.ratio import _run_left, _run_right
+from swerl_jax.reward.ratio import common_run_left, common_run_right
 from swerl_jax.reward.ratio import ratio as _exact_ratio
 
 
@@ -66,12 +66,12 @@ class SplitText:
 
 def _common_prefix_len(a: str, b: str) -> int:
     """Length of the longest common prefix of a and b (galloping slice comparisons)."""
-    return _run_right(a, b, 0, 0, 0, min(len(a), len(b)))
+    return common_run_right(a, b, 0, 0, 0, min(len(a), len(b)))
 
 
 def _common_suffix_len(a: str, b: str, start: int) -> int:
     """Length of the longest common suffix of a[start:] and b[start:]."""
-    return _run_left(a, b, len(a), len(b), min(len(a), len(b)) - start)
+    return common_run_left(a, b, len(a), len(b), min(len(a), len(b)) - start)
 
 
 def edited_lines(base: SplitText, new: str) -> list[str]:

@@ -64,8 +64,9 @@ def _matcher_total(a: str, b: str) -> int:
     return sum(block[2] for block in _lib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks())
 
 
-def _run_right(a: str, b: str, i: int, j: int, known: int, limit: int) -> int:
-    """Largest n <= limit with a[i:i+n] == b[j:j+n], given that it holds for n = known (galloping)."""
+def common_run_right(a: str, b: str, i: int, j: int, known: int, limit: int) -> int:
+    """Largest n <= limit with a[i:i+n] == b[j:j+n], given that it holds for n = known (galloping: O(log n)
+    slice comparisons). Shared with `reward.diff`, which trims common prefixes and suffixes with it."""
     lo, step = known, 64
     while lo < limit:
         hi = min(lo + step, limit)
@@ -81,7 +82,7 @@ def _run_right(a: str, b: str, i: int, j: int, known: int, limit: int) -> int:
     return lo
 
 
-def _run_left(a: str, b: str, i: int, j: int, limit: int) -> int:
+def common_run_left(a: str, b: str, i: int, j: int, limit: int) -> int:
     """Largest n <= limit with a[i-n:i] == b[j-n:j] (galloping)."""
     lo, step = 0, 64
     while lo < limit:
@@ -120,8 +121,8 @@ def _sampled_runs(
             # Grams are visited in increasing jj, so on one diagonal in increasing p: only the last run
             # found there can contain p.
             if p >= run_end.get(d, -1):
-                left = _run_left(a, b, p, jj, min(p - alo, jj - blo))
-                right = _run_right(a, b, p, jj, q, min(ahi - p, bhi - jj))
+                left = common_run_left(a, b, p, jj, min(p - alo, jj - blo))
+                right = common_run_right(a, b, p, jj, q, min(ahi - p, bhi - jj))
                 start, end = p - left, p + right
                 run_end[d] = end
                 key = (start - end, start, start + d)
@@ -196,10 +197,10 @@ def _repeats(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int, da: int, db
     """
     if 2 * da > ahi - alo or 2 * db > bhi - blo:
         return 1
-    reps = (da + _run_right(a, a, alo, alo + da, 0, ahi - alo - da)) // da  # pa // da
+    reps = (da + common_run_right(a, a, alo, alo + da, 0, ahi - alo - da)) // da  # pa // da
     if reps < 2:
         return 1
-    return min(reps, (db + _run_right(b, b, blo, blo + db, 0, bhi - blo - db)) // db)  # and pb // db
+    return min(reps, (db + common_run_right(b, b, blo, blo + db, 0, bhi - blo - db)) // db)  # and pb // db
 
 
 def _short_match(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int] | None:
