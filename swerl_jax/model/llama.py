@@ -242,7 +242,11 @@ class Llama(nn.Module):
     def logits(self, hidden: Array) -> Array:
         """Project hidden states [..., hidden] to fp32 vocabulary logits."""
         head = self.embed_tokens.T if self.config.tie_word_embeddings else self.lm_head
-        logits = head_logits(hidden, head.astype(hidden.dtype))
+        if hidden.dtype == jnp.float32:  # autodiff's backward is fp32 already: keep its exact rounding
+            logits = jnp.einsum("...e,ev->...v", hidden, head.astype(hidden.dtype),
+                                preferred_element_type=jnp.float32)
+        else:
+            logits = head_logits(hidden, head.astype(hidden.dtype))
         return nn.with_logical_constraint(logits, ("activation_batch", "activation_length", "activation_vocab"))
 
 
@@ -253,7 +257,9 @@ def head_logits(hidden: Array, head: Array) -> Array:
     Plain autodiff would give the two backward matmuls the fp32 cotangent of the fp32 logits, i.e. fp32 GEMMs
     (TF32 on a GPU) over the whole vocabulary: on an H200, Llama-3.2-1B at 4 x 4096 tokens, 62 of a 425 ms step
     against 11 ms for the bf16 forward (BENCHMARKS.md). The cotangent is cast to the compute dtype first, as
-    mixed-precision training does for every other layer; with fp32 compute nothing changes.
+    mixed-precision training does for every other layer. `Llama.logits` uses it for bf16/fp16 compute only: in
+    fp32 its gradients equal autodiff's up to rounding, and the CPU GRPO demo's trajectory is chaotic enough that
+    a rounding change turned its rising reward into a collapse (tests/test_demo.py caught it).
     """
     return jnp.einsum("...e,ev->...v", hidden, head, preferred_element_type=jnp.float32)
 
