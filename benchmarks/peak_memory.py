@@ -10,15 +10,16 @@ import torch
 
 
 class XlaPeak:
-    """Wraps an engine's jitted programs and records the largest peak device memory XLA plans for any of them
-    (arguments + outputs + temporaries - donated aliases, `compiled.memory_analysis()`): the same figure on CPU,
-    GPU and TPU, and what decides whether a batch fits. Each new shape is compiled once more for the analysis
-    (outside the timed calls: the warm-ups reach every shape first)."""
+    """Wraps an engine's jitted programs (by name, in its `programs`: a `sampler.core.Programs`) and records the
+    largest peak device memory XLA plans for any of them (arguments + outputs + temporaries - donated aliases,
+    `compiled.memory_analysis()`): the same figure on CPU, GPU and TPU, and what decides whether a batch fits.
+    Each new shape is compiled once more for the analysis (outside the timed calls: the warm-ups reach every shape
+    first)."""
 
     def __init__(self, engine: object, programs: Sequence[str]) -> None:
         self.bytes = 0
         for name in programs:
-            setattr(engine, name, self._wrap(getattr(engine, name)))
+            engine.programs.wrap(name, self._wrap)
 
     def _wrap(self, jitted: Callable) -> Callable:
         seen: set[str] = set()

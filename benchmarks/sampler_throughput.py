@@ -210,8 +210,8 @@ def length_mix(args: argparse.Namespace, config: LlamaConfig, params: dict, hf_d
               prompt_buckets=(args.prompt_tokens,))
     static = SamplingEngine(config, params, new_token_buckets=(args.new_tokens,), **kw)
     pool = ContinuousEngine(config, params, segment=32, **kw)
-    peaks = {"static engine": XlaPeak(static, ("_fn", "_fn_shared")),
-             "continuous batching": XlaPeak(pool, ("_insert_fn", "_segment_fn"))}
+    peaks = {"static engine": XlaPeak(static, ("generate", "generate_shared")),
+             "continuous batching": XlaPeak(pool, ("insert", "segment"))}
     sides = {"static engine": lambda: static.generate(prompts, sp, max_new_tokens=caps),
              "continuous batching": lambda: pool.generate(prompts, sp, max_new_tokens=caps)}
     if not args.skip_torch:
@@ -377,7 +377,7 @@ def main() -> None:
             max_new_tokens=args.new_tokens, batch_buckets=sorted(set(batches) | {b // args.samples for b in batches}),
             prompt_buckets=(args.prompt_tokens,), new_token_buckets=(args.new_tokens,))
         engine = make_engine(prefix_kernel=args.prefix_kernel)
-        peaks = {"ours": XlaPeak(engine, ("_fn", "_fn_shared"))}
+        peaks = {"ours": XlaPeak(engine, ("generate", "generate_shared"))}
         names = {"ours": f"shared {engine.prefix_kernel}", "copied rows": "copied rows",
                  "transformers": "transformers"}
         # --compare-kernels: the same shared engine with the other attention kernel, timed beside "ours".
@@ -385,12 +385,12 @@ def main() -> None:
         other = f"shared {other_kernel}"
         other_engine = make_engine(prefix_kernel=other_kernel) if args.compare_kernels else None
         if other_engine is not None:
-            peaks[other] = XlaPeak(other_engine, ("_fn", "_fn_shared"))
+            peaks[other] = XlaPeak(other_engine, ("generate", "generate_shared"))
             names[other] = other
         # GRPO groups: today's engine (each sample row holds a copy of its prompt's K/V) beside the shared cache.
         copied = make_engine(shared_prefix=False) if args.samples > 1 and not args.skip_copied else None
         if copied is not None:
-            peaks["copied rows"] = XlaPeak(copied, ("_fn", "_fn_shared"))
+            peaks["copied rows"] = XlaPeak(copied, ("generate", "generate_shared"))
         for batch in batches:
             # Ids of a vocabulary smaller than SmolLM2's (random-weight test shapes) wrap around.
             prompts = [[t % config.vocab_size for t in p]

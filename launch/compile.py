@@ -14,7 +14,7 @@ are `ShapeDtypeStruct`s carrying their shardings, so nothing is materialised. Co
   when rl.kl_coef > 0) or the SFT loss, with the config's optimizer, micro-batches and remat: the function
   the trainers run, at the longest prompt + completion the config allows;
 - prefill: the sampler's prompt pass (`Llama` with a KV cache of `data.max_prompt_len` slots, as
-  `sampler.engine._generate` runs it) for `sampler.max_batch` prompts;
+  `sampler.core.prefill` runs it) for `sampler.max_batch` prompts;
 - decode: one `sampler.decode.decode_step` token for `sampler.max_batch` rows over a full-length cache;
 - decode_grpo (opt-in, `--programs=...,decode_grpo`): one `decode_step_shared` token, the engine's path for GRPO
   groups (each prompt's K/V once, `rl.num_samples` rows reading it).

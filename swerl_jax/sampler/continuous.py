@@ -8,11 +8,17 @@ its own token (`decode.decode_step_rows`). Between segments the host collects fi
 requests into them. A row's randomness is `fold_in(fold_in(fold_in(PRNGKey(seed), prompt), sample), token)`, as
 in `SamplingEngine`, so a request's completion does not depend on which requests share the pool with it, or
 when it was admitted.
+
+Built on the sampler core: `core.prefill` for the inserted prompts, `core.finish` for finished rows, the core's
+host-side padding and per-row inputs, and the engine's `programs` (so `compile_count` counts insert and segment).
+The segment is its own loop rather than `core.decode_loop`: its rows are at different tokens and slots, and it
+resumes from a carried state instead of starting from a prefill.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -20,9 +26,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from swerl_jax.model.config import LlamaConfig
-from swerl_jax.model.llama import KVCache, Llama, positions_from_mask
+from swerl_jax.model.llama import KVCache
+from swerl_jax.sampler.core import (
+    RowParams,
+    bucket,
+    finish,
+    left_pad,
+    prefill,
+    row_key,
+    row_params,
+    stop_ids,
+    uses_filters,
+)
 from swerl_jax.sampler.decode import decode_step_rows, decode_weights, zeros_cache
-from swerl_jax.sampler.engine import SamplingEngine, _bucket
+from swerl_jax.sampler.engine import SamplingEngine
 from swerl_jax.sampler.sampling import sample_tokens
 from swerl_jax.sampler.types import Completion, RequestTooLarge, SamplingParams
 
@@ -31,19 +48,15 @@ State = collections.namedtuple("State", "cache kv_mask logits position step acti
                                         "temperature top_p top_k out_tok out_lp")
 
 
-def _insert(config: LlamaConfig, counter: list[int], params: dict, state: State, tokens: jax.Array,
-            mask: jax.Array, row_src: jax.Array, dest: jax.Array, row_keys: jax.Array, max_new: jax.Array,
-            temperature: jax.Array, top_p: jax.Array, top_k: jax.Array) -> State:
+def _insert(config: LlamaConfig, params: dict, state: State, tokens: jax.Array, mask: jax.Array,
+            row_src: jax.Array, dest: jax.Array, rows: RowParams) -> State:
     """Prefill `tokens` [prompts, t] once and admit them into rows `dest` (row `dest[i]` takes prompt
     `row_src[i]`; entries with dest = rows are padding and dropped)."""
-    counter[0] += 1
-    model = Llama(config)
-    n_prompts, t = tokens.shape
-    rows, total = state.kv_mask.shape
+    t = tokens.shape[1]
+    total = state.kv_mask.shape[1]
     first = total - int(state.out_tok.shape[1]) - t  # the prompt ends where the new tokens begin
-    pre = KVCache.zeros(config, n_prompts, t, dtype=config.dtype)
-    hidden, pre = model.apply({"params": params}, tokens, positions_from_mask(mask), mask, pre, 0, return_hidden=True)
-    logits = model.apply({"params": params}, hidden[:, -1], method=Llama.logits)[row_src]
+    logits, pre = prefill(config, params, tokens, mask)
+    logits = logits[row_src]
     cache = tuple(KVCache(c.k.at[dest, :, :, first:first + t].set(pre.k[i][row_src].transpose(0, 2, 3, 1)
                                                                    .astype(c.k.dtype), mode="drop"),
                           c.v.at[dest, :, first:first + t].set(pre.v[i][row_src].transpose(0, 2, 1, 3)
@@ -55,16 +68,15 @@ def _insert(config: LlamaConfig, counter: list[int], params: dict, state: State,
 
     return State(cache, put(state.kv_mask, row_mask), put(state.logits, logits),
                  put(state.position, jnp.sum(mask, axis=-1, dtype=jnp.int32)[row_src]),
-                 put(state.step, jnp.zeros_like(dest)), put(state.active, max_new > 0),
-                 put(state.stopped, jnp.zeros(dest.shape, bool)), put(state.max_new, max_new),
-                 put(state.keys, row_keys), put(state.temperature, temperature), put(state.top_p, top_p),
-                 put(state.top_k, top_k), state.out_tok, state.out_lp)
+                 put(state.step, jnp.zeros_like(dest)), put(state.active, rows.max_new > 0),
+                 put(state.stopped, jnp.zeros(dest.shape, bool)), put(state.max_new, rows.max_new),
+                 put(state.keys, rows.keys), put(state.temperature, rows.temperature), put(state.top_p, rows.top_p),
+                 put(state.top_k, rows.top_k), state.out_tok, state.out_lp)
 
 
-def _segment(config: LlamaConfig, counter: list[int], weights: dict, state: State, stop_ids: jax.Array, *,
-             steps: int, use_filters: bool) -> State:
+def _segment(config: LlamaConfig, weights: dict, state: State, stop: jax.Array, *, steps: int,
+             use_filters: bool) -> State:
     """Decode up to `steps` tokens for every active row (stops early when none is active)."""
-    counter[0] += 1
     rows, total = state.kv_mask.shape
     num_new = state.out_tok.shape[1]
     first_new = total - num_new
@@ -77,7 +89,7 @@ def _segment(config: LlamaConfig, counter: list[int], weights: dict, state: Stat
         at = jnp.where(s.active, s.step, num_new)  # finished / empty rows write nowhere
         out_tok = s.out_tok.at[r, at].set(tok, mode="drop")
         out_lp = s.out_lp.at[r, at].set(lp, mode="drop")
-        hit_stop = s.active & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
+        hit_stop = s.active & jnp.any(tok[:, None] == stop[None, :], axis=-1)
         step = s.step + s.active
         done = hit_stop | (step >= s.max_new)
         slot = first_new + jnp.minimum(s.step, num_new - 1)
@@ -99,10 +111,13 @@ class ContinuousEngine(SamplingEngine):
         `SamplingEngine` (`max_batch` is the pool's rows, the cache holds max_prompt_len + max_new_tokens)."""
         super().__init__(config, params, shared_prefix=False, **kwargs)
         self.segment = segment
-        self._insert_fn = jax.jit(lambda *a: _insert(config, self._counter, *a), donate_argnums=(1,))
-        self._segment_fn = jax.jit(lambda *a, **kw: _segment(config, self._counter, *a, **kw),
-                                   static_argnames=("steps", "use_filters"), donate_argnums=(1,))
-        self._weights_fn = jax.jit(lambda p: decode_weights(config, p))
+        # the pool's state (argument 1) is donated to both: each call returns the next one
+        self.programs.define("insert", functools.partial(_insert, config), donate_argnums=(1,))
+        self.programs.define("segment", functools.partial(_segment, config), static_argnames=("steps", "use_filters"),
+                             donate_argnums=(1,))
+        # once per generate call, outside the segments; a re-layout of the weights, not a generation program, so
+        # it stays out of compile_count
+        self.programs.define("weights", functools.partial(decode_weights, config), counted=False)
 
     def _empty_state(self) -> State:
         rows, total, n = self.max_batch, self.max_prompt_len + self.max_new_tokens, self.max_new_tokens
@@ -128,11 +143,8 @@ class ContinuousEngine(SamplingEngine):
                 raise RequestTooLarge(f"max_new_tokens[{i}]={cap} is not in [1, {self.max_new_tokens}]")
         base = jax.random.PRNGKey(seed)
         pending = collections.deque((i, j) for i in range(len(prompts)) for j in range(num_samples))
-        stop = sampling.stop_token_ids if sampling.stop_token_ids is not None else self.eos_token_ids
-        stop_ids = np.full(max(1, len(stop)), -1, np.int32)
-        stop_ids[:len(stop)] = stop
-        use_filters = sampling.top_k > 0 or sampling.top_p < 1.0
-        weights = self._weights_fn(self.params)
+        stop, use_filters = stop_ids(sampling, self.eos_token_ids), uses_filters(sampling)
+        weights = self.programs["weights"](self.params)
         state = self._empty_state()
         owner: dict[int, tuple[int, int]] = {}  # row -> (prompt, sample)
         done: dict[tuple[int, int], Completion] = {}
@@ -142,7 +154,7 @@ class ContinuousEngine(SamplingEngine):
                 admitted = [pending.popleft() for _ in range(min(len(free), len(pending)))]
                 state = self._admit(state, prompts, caps, admitted, free, base, sampling)
                 owner.update(zip(free, admitted))
-            state = self._segment_fn(weights, state, stop_ids, steps=self.segment, use_filters=use_filters)
+            state = self.programs["segment"](weights, state, stop, steps=self.segment, use_filters=use_filters)
             active, step, stopped = jax.device_get((state.active, state.step, state.stopped))
             finished = [r for r in owner if not active[r]]
             if finished:
@@ -150,30 +162,24 @@ class ContinuousEngine(SamplingEngine):
                 for r in finished:
                     i, j = owner.pop(r)
                     n = int(step[r])
-                    done[(i, j)] = self._finish(i, j, prompts[i].size, out_tok[r, :n], out_lp[r, :n],
-                                                bool(stopped[r]), sampling)
+                    done[(i, j)] = finish(self.tokenizer, self.policy_version, i, j, prompts[i].size,
+                                          out_tok[r, :n], out_lp[r, :n], bool(stopped[r]), sampling)
         return [[done[(i, j)] for j in range(num_samples)] for i in range(len(prompts))]
 
     def _admit(self, state: State, prompts: list[np.ndarray], caps: list[int], admitted: list[tuple[int, int]],
                free: list[int], base: jax.Array, sampling: SamplingParams) -> State:
         """Prefill the admitted requests' prompts (each once) into their rows."""
         unique = list(dict.fromkeys(i for i, _ in admitted))
-        n_p = _bucket(len(unique), self.batch_buckets, "prompts per insert")
-        t = _bucket(max(prompts[i].size for i in unique), self.prompt_buckets, "prompt length")
-        tokens = np.full((n_p, t), self.pad_token_id, np.int32)
-        mask = np.zeros((n_p, t), bool)
-        mask[:, -1] = True
-        for k, i in enumerate(unique):
-            tokens[k, t - prompts[i].size:] = prompts[i]
-            mask[k, t - prompts[i].size:] = True
-        n_rows = _bucket(len(admitted), self.batch_buckets, "rows per insert")
+        n_p = bucket(len(unique), self.batch_buckets, "prompts per insert")
+        t = bucket(max(prompts[i].size for i in unique), self.prompt_buckets, "prompt length")
+        tokens, mask = left_pad([prompts[i] for i in unique], n_p, t, self.pad_token_id)
+        n_rows = bucket(len(admitted), self.batch_buckets, "rows per insert")
+        # padding entries' dest is out of range: the insert drops them
         row_src, dest = np.zeros(n_rows, np.int32), np.full(n_rows, self.max_batch, np.int32)
         max_new = np.zeros(n_rows, np.int32)
         keys = [base] * n_rows
         for k, ((i, j), row) in enumerate(zip(admitted, free)):
             row_src[k], dest[k], max_new[k] = unique.index(i), row, caps[i]
-            keys[k] = jax.random.fold_in(jax.random.fold_in(base, i), j)
-        full = lambda v, dt: np.full(n_rows, v, dt)  # noqa: E731
-        return self._insert_fn(self.params, state, tokens, mask, row_src, dest, jnp.stack(keys), max_new,
-                               full(sampling.temperature, np.float32), full(sampling.top_p, np.float32),
-                               full(sampling.top_k, np.int32))
+            keys[k] = row_key(base, i, j)
+        return self.programs["insert"](self.params, state, tokens, mask, row_src, dest,
+                                       row_params(sampling, keys, max_new))

@@ -41,7 +41,7 @@ def decode_weights(config: LlamaConfig, params: dict) -> dict:
     """Decode weights in the compute dtype: per-layer, transposed to [out, in], q/k/v and gate/up fused.
 
     Returns {"layers": one dict per layer, "norm": final norm scale [embed, 1], "head": [vocab, embed], "embed":
-    the token embedding as stored}. Called inside the jitted `_generate`, before
+    the token embedding as stored}. Called inside each engine's jitted program, before
     the decode loop: one copy of the weights per call (~0.1 s for SmolLM2-135M on CPU), after which every matmul
     of every step reads a whole, separate buffer. The [out, in] layout is for `decode_step`'s feature-major
     activations (see there).
@@ -135,8 +135,8 @@ def shared_prefix_cache(config: LlamaConfig, prefilled: KVCache, rows: int, num_
                  for i in range(config.num_layers))
 
 
-def _attend_shared(q: jax.Array, prefix: KVCache, own: KVCache, prefix_visible: jax.Array,
-                   own_visible: jax.Array) -> jax.Array:
+def attend_shared(q: jax.Array, prefix: KVCache, own: KVCache, prefix_visible: jax.Array,
+                  own_visible: jax.Array) -> jax.Array:
     """Decode attention of GRPO groups: each prompt's cache is read once for all its samples.
 
     q [prompts, samples, kv, groups, d]; prefix k [prompts, kv, d, T] / v [prompts, kv, T, d]; own k [rows, kv, d,
@@ -169,7 +169,7 @@ def decode_step_shared(config: LlamaConfig, weights: dict, tokens: jax.Array, po
     `shared_prefix_cache`: the token's keys/values go to slot `step` of the row's own cache; attention reads each
     prompt's K/V once per group instead of once per row (at 1k-token prompts x 16 samples and 256 new tokens, ~5x
     fewer cache bytes per step). prefix_mask [prompts, T] marks the prompts' real (not left-pad) slots.
-    kernel: "xla" (`_attend_shared`) or "pallas" (`prefix_attention.attend_shared_fused`, one fused Triton
+    kernel: "xla" (`attend_shared`) or "pallas" (`prefix_attention.attend_shared_fused`, one fused Triton
     kernel pair that also skips own slots past `step`; XLA for shapes it does not take)."""
     if kernel not in ("xla", "pallas"):
         raise ValueError(f"kernel must be 'xla' or 'pallas', got {kernel!r}")
@@ -191,7 +191,7 @@ def decode_step_shared(config: LlamaConfig, weights: dict, tokens: jax.Array, po
         if kernel == "pallas" and prefix_attention.supported(q.shape, d, prefix.v.shape[2], own.v.shape[2]):
             out = prefix_attention.attend_shared_fused(q, prefix.k, prefix.v, prefix_mask, own.k, own.v, step)
         else:
-            out = _attend_shared(q, prefix, own, prefix_visible, own_visible)
+            out = attend_shared(q, prefix, own, prefix_visible, own_visible)
         return out, (prefix, own)
 
     return _decode(config, weights, tokens, positions, cache, attention)

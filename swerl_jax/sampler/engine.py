@@ -1,10 +1,10 @@
-"""The generation engine: one jitted prefill + decode loop over a preallocated KV cache.
+"""The static generation engine: one jitted prefill + decode loop over a preallocated KV cache.
 
 Shapes are padded up to fixed buckets (prompt batch, sample batch, prompt length, new tokens), so a GRPO run
 compiles a handful of programs once and never again; `compile_count` says how many. Prompts are left padded,
-each prompt is prefilled once and, with several samples per prompt, its K/V is kept once for its group
-(`shared_prefix`; otherwise copied to its N sample rows), and the whole decode loop is a
-`jax.lax.while_loop` inside the same jit (no host round trip per token; it exits when every row has stopped).
+each prompt is prefilled once (`core.prefill`) and, with several samples per prompt, its K/V is kept once for its
+group (`shared_prefix`; otherwise copied to its N sample rows), and the whole decode loop (`core.decode_loop`) is
+a `jax.lax.while_loop` inside the same jit (no host round trip per token; it exits when every row has stopped).
 
 Log-probabilities: for every sampled token the engine returns `log softmax(logits / T)[token]`, the log-prob
 under the temperature-scaled policy *before* top-k / top-p truncation. That is exactly what the trainer
@@ -13,11 +13,15 @@ Greedy rows (temperature 0) report `log softmax(logits)[token]` (T = 1).
 
 Randomness is per row: row r (prompt i, sample j) draws from `fold_in(fold_in(fold_in(PRNGKey(seed), i), j),
 step)`, so a row's samples do not depend on which other prompts share its batch or on bucket padding.
+
+The engine's public surface for the engines built on it (`continuous`, `sessions`): its limits and buckets,
+`params` / `policy_version`, `tokenizer`, `eos_token_ids`, `pad_token_id` and `programs` (a `core.Programs`,
+where they define their own programs so that `compile_count` counts them too).
 """
 
 from __future__ import annotations
 
-import bisect
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -25,7 +29,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from swerl_jax.model.config import LlamaConfig
-from swerl_jax.model.llama import KVCache, Llama, positions_from_mask
+from swerl_jax.model.llama import KVCache
+from swerl_jax.sampler.core import (
+    Programs,
+    RowParams,
+    bucket,
+    decode_loop,
+    default_buckets,
+    finish,
+    left_pad,
+    prefill,
+    row_key,
+    row_params,
+    stop_ids,
+    uses_filters,
+)
 from swerl_jax.sampler.decode import (
     decode_step,
     decode_step_shared,
@@ -34,75 +52,43 @@ from swerl_jax.sampler.decode import (
     shared_prefix_cache,
     zeros_cache,
 )
-from swerl_jax.sampler.sampling import sample_tokens
 from swerl_jax.sampler.types import Completion, RequestTooLarge, SamplingParams
 
 __all__ = ["Completion", "RequestTooLarge", "SamplingEngine", "SamplingParams", "default_buckets"]
 
 
-def default_buckets(limit: int, start: int) -> tuple[int, ...]:
-    """Powers of two from `start` below `limit`, then `limit` itself."""
-    out, b = [], start
-    while b < limit:
-        out.append(b)
-        b *= 2
-    return (*out, limit)
-
-
-def _bucket(n: int, buckets: Sequence[int], what: str) -> int:
-    i = bisect.bisect_left(buckets, n)
-    if i == len(buckets):
-        raise RequestTooLarge(f"{what}={n} exceeds the engine's largest bucket {buckets[-1]}")
-    return buckets[i]
-
-
-def _generate(config: LlamaConfig, counter: list[int], params: dict, cache: tuple[KVCache, ...],
-              prompt_tokens: jax.Array, prompt_mask: jax.Array, row_src: jax.Array, row_keys: jax.Array,
-              max_new: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, *,
-              num_new: int, use_filters: bool):
+def _generate(config: LlamaConfig, params: dict, cache: tuple[KVCache, ...], prompt_tokens: jax.Array,
+              prompt_mask: jax.Array, row_src: jax.Array, rows: RowParams, stop: jax.Array, *, num_new: int,
+              use_filters: bool):
     """Prefill the unique prompts, copy their cache rows to the sample rows, decode up to `num_new` tokens."""
-    counter[0] += 1  # runs once per trace, i.e. once per compilation
-    model = Llama(config)
-    variables = {"params": params}
-    n_prompts, t_prompt = prompt_tokens.shape
-    rows, slots = cache[0].v.shape[0], cache[0].v.shape[2]
-
-    pre_cache = KVCache.zeros(config, n_prompts, t_prompt, dtype=cache[0].k.dtype)
-    hidden, pre_cache = model.apply(variables, prompt_tokens, positions_from_mask(prompt_mask), prompt_mask,
-                                    pre_cache, 0, return_hidden=True)
-    logits = model.apply(variables, hidden[:, -1], method=Llama.logits)[row_src]  # left padding: last is real
+    n_rows, slots = cache[0].v.shape[0], cache[0].v.shape[2]
+    t_prompt = prompt_tokens.shape[1]
+    logits, pre_cache = prefill(config, params, prompt_tokens, prompt_mask)
     cache = fill_cache(cache, pre_cache, row_src)  # prompt rows -> sample rows
     weights = decode_weights(config, params)
-    kv_mask = jnp.zeros((rows, slots), bool).at[:, :t_prompt].set(prompt_mask[row_src])
+    kv_mask = jnp.zeros((n_rows, slots), bool).at[:, :t_prompt].set(prompt_mask[row_src])
 
     def step_fn(tok, position, step, cache, kv_mask):
         slot = t_prompt + step
-        kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, jnp.ones((rows, 1), bool), slot, axis=1)
+        kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, jnp.ones((n_rows, 1), bool), slot, axis=1)
         logits, cache = decode_step(config, weights, tok, position, kv_mask, cache, slot)
         return logits, (cache, kv_mask)
 
-    out_tok, out_lp, length, stopped, (cache, _) = _decode_loop(
-        step_fn, (cache, kv_mask), logits, jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)[row_src], row_keys,
-        max_new, temperature, top_p, top_k, stop_ids, num_new, use_filters)
+    out_tok, out_lp, length, stopped, (cache, _) = decode_loop(
+        step_fn, (cache, kv_mask), logits[row_src], jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)[row_src], rows,
+        stop, num_new, use_filters)
     return out_tok, out_lp, length, stopped, cache
 
 
-def _generate_shared(config: LlamaConfig, counter: list[int], params: dict, prompt_tokens: jax.Array,
-                     prompt_mask: jax.Array, row_keys: jax.Array, max_new: jax.Array, temperature: jax.Array,
-                     top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, *, num_new: int, samples: int,
-                     use_filters: bool, prefix_kernel: str = "xla"):
+def _generate_shared(config: LlamaConfig, params: dict, prompt_tokens: jax.Array, prompt_mask: jax.Array,
+                     rows: RowParams, stop: jax.Array, *, num_new: int, samples: int, use_filters: bool,
+                     prefix_kernel: str = "xla"):
     """`_generate` for GRPO groups: rows = prompts x `samples`, the prompts' K/V kept once per prompt
     (`decode.shared_prefix_cache`) instead of copied to every row; `prefix_kernel` is `decode_step_shared`'s
     attention kernel ("xla" or "pallas")."""
-    counter[0] += 1
-    model = Llama(config)
-    variables = {"params": params}
-    n_prompts, t_prompt = prompt_tokens.shape
+    n_prompts = prompt_tokens.shape[0]
     row_src = jnp.repeat(jnp.arange(n_prompts), samples)
-    pre_cache = KVCache.zeros(config, n_prompts, t_prompt, dtype=config.dtype)
-    hidden, pre_cache = model.apply(variables, prompt_tokens, positions_from_mask(prompt_mask), prompt_mask,
-                                    pre_cache, 0, return_hidden=True)
-    logits = model.apply(variables, hidden[:, -1], method=Llama.logits)[row_src]
+    logits, pre_cache = prefill(config, params, prompt_tokens, prompt_mask)
     cache = shared_prefix_cache(config, pre_cache, n_prompts * samples, num_new)
     weights = decode_weights(config, params)
 
@@ -111,41 +97,10 @@ def _generate_shared(config: LlamaConfig, counter: list[int], params: dict, prom
                                            kernel=prefix_kernel)
         return logits, (cache, None)
 
-    out_tok, out_lp, length, stopped, _ = _decode_loop(
-        step_fn, (cache, None), logits, jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)[row_src], row_keys,
-        max_new, temperature, top_p, top_k, stop_ids, num_new, use_filters)
+    out_tok, out_lp, length, stopped, _ = decode_loop(
+        step_fn, (cache, None), logits[row_src], jnp.sum(prompt_mask, axis=-1, dtype=jnp.int32)[row_src], rows,
+        stop, num_new, use_filters)
     return out_tok, out_lp, length, stopped
-
-
-def _decode_loop(step_fn, carry, logits, position, row_keys, max_new, temperature, top_p, top_k, stop_ids,
-                 num_new: int, use_filters: bool):
-    """Sample, record and decode until every row has stopped or `num_new` tokens: the `while_loop` both
-    generate programs share; `step_fn(tokens, positions, step, *carry) -> (logits, carry)` runs the model."""
-    rows = logits.shape[0]
-    done = max_new <= 0
-    state = (jnp.int32(0), carry, logits, position, done, jnp.zeros((rows,), jnp.int32),
-             jnp.zeros((rows,), bool), jnp.zeros((rows, num_new), jnp.int32), jnp.zeros((rows, num_new), jnp.float32))
-
-    def cond(s):
-        return (s[0] < num_new) & ~jnp.all(s[4])
-
-    def body(s):
-        step, carry, logits, position, done, length, stopped, out_tok, out_lp = s
-        keys = jax.vmap(jax.random.fold_in, (0, None))(row_keys, step)
-        tok, lp = sample_tokens(logits, keys, temperature, top_p, top_k, use_filters)
-        tok = jnp.where(done, 0, tok)
-        lp = jnp.where(done, 0.0, lp)
-        out_tok = jax.lax.dynamic_update_slice_in_dim(out_tok, tok[:, None], step, axis=1)
-        out_lp = jax.lax.dynamic_update_slice_in_dim(out_lp, lp[:, None], step, axis=1)
-        hit_stop = ~done & jnp.any(tok[:, None] == stop_ids[None, :], axis=-1)
-        length = jnp.where(done, length, step + 1)
-        stopped = stopped | hit_stop
-        done = done | hit_stop | (step + 1 >= max_new)
-        new_logits, carry = step_fn(tok, position, step, *carry)
-        return (step + 1, carry, new_logits, position + 1, done, length, stopped, out_tok, out_lp)
-
-    _, carry, *_, length, stopped, out_tok, out_lp = jax.lax.while_loop(cond, body, state)
-    return out_tok, out_lp, length, stopped, carry
 
 
 class SamplingEngine:
@@ -189,20 +144,21 @@ class SamplingEngine:
         self.pad_token_id = pad_token_id
         self.params = params
         self.policy_version = policy_version
-        self._counter = [0]
         self._cache: tuple[KVCache, ...] | None = None
         self.shared_prefix = shared_prefix
         self.prefix_kernel = prefix_kernel  # resolved: "xla" or "pallas" (static in the shared program)
-        self._fn = jax.jit(lambda *a, **kw: _generate(config, self._counter, *a, **kw),
-                           static_argnames=("num_new", "use_filters"), donate_argnums=(1,))
-        self._fn_shared = jax.jit(lambda *a, **kw: _generate_shared(config, self._counter, *a, **kw,
-                                                                    prefix_kernel=prefix_kernel),
-                                  static_argnames=("num_new", "samples", "use_filters"))
+        self.programs = Programs()  # every program of this engine and of those built on it (`compile_count`)
+        # the cache (argument 1) is donated: the call returns it and the next call of the same shape reuses it
+        self.programs.define("generate", functools.partial(_generate, config),
+                             static_argnames=("num_new", "use_filters"), donate_argnums=(1,))
+        self.programs.define("generate_shared", functools.partial(_generate_shared, config,
+                                                                  prefix_kernel=prefix_kernel),
+                             static_argnames=("num_new", "samples", "use_filters"))
 
     @property
     def compile_count(self) -> int:
         """How many programs have been compiled (traced) so far; stable across steps with the same buckets."""
-        return self._counter[0]
+        return self.programs.compile_count
 
     def update_params(self, params: dict, version: int) -> None:
         """Swap in a new policy (same shapes: nothing recompiles)."""
@@ -257,43 +213,30 @@ class SamplingEngine:
 
     def _run_chunk(self, prompts: list[np.ndarray], caps: list[int], indices: list[int], sampling: SamplingParams,
                    num_samples: int, seed: int) -> list[list[Completion]]:
-        n_prompts = _bucket(len(prompts), self.batch_buckets, "prompts per batch")
+        n_prompts = bucket(len(prompts), self.batch_buckets, "prompts per batch")
         shared = self.shared_prefix and num_samples > 1
-        rows = n_prompts * num_samples if shared else _bucket(len(prompts) * num_samples, self.batch_buckets,
-                                                               "sequences per batch")
-        t_prompt = _bucket(max(p.size for p in prompts), self.prompt_buckets, "prompt length")
-        num_new = _bucket(max(caps), self.new_token_buckets, "max_new_tokens")
-
-        tokens = np.full((n_prompts, t_prompt), self.pad_token_id, np.int32)
-        mask = np.zeros((n_prompts, t_prompt), bool)
-        mask[:, -1] = True  # padding prompts hold one token so no attention row is fully masked
-        for i, p in enumerate(prompts):
-            tokens[i, t_prompt - p.size:] = p
-            mask[i, t_prompt - p.size:] = True
+        rows = n_prompts * num_samples if shared else bucket(len(prompts) * num_samples, self.batch_buckets,
+                                                              "sequences per batch")
+        t_prompt = bucket(max(p.size for p in prompts), self.prompt_buckets, "prompt length")
+        num_new = bucket(max(caps), self.new_token_buckets, "max_new_tokens")
+        tokens, mask = left_pad(prompts, n_prompts, t_prompt, self.pad_token_id)
         real = len(prompts) * num_samples
         row_src = np.zeros(rows, np.int32)
         row_src[:real] = np.repeat(np.arange(len(prompts)), num_samples)
-        max_new = np.zeros(rows, np.int32)
+        max_new = np.zeros(rows, np.int32)  # 0: a padding row, done before it starts
         max_new[:real] = np.repeat(np.asarray(caps, np.int32), num_samples)
         base = jax.random.PRNGKey(seed)
-        keys = [jax.random.fold_in(jax.random.fold_in(base, indices[r // num_samples]), r % num_samples)
-                for r in range(real)]
-        row_keys = jnp.stack(keys + [base] * (rows - real))
-        stop = sampling.stop_token_ids if sampling.stop_token_ids is not None else self.eos_token_ids
-        stop_ids = np.full(max(1, len(stop)), -1, np.int32)  # -1 never matches a sampled token
-        stop_ids[:len(stop)] = stop
-        use_filters = sampling.top_k > 0 or sampling.top_p < 1.0
-        full = lambda v, dt: np.full(rows, v, dt)  # noqa: E731
-        knobs = (full(sampling.temperature, np.float32), full(sampling.top_p, np.float32),
-                 full(sampling.top_k, np.int32), stop_ids)
+        keys = [row_key(base, indices[r // num_samples], r % num_samples) for r in range(real)]
+        per_row = row_params(sampling, keys + [base] * (rows - real), max_new)
+        stop, use_filters = stop_ids(sampling, self.eos_token_ids), uses_filters(sampling)
         if shared:
-            out_tok, out_lp, length, stopped = self._fn_shared(
-                self.params, tokens, mask, row_keys, max_new, *knobs, num_new=num_new, samples=num_samples,
+            out_tok, out_lp, length, stopped = self.programs["generate_shared"](
+                self.params, tokens, mask, per_row, stop, num_new=num_new, samples=num_samples,
                 use_filters=use_filters)
         else:
-            out_tok, out_lp, length, stopped, cache = self._fn(
-                self.params, self._cache_for(rows, t_prompt + num_new), tokens, mask, row_src, row_keys, max_new,
-                *knobs, num_new=num_new, use_filters=use_filters)
+            out_tok, out_lp, length, stopped, cache = self.programs["generate"](
+                self.params, self._cache_for(rows, t_prompt + num_new), tokens, mask, row_src, per_row, stop,
+                num_new=num_new, use_filters=use_filters)
             self._cache = cache
         out_tok, out_lp, length, stopped = jax.device_get((out_tok, out_lp, length, stopped))
         result = []
@@ -302,41 +245,7 @@ class SamplingEngine:
             for j in range(num_samples):
                 r = i * num_samples + j
                 n = int(length[r])
-                group.append(self._finish(indices[i], j, p.size, out_tok[r, :n], out_lp[r, :n], bool(stopped[r]),
-                                          sampling))
+                group.append(finish(self.tokenizer, self.policy_version, indices[i], j, p.size, out_tok[r, :n],
+                                    out_lp[r, :n], bool(stopped[r]), sampling))
             result.append(group)
         return result
-
-    def _finish(self, prompt_index: int, sample_index: int, prompt_len: int, tokens: np.ndarray,
-                logprobs: np.ndarray, stopped: bool, sampling: SamplingParams) -> Completion:
-        """Decode text and apply stop strings (host side: trims tokens, log-probs and text)."""
-        text = None
-        if self.tokenizer is not None:
-            body = tokens[:-1] if stopped else tokens
-            text = self.tokenizer.decode(body.tolist(), skip_special_tokens=True)
-            cut = _first_stop(text, sampling.stop_strings)
-            if cut is not None:  # a stop string ends the completion at the token that completes it
-                at, stop = cut
-                n = _tokens_until(self.tokenizer, tokens, stop)
-                tokens, logprobs, stopped = tokens[:n], logprobs[:n], True
-                text = text[:at + (len(stop) if sampling.include_stop_string else 0)]
-        return Completion(prompt_index, sample_index, np.asarray(tokens, np.int32), np.asarray(logprobs, np.float32),
-                          text, "stop" if stopped else "length", prompt_len, int(len(tokens)), self.policy_version)
-
-
-def _first_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
-    """(index, stop string) of the earliest stop string in `text`, or None."""
-    found = [(text.find(s), s) for s in stops if s in text]
-    return min(found) if found else None
-
-
-def _tokens_until(tokenizer, tokens: np.ndarray, stop: str) -> int:
-    """Fewest leading tokens whose decoded text contains `stop` (binary search: containment is monotone)."""
-    lo, hi = 1, len(tokens)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if stop in tokenizer.decode(tokens[:mid].tolist(), skip_special_tokens=True):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo

@@ -1,6 +1,6 @@
 """Fused prefix-sharing ("cascade") decode attention for GRPO groups, in Pallas for GPU (Triton).
 
-Contract: `attend_shared_fused` computes exactly what `decode._attend_shared` computes (one softmax over each
+Contract: `attend_shared_fused` computes exactly what `decode.attend_shared` computes (one softmax over each
 row's prompt slots and its own generated slots), from the same layouts:
   q [prompts, samples, kv, groups, d] (row r = prompt r // samples, sample r % samples; query head n uses kv
   head n // groups), prefix k [prompts, kv, d, T] (keys transposed) / v [prompts, kv, T, d], prefix_mask
@@ -54,7 +54,7 @@ def supported(q_shape: tuple[int, ...], d: int, T: int, N: int) -> bool:
             and rows <= MAX_ROWS and rows * d <= MAX_TILE)
 
 
-def _splits(programs: int, T: int, bt: int) -> int:
+def prefix_splits(programs: int, T: int, bt: int) -> int:
     """Split-K factor for the prefix: the fewest powers of two giving >= TARGET_PROGRAMS programs, each split
     keeping at least one block of `bt` slots (more splits only add fp32 partials to write and merge)."""
     s = 1
@@ -152,7 +152,7 @@ def _fused(q, prefix_k, prefix_v, prefix_mask, own_k, own_v, step, interpret: bo
     dt, f32, scale = q.dtype, jnp.float32, d ** -0.5
     m, mp, gp = s * g, _padded_rows(s * g), _padded_rows(g)
     bt, bn = min(BLOCK, t), min(BLOCK, n)
-    splits = _splits(p * kv, t, bt)
+    splits = prefix_splits(p * kv, t, bt)
     ts = t // splits
     params = functools.partial(plgpu.CompilerParams, num_stages=2)
 
@@ -207,14 +207,14 @@ def attend_shared_fused(q: jax.Array, prefix_k: jax.Array, prefix_v: jax.Array, 
                         own_k: jax.Array, own_v: jax.Array, step: jax.Array | int, *,
                         interpret: bool | None = None) -> jax.Array:
     """Grouped decode attention over each prompt's shared K/V plus each row's own slots 0..step (see the module
-    docstring for layouts) -> [rows, kv, groups, d] in q's dtype, as `decode._attend_shared`.
+    docstring for layouts) -> [rows, kv, groups, d] in q's dtype, as `decode.attend_shared`.
 
     `interpret` (default: True unless the default backend is a GPU) runs the kernels in Pallas interpret mode.
     Shapes must pass `supported` (ValueError otherwise).
     """
     if not supported(q.shape, q.shape[-1], prefix_v.shape[2], own_v.shape[2]):
         raise ValueError(f"attend_shared_fused does not take q {q.shape}, prefix slots {prefix_v.shape[2]}, own "
-                         f"slots {own_v.shape[2]}: check `supported` and use decode._attend_shared")
+                         f"slots {own_v.shape[2]}: check `supported` and use decode.attend_shared")
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
     return _fused(q, prefix_k, prefix_v, prefix_mask, own_k, own_v, step, interpret=interpret)

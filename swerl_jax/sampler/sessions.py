@@ -17,11 +17,16 @@ Same tokens as `Reprefill`: row randomness is the engine's (`fold_in(fold_in(PRN
 index; i the context's index in the request, j the sample), per-row caps replace the cut of a longer completion,
 and stop strings are trimmed by the engine's own `_finish`. The K/V of earlier turns come from decode steps
 rather than one prefill, so logits agree to float rounding (~1e-6 in fp32), not bit for bit.
+
+Built on the sampler core: `core.prefill` (over the kept cache, at the session's pointer) and `core.decode_loop`,
+with the engine's public settings, and its `programs`, where the extend program is defined once per engine (every
+`KeptKV` over an engine shares it, and the engine's `compile_count` counts it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -29,9 +34,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from swerl_jax.model.config import LlamaConfig
-from swerl_jax.model.llama import KVCache, Llama
+from swerl_jax.model.llama import KVCache
+from swerl_jax.sampler.core import (
+    RowParams,
+    bucket,
+    decode_loop,
+    finish,
+    left_pad,
+    prefill,
+    row_key,
+    row_params,
+    stop_ids,
+    uses_filters,
+)
 from swerl_jax.sampler.decode import decode_step, decode_weights, zeros_cache
-from swerl_jax.sampler.engine import SamplingEngine, _bucket, _decode_loop
+from swerl_jax.sampler.engine import SamplingEngine
 from swerl_jax.sampler.types import Completion, RequestTooLarge, SamplingParams
 
 
@@ -46,32 +63,27 @@ def _to_decode(cache: KVCache) -> tuple[KVCache, ...]:
                  for i in range(cache.k.shape[0]))
 
 
-def _extend(config: LlamaConfig, counter: list[int], params: dict, cache: tuple[KVCache, ...], kv_mask: jax.Array,
-            slot: jax.Array, tokens: jax.Array, mask: jax.Array, positions: jax.Array, row_keys: jax.Array,
-            max_new: jax.Array, temperature: jax.Array, top_p: jax.Array, top_k: jax.Array, stop_ids: jax.Array, *,
+def _extend(config: LlamaConfig, params: dict, cache: tuple[KVCache, ...], kv_mask: jax.Array, slot: jax.Array,
+            tokens: jax.Array, mask: jax.Array, positions: jax.Array, rows: RowParams, stop: jax.Array, *,
             num_new: int, use_filters: bool):
     """Prefill the chunk `tokens` [rows, t] (left padded, `mask`) at slots [slot, slot + t) of each row's kept
     cache, then decode up to `num_new` tokens at [slot + t, slot + t + num_new)."""
-    counter[0] += 1
-    model = Llama(config)
-    rows, t = tokens.shape
+    n_rows, t = tokens.shape
     kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, mask, slot, axis=1)
-    hidden, stacked = model.apply({"params": params}, tokens, positions, kv_mask, _to_llama(cache), slot,
-                                  return_hidden=True)
-    logits = model.apply({"params": params}, hidden[:, -1], method=Llama.logits)  # left padding: last is real
+    logits, stacked = prefill(config, params, tokens, kv_mask, positions=positions, cache=_to_llama(cache),
+                              start=slot)
     cache = _to_decode(stacked)
     weights = decode_weights(config, params)
     first = slot + t
 
     def step_fn(tok, position, step, cache, kv_mask):
         at = first + step
-        kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, jnp.ones((rows, 1), bool), at, axis=1)
+        kv_mask = jax.lax.dynamic_update_slice_in_dim(kv_mask, jnp.ones((n_rows, 1), bool), at, axis=1)
         logits, cache = decode_step(config, weights, tok, position, kv_mask, cache, at)
         return logits, (cache, kv_mask)
 
-    out_tok, out_lp, length, stopped, (cache, _) = _decode_loop(
-        step_fn, (cache, kv_mask), logits, positions[:, -1] + 1, row_keys, max_new, temperature, top_p, top_k,
-        stop_ids, num_new, use_filters)
+    out_tok, out_lp, length, stopped, (cache, _) = decode_loop(
+        step_fn, (cache, kv_mask), logits, positions[:, -1] + 1, rows, stop, num_new, use_filters)
     return out_tok, out_lp, length, stopped, cache
 
 
@@ -102,11 +114,10 @@ class KeptKV:
         self.sessions: list[_Session] = []
         self.compactions = 0
         self.prefilled_tokens = 0  # tokens run through a prefill (the cost `Reprefill` pays for every turn)
-        # One compiled program set per engine (a generator lives for one step's episodes; its programs must not)
-        if not hasattr(engine, "_extend_fn"):
-            engine._extend_fn = jax.jit(lambda *a, **kw: _extend(engine.config, engine._counter, *a, **kw),
-                                        static_argnames=("num_new", "use_filters"), donate_argnums=(1,))
-        self._fn = engine._extend_fn
+        # One compiled program per engine (a generator lives for one step's episodes; its programs must not):
+        # `define` returns the engine's program when an earlier KeptKV defined it. The cache (argument 1) is donated.
+        engine.programs.define("extend", functools.partial(_extend, engine.config),
+                               static_argnames=("num_new", "use_filters"), donate_argnums=(1,))
 
     @classmethod
     def for_sampler(cls, sampler, config) -> KeptKV:
@@ -172,40 +183,34 @@ class KeptKV:
             if not 1 <= cap <= engine.max_new_tokens:
                 raise RequestTooLarge(f"max_new_tokens {cap} is not in [1, {engine.max_new_tokens}]")
         new = [c[session.tokens[r].size:] for r, c in zip(rows, contexts)]
-        num_new = _bucket(max(caps), engine.new_token_buckets, "max_new_tokens")
-        t = _bucket(max(n.size for n in new), engine.prompt_buckets, "new tokens of a turn")
+        num_new = bucket(max(caps), engine.new_token_buckets, "max_new_tokens")
+        t = bucket(max(n.size for n in new), engine.prompt_buckets, "new tokens of a turn")
         if session.cache is None or session.pointer + t + num_new > self.slots:
             if session.cache is not None:
                 self.compactions += 1
             self._compact(session, rows, contexts)
             new = [c[session.tokens[r].size:] for r, c in zip(rows, contexts)]
-            t = _bucket(max(n.size for n in new), engine.prompt_buckets, "new tokens of a turn")
+            t = bucket(max(n.size for n in new), engine.prompt_buckets, "new tokens of a turn")
         if session.pointer + t + num_new > self.slots:
             raise RequestTooLarge(f"a turn of {t} + {num_new} slots does not fit a session of {self.slots}")
         n_rows = len(session.tokens)
-        tokens = np.full((n_rows, t), engine.pad_token_id, np.int32)
-        mask = np.zeros((n_rows, t), bool)
-        mask[:, -1] = True  # rows without a turn hold one masked-out token so no attention row is empty
+        chunks = [np.zeros(0, np.int32)] * n_rows
         positions = np.zeros((n_rows, t), np.int32)
-        max_new = np.zeros(n_rows, np.int32)
+        max_new = np.zeros(n_rows, np.int32)  # 0: a row without a turn (its conversation ended) decodes nothing
         base = jax.random.PRNGKey(seed)
         keys = [base] * n_rows
         for k, (r, n) in enumerate(zip(rows, new)):
-            tokens[r, t - n.size:], mask[r, t - n.size:] = n, True
-            mask[r, :t - n.size] = False
+            chunks[r] = n
             positions[r, t - n.size:] = session.tokens[r].size + np.arange(n.size)
             max_new[r] = caps[k]
-            keys[r] = jax.random.fold_in(jax.random.fold_in(base, ids[k][0]), ids[k][1])
+            keys[r] = row_key(base, *ids[k])
+        # rows without a turn hold one token, valid for this call only, so that no attention row is empty
+        tokens, mask = left_pad(chunks, n_rows, t, engine.pad_token_id)
         idle = np.setdiff1d(np.arange(n_rows), rows)
-        stop = sampling.stop_token_ids if sampling.stop_token_ids is not None else engine.eos_token_ids
-        stop_ids = np.full(max(1, len(stop)), -1, np.int32)
-        stop_ids[:len(stop)] = stop
-        full = lambda v, dt: np.full(n_rows, v, dt)  # noqa: E731
-        out_tok, out_lp, length, stopped, session.cache = self._fn(
+        out_tok, out_lp, length, stopped, session.cache = engine.programs["extend"](
             engine.params, session.cache, session.kv_mask, np.int32(session.pointer), tokens, mask, positions,
-            jnp.stack(keys), max_new, full(sampling.temperature, np.float32), full(sampling.top_p, np.float32),
-            full(sampling.top_k, np.int32), stop_ids, num_new=num_new,
-            use_filters=sampling.top_k > 0 or sampling.top_p < 1.0)
+            row_params(sampling, keys, max_new), stop_ids(sampling, engine.eos_token_ids), num_new=num_new,
+            use_filters=uses_filters(sampling))
         out_tok, out_lp, length, stopped = jax.device_get((out_tok, out_lp, length, stopped))
         self.prefilled_tokens += int(sum(n.size for n in new))
         session.kv_mask[:, session.pointer:session.pointer + t] = mask
@@ -215,8 +220,8 @@ class KeptKV:
         out = []
         for k, (r, c) in enumerate(zip(rows, contexts)):
             n = int(length[r])
-            done = engine._finish(ids[k][0], ids[k][1], c.size, out_tok[r, :n], out_lp[r, :n], bool(stopped[r]),
-                                  sampling)
+            done = finish(engine.tokenizer, engine.policy_version, ids[k][0], ids[k][1], c.size, out_tok[r, :n],
+                          out_lp[r, :n], bool(stopped[r]), sampling)
             kept = len(done.tokens)  # a stop string may have trimmed tokens whose K/V were written: not kept
             session.kv_mask[r, first:first + kept] = True
             session.tokens[r] = np.concatenate([c, done.tokens])

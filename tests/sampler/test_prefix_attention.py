@@ -1,4 +1,4 @@
-"""The fused prefix-sharing decode attention (Pallas) against the XLA path `decode._attend_shared`.
+"""The fused prefix-sharing decode attention (Pallas) against the XLA path `decode.attend_shared`.
 
 Off GPU the kernels run in Pallas interpret mode; on a GPU (`JAX_PLATFORMS=cuda pytest ...`) the same tests run
 the Triton kernels, with the XLA reference at full fp32 precision. The CUDA export test lowers the kernels
@@ -15,7 +15,7 @@ import pytest
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import KVCache
 from swerl_jax.sampler import prefix_attention
-from swerl_jax.sampler.decode import _attend_shared
+from swerl_jax.sampler.decode import attend_shared
 from swerl_jax.sampler.prefix_attention import attend_shared_fused, supported
 
 
@@ -38,7 +38,7 @@ def _reference(q, prefix, own, mask, step):
     through their exact fp32 copies: XLA:CPU has no bf16 x bf16 -> fp32 dot to run the bf16 path itself."""
     up = lambda x: x.astype(jnp.float32)  # noqa: E731
     with jax.default_matmul_precision("highest"):
-        out = _attend_shared(up(q), jax.tree.map(up, prefix), jax.tree.map(up, own), mask[:, None, None, None, :],
+        out = attend_shared(up(q), jax.tree.map(up, prefix), jax.tree.map(up, own), mask[:, None, None, None, :],
                              jnp.arange(own.v.shape[2]) <= step)
     return out.astype(q.dtype)
 
@@ -64,7 +64,7 @@ def test_left_padded_prefix_splits_and_steps(dtype):
     mid-block. Then a mask with a hole (slots 16..247 masked: two whole splits neither skipped nor visible): such
     a split's log-sum-exp is ~NEG, so it weighs nothing in the merge (and makes no NaN)."""
     p, s, kv, g, d, t, n = 3, 3, 2, 4, 16, 256, 128
-    assert prefix_attention._splits(p * kv, t, min(prefix_attention.BLOCK, t)) == 4
+    assert prefix_attention.prefix_splits(p * kv, t, min(prefix_attention.BLOCK, t)) == 4
     q, prefix, own, mask = _inputs(p, s, kv, g, d, t, n, first=[200, 0, t - 1], dtype=dtype)
     _check(q, prefix, own, mask, [0, n - 1, 70], dtype)
     q, prefix, own, mask = _inputs(p, s, kv, g, d, t, n, first=[0, 4, 0], dtype=dtype, seed=1, holes=True)
