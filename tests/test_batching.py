@@ -85,7 +85,8 @@ def test_grpo_prompt_is_padded_once_between_loader_and_loss(monkeypatch):
         np.testing.assert_array_equal(got, w)
     # 3. the train batch is padded by pack_rows, once, and its prompt window holds the prompt exactly
     counter = _Counting(monkeypatch, rollouts_mod)
-    rows = rollouts_mod.build_train_batch(groups, prompt_len=1024, completion_len=4)
+    rows = rollouts_mod.build_train_batch(groups, prompt_len=1024, completion_len=4,
+                                          advantages=np.zeros((len(groups), 2)))
     assert counter.calls == 1
     for n, row in enumerate(rows["tokens"]):
         w = want[n // 2]

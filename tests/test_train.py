@@ -1,6 +1,6 @@
 """`swerl_jax.train`: bad flags are named; SFT -> GRPO hand-off (GRPO starts from the SFT stage's final params);
-a re-run does not repeat a finished SFT stage. SFTTrainer.run and GRPOTrainer.run in this process (inline sampler,
-the 7M demo model, 2 SFT steps, 1-2 GRPO steps)."""
+a re-run does not repeat a finished SFT stage. SFTTrainer.run and GRPOTrainer.run (built by `rl.build`) in this
+process (inline sampler, the 7M demo model, 2 SFT steps, 1-2 GRPO steps)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from swerl_jax import train
 from swerl_jax.metrics import read_metrics
 from swerl_jax.rl import trainer as rl_trainer
+from swerl_jax.rl.build import build_grpo_trainer
 from tests.rl.test_trainer_inprocess import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -49,8 +50,8 @@ def handoff(tmp_path_factory, request):
     seen = []
     original = rl_trainer.GRPOTrainer.__init__
 
-    def spy(self, config, wd, initial_params=None):
-        original(self, config, wd, initial_params=initial_params)
+    def spy(self, config, wd, collector, evaluator=None, initial_params=None):
+        original(self, config, wd, collector, evaluator, initial_params=initial_params)
         seen.append((None if initial_params is None else jax.device_get(initial_params),
                      jax.device_get(self.policy.state.params)))
 
@@ -105,7 +106,7 @@ def test_sft_baseline_evaluated_like_the_rl_policy(tmp_path):
     assert row["step"] == 2 and row["eval/answers"] == 3
     assert 0.0 <= row["eval/exact_rate"] <= row["eval/format_rate"] <= 1.0 and 0.0 <= row["eval/score"] <= 100.0
     assert (tmp_path / "sft" / "eval.json").is_file()
-    grpo = rl_trainer.GRPOTrainer(c, tmp_path / "grpo")  # a seeded init: any params will do for the comparison
+    grpo = build_grpo_trainer(c, tmp_path / "grpo")  # a seeded init: any params will do for the comparison
     try:
         grpo.before_steps(0)
         assert evaluate_params(train.resolve_config(c), grpo.policy.host_params()) == grpo.evaluate(0)

@@ -1,12 +1,14 @@
-"""The agentic GRPO trainer (rl.task = "agent"): multi-turn episodes in sandboxed repositories, GRPO++ updates.
+"""The agent's GRPO collector (rl.task = "agent"): multi-turn episodes in sandboxed repositories, GRPO++ updates.
 
     python -m swerl_jax.train --config=experiments/agent_tiny_cpu.py      # SFT on scripted episodes, then GRPO
 
-`AgentTrainer` is the GRPO trainer with another way of collecting a step: the Grain loader yields task indices
+`AgentCollector` is how an agent run collects a step (`swerl_jax.rl.collector.Collector`; `rl.build` hands it to
+the one GRPO trainer, with its `evaluate` as the trainer's evaluator): the Grain loader yields task indices
 (`rl.prompts_per_step` per step, seeded shuffle, per-process shards, checkpointed); each task is run as
 `rl.num_samples` episodes (`agent.rollout.run_episodes`: the sampler continues each conversation turn by turn,
 environments step in a thread pool), the environment's final reward (hidden tests, or the SWE-RL similarity of the
-diff) scores each episode, and the rows' loss mask covers the model's own tokens only. Everything after collection
+diff) scores each episode, and the rows' loss mask covers the model's own tokens only (`Rollout.token_mask`).
+Episodes whose environment failed are excluded from their group's baseline. Everything after collection
 (advantages, compact filtering, the clipped update, publishing, metrics, checkpoints) is `GRPOTrainer`'s.
 
 Metrics on top of GRPO's: agent/turns_mean, agent/tool_error_rate (tool errors / turns), agent/termination/<why>
@@ -28,12 +30,14 @@ from typing import Any
 import grain
 import numpy as np
 
+from swerl_jax import sharding
 from swerl_jax.agent.env import TERMINATIONS
 from swerl_jax.agent.rollout import SYSTEM, ChatFormat, Reprefill, TurnGenerator, run_episodes
 from swerl_jax.agent.tasks import AgentTasks
-from swerl_jax.rl.rollouts import RolloutGroups, flatten_groups
-from swerl_jax.rl.trainer import GRPOTrainer
+from swerl_jax.rl.collector import Collector, Groups, Sampler, local_prompts
+from swerl_jax.rl.rollouts import Rollout, RolloutGroups, flatten_groups
 from swerl_jax.sampler.sessions import KeptKV
+from swerl_jax.sampler.types import SamplingParams, sampling_params
 from swerl_jax.tokenizer import tokenizer_for
 
 
@@ -48,92 +52,80 @@ def task_iterator(num_tasks: int, batch_size: int, seed: int, process_index: int
     return iter(ds.shuffle(seed=seed).repeat(None).to_iter_dataset().batch(batch_size))
 
 
-class AgentTrainer(GRPOTrainer):
-    """GRPO over multi-turn episodes; see the module docstring."""
+class AgentCollector(Collector):
+    """A step's episodes: the next task batch, rl.num_samples episodes each, scored by their environments."""
 
-    def __init__(self, config: Any, workdir: str | pathlib.Path, initial_params: Any = None) -> None:
-        super().__init__(config, workdir, initial_params)
-        a = self.config.agent
-        self.tokenizer = tokenizer_for(self.config.model)
-        self.chat = ChatFormat(self.tokenizer)
-        self.pool = concurrent.futures.ThreadPoolExecutor(int(a.env_workers), thread_name_prefix="agent-env")
-        self.heldout = (AgentTasks.from_config(self.config, self.workdir, heldout=True)
-                        if self.eval_every > 0 and self.is_main else None)
-
-    # --- GRPOTrainer hooks -------------------------------------------------------------------------------------
-
-    def make_data_iter(self) -> Any:
-        """Task-index batches over the run's tasks (built here: the base constructor calls this first)."""
+    def __init__(self, config: Any, workdir: str | pathlib.Path) -> None:
+        """Build the run's tasks (and, with eval.every_steps on process 0, the held-out ones) and the environment
+        pool; nothing runs yet."""
         import jax
 
-        self.tasks = AgentTasks.from_config(self.config, self.workdir)
-        return task_iterator(len(self.tasks.instances), self.local_prompts, int(self.config.seed),
-                             jax.process_index(), jax.process_count())
+        self.config = config
+        a = config.agent
+        self.num_samples = int(config.rl.num_samples)
+        self.sampling = sampling_params(config)
+        self.completion_cap = int(a.max_context)  # a row's completion is the whole transcript after the task
+        self.tasks = AgentTasks.from_config(config, workdir)
+        self.data_iter = task_iterator(len(self.tasks.instances), local_prompts(config), int(config.seed),
+                                       jax.process_index(), jax.process_count())
+        self.tokenizer = tokenizer_for(config.model)
+        self.chat = ChatFormat(self.tokenizer)
+        self.pool = concurrent.futures.ThreadPoolExecutor(int(a.env_workers), thread_name_prefix="agent-env")
+        self.heldout = (AgentTasks.from_config(config, workdir, heldout=True)
+                        if int(config.eval.every_steps) > 0 and sharding.is_main_process() else None)
 
-    def make_reward_service(self) -> None:
-        """Episodes are scored by their environments (hidden tests or the diff's similarity): no reward workers."""
-        return None
-
-    def completion_cap(self) -> int:
-        """A row's completion is the whole transcript after the task: up to agent.max_context tokens."""
-        return int(self.config.agent.max_context)
-
-    def baseline_mask(self, groups: RolloutGroups) -> np.ndarray | None:
-        """GRPO's rule, and episodes whose environment failed never enter a baseline (they have no reward)."""
-        valid = super().baseline_mask(groups)
-        broken = [(p, r.sample) for p, g in enumerate(groups) for r in g if r.termination == "env_error"]
-        if not broken:
-            return valid
-        valid = np.ones((len(groups), self.num_samples), bool) if valid is None else valid
-        for p, s in broken:
-            valid[p, s] = False
-        return valid
-
-    def assign_credit(self, groups: RolloutGroups) -> dict[str, float]:
-        """agent.error_credit = "until_error": see `mask_after_first_error`; "episode": every model token."""
-        if str(self.config.agent.error_credit) != "until_error":
-            return {}
-        return mask_after_first_error(flatten_groups(groups))
-
-    def generator(self) -> TurnGenerator:
+    def generator(self, sampler: Sampler) -> TurnGenerator:
         """How turns are sampled: re-prefill through the trainer's sampler, or kept K/V (agent.kv_cache)."""
         if str(self.config.agent.kv_cache) == "kept":
-            return KeptKV.for_sampler(self.sampler, self.config)
-        return Reprefill(self.sampler, self.tokenizer)
+            return KeptKV.for_sampler(sampler, self.config)
+        return Reprefill(sampler, self.tokenizer)
 
-    def episodes(self, instances: list[dict], samples: int, sampling: Any, step: int, version: int,
-                 tasks: AgentTasks) -> tuple[RolloutGroups, Any]:
+    def episodes(self, sampler: Sampler, instances: list[dict], samples: int, sampling: SamplingParams, step: int,
+                 version: int, tasks: AgentTasks) -> tuple[RolloutGroups, Any]:
         """`samples` episodes of each instance with the sampler's policy `version`."""
         envs = [[tasks.env(inst, self.config) for _ in range(samples)] for inst in instances]
         a = self.config.agent
-        return run_episodes(envs, self.generator(), self.chat, SYSTEM, sampling, max_context=int(a.max_context),
-                            seed=int(self.config.seed), step=step, policy_version=version, pool=self.pool,
-                            waves=int(a.waves))
+        return run_episodes(envs, self.generator(sampler), self.chat, SYSTEM, sampling,
+                            max_context=int(a.max_context), seed=int(self.config.seed), step=step,
+                            policy_version=version, pool=self.pool, waves=int(a.waves))
 
-    def collect(self, step: int) -> tuple[RolloutGroups, dict, dict]:
-        """Step `step`'s episodes: next task batch, `rl.num_samples` episodes each, scored by the environments."""
+    def collect(self, sampler: Sampler, step: int, policy_version: int) -> Groups:
+        """Step `step`'s scored episodes [P][G]; an episode whose environment failed is `excluded`."""
         t0 = time.perf_counter()
         indices = np.asarray(next(self.data_iter)).reshape(-1)
         t_data = time.perf_counter() - t0
         instances = [self.tasks.instances[int(i)] for i in indices]
-        groups, times = self.episodes(instances, self.num_samples, self.sampling, step, step - 1, self.tasks)
-        timing = {"data_s": t_data, "generate_s": times.generate_s, "env_wait_s": times.env_wait_s,
-                  "env_busy_s": times.env_busy_s, "reward_s": times.reward_s}
-        return groups, timing, episode_metrics(flatten_groups(groups))
+        rollouts, times = self.episodes(sampler, instances, self.num_samples, self.sampling, step, policy_version,
+                                        self.tasks)
+        excluded = np.zeros((len(rollouts), self.num_samples), bool)
+        for p, group in enumerate(rollouts):
+            for r in group:
+                excluded[p, r.sample] = r.termination == "env_error"
+        return Groups.scored(rollouts, self.num_samples, excluded=excluded if excluded.any() else None,
+                             times={"data_s": t_data, "generate_s": times.generate_s, "env_wait_s": times.env_wait_s,
+                                    "env_busy_s": times.env_busy_s, "reward_s": times.reward_s},
+                             metrics=episode_metrics(flatten_groups(rollouts)))
 
-    def evaluate(self, version: int) -> dict:
-        """Greedy episodes of policy `version` on the held-out synthetic tasks: eval/resolved_rate and friends."""
+    def credit(self, groups: Groups, advantages: np.ndarray) -> tuple[np.ndarray | None, dict[str, float]]:
+        """agent.error_credit = "until_error": see `mask_after_first_error`; "episode": every model token."""
+        if str(self.config.agent.error_credit) != "until_error":
+            return None, {}
+        return mask_after_first_error(groups.rollouts, advantages)
+
+    def evaluate(self, sampler: Sampler, version: int) -> dict:
+        """The evaluator of an agent run: greedy episodes of policy `version` on the held-out synthetic tasks,
+        eval/resolved_rate and friends ({} but on process 0 with eval.every_steps)."""
         if self.heldout is None:
             return {}
         greedy = dataclasses.replace(self.sampling, temperature=0.0)
-        groups, _ = self.episodes(self.heldout.instances, 1, greedy, 10**6 + version, version, self.heldout)
+        groups, _ = self.episodes(sampler, self.heldout.instances, 1, greedy, 10**6 + version, version,
+                                  self.heldout)
         m = episode_metrics(flatten_groups(groups))
         return {f"eval/{k.split('/', 1)[1]}": v for k, v in m.items()} | {"eval/episodes": len(groups)}
 
     def close(self) -> None:
-        """Stop the environment pool, then what GRPO holds."""
+        """Stop the environment pool."""
         self.pool.shutdown(wait=True, cancel_futures=True)
-        super().close()
 
 
 def episode_metrics(rollouts: list) -> dict[str, float]:
@@ -151,27 +143,31 @@ def episode_metrics(rollouts: list) -> dict[str, float]:
     return out
 
 
-def mask_after_first_error(rollouts: list) -> dict[str, float]:
-    """Drop from the loss a below-baseline episode's model tokens after the turn whose tool call failed first.
+def mask_after_first_error(groups: RolloutGroups, advantages: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
+    """Where a below-baseline episode's credit ends: after the turn whose tool call failed first.
 
     The failing turn keeps its negative advantage (it holds the slip: a wrong token in a call); what the model
     wrote after it is conditioned on an error observation the policy rarely produces and was not the cause of the
     failure, and at a sharp policy those off-distribution tokens carry the largest log-prob gradients, drowning
     the slip's. Episodes at or above their group's baseline keep every token (a recovered error is part of what
-    is reinforced). Returns agent/credit_masked_tokens (the fraction of model tokens dropped) and
+    is reinforced). Nothing is changed: returns credit_end [P, G] (completion tokens from there on leave the loss;
+    `rollouts.build_train_batch`), agent/credit_masked_tokens (the fraction of model tokens dropped) and
     agent/credit_masked_episodes.
     """
+    width = max((len(r.completion_tokens) for group in groups for r in group), default=0)
+    ends = np.full(np.shape(advantages), width, np.int64)
     total = dropped = episodes = 0
-    for r in rollouts:
-        if r.token_mask is None:
-            continue
-        total += float(r.token_mask.sum())
-        cut_at = r.reward_info.get("first_error_end")
-        if r.advantage >= 0 or cut_at is None or cut_at >= len(r.token_mask):
-            continue
-        dropped += float(r.token_mask[int(cut_at):].sum())
-        r.token_mask = r.token_mask.copy()  # the rollout's own array may be shared with its record
-        r.token_mask[int(cut_at):] = 0.0
-        episodes += 1
-    return {"agent/credit_masked_tokens": dropped / max(1.0, total),
-            "agent/credit_masked_episodes": episodes / max(1, len(rollouts))}
+    rollouts: list[Rollout] = flatten_groups(groups)
+    for p, group in enumerate(groups):
+        for r in group:
+            if r.token_mask is None:
+                continue
+            total += float(r.token_mask.sum())
+            cut_at = r.reward_info.get("first_error_end")
+            if advantages[p, r.sample] >= 0 or cut_at is None or cut_at >= len(r.token_mask):
+                continue
+            dropped += float(r.token_mask[int(cut_at):].sum())
+            ends[p, r.sample] = int(cut_at)
+            episodes += 1
+    return ends, {"agent/credit_masked_tokens": dropped / max(1.0, total),
+                  "agent/credit_masked_episodes": episodes / max(1, len(rollouts))}

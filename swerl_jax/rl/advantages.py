@@ -17,7 +17,9 @@ import numpy as np
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {}
 
 
-def _register(table: dict[str, Callable], name: str) -> Callable[[Callable], Callable]:
+def register_in(table: dict[str, Callable], name: str) -> Callable[[Callable], Callable]:
+    """Decorator adding `fn` to a registry `table` as `name` (ValueError when the name is taken); the registries
+    here and in `swerl_jax.rl.objectives` are built with it."""
     def deco(fn: Callable) -> Callable:
         if name in table:
             raise ValueError(f"{name!r} is already registered")
@@ -26,7 +28,8 @@ def _register(table: dict[str, Callable], name: str) -> Callable[[Callable], Cal
     return deco
 
 
-def _lookup(table: dict[str, Callable], name: str, key: str) -> Callable:
+def lookup(table: dict[str, Callable], name: str, key: str) -> Callable:
+    """`table[name]`, or ValueError naming the config `key` and the registered names."""
     if name not in table:
         raise ValueError(f"{key}={name!r} is not one of {sorted(table)}")
     return table[name]
@@ -34,7 +37,7 @@ def _lookup(table: dict[str, Callable], name: str, key: str) -> Callable:
 
 def register_advantage(name: str) -> Callable[[Callable], Callable]:
     """Decorator: `fn(rewards [P, G] float64, std_eps, std_ddof) -> advantages [P, G]` becomes `rl.advantage=name`."""
-    return _register(ADVANTAGE_ESTIMATORS, name)
+    return register_in(ADVANTAGE_ESTIMATORS, name)
 
 
 @register_advantage("grpo")
@@ -79,7 +82,7 @@ def group_advantages(rewards: np.ndarray, kind: str = "grpo", std_eps: float = 1
     rewards = np.asarray(rewards, np.float64)
     if rewards.ndim != 2:
         raise ValueError(f"rewards must be [prompts, samples], got shape {rewards.shape}")
-    fn = _lookup(ADVANTAGE_ESTIMATORS, kind, "rl.advantage")
+    fn = lookup(ADVANTAGE_ESTIMATORS, kind, "rl.advantage")
     g = rewards.shape[-1]
     if g < 2:  # every estimator is group-relative: one sample is its own baseline, advantage 0, no signal
         raise ValueError(f"rl.advantage={kind!r} needs at least 2 samples per prompt (rl.num_samples), got {g}")

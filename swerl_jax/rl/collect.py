@@ -1,4 +1,5 @@
-"""Collecting one step's rollouts: prompts -> sampler (G samples each) -> reward service, overlapped.
+"""Collecting one step's rollouts: prompts -> sampler (G samples each) -> reward service, overlapped; and
+`RepairCollector`, the GRPO trainer's collector (`rl.collector.Collector`) of the repair task built on it.
 
 The step's prompts go to the sampler in requests of `prompts_per_request` prompts. As soon as a request's
 completions come back they are submitted to the reward service (worker processes), and the next request is
@@ -18,23 +19,26 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from swerl_jax import sharding
+from swerl_jax.data.budget import answer_budget_warning
+from swerl_jax.data.loader import data_metrics, rl_dataset_from_config
+from swerl_jax.reward.service import RewardService
+from swerl_jax.rl.collector import COMPLETION_BUCKET, Collector, Groups, Sampler, local_prompts
 from swerl_jax.rl.rollouts import Rollout, RolloutGroups, flatten_groups
-from swerl_jax.sampler.engine import Completion, SamplingEngine, SamplingParams
+from swerl_jax.sampler.types import Completion, SamplingParams, sampling_params
 
+if TYPE_CHECKING:
+    from swerl_jax.sampler.engine import SamplingEngine
 
-class Sampler(Protocol):
-    """What the trainer needs of a sampler: `SamplerClient` (a separate process) or `InlineSampler`."""
-
-    def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = ..., num_samples: int = 1,
-                 seed: int = 0, min_policy_version: int = 0) -> list[list[Completion]]:
-        """`num_samples` completions per prompt from a policy version >= `min_policy_version`."""
+log = logging.getLogger("swerl_jax.rl")
 
 
 class InlineSampler:
@@ -44,6 +48,7 @@ class InlineSampler:
     """
 
     def __init__(self, engine: SamplingEngine) -> None:
+        """Sample from `engine` (a `sampler.engine.SamplingEngine`)."""
         self.engine = engine
 
     def update(self, params: dict, version: int) -> None:
@@ -163,3 +168,53 @@ def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: Sa
         last = max(finished) if len(finished) == len(futures) else t_done
         times.reward_wall_s = last - first_submit
     return groups, times
+
+
+class RepairCollector(Collector):
+    """The repair task's steps (SWE-RL): the Grain loader's next rl.prompts_per_step prompts (this process's
+    share), rl.num_samples answers each from the sampler, scored by the reward service's workers while the next
+    request generates (`collect_rollouts`)."""
+
+    def __init__(self, config: Any) -> None:
+        """Open the loader and start the reward workers (`reward.*`); nothing is sampled yet."""
+        self.config = config
+        self.num_samples = int(config.rl.num_samples)
+        self.local_prompts = local_prompts(config)
+        self.sampling = sampling_params(config)
+        self.completion_cap = max(COMPLETION_BUCKET, int(config.sampler.max_new_tokens))
+        if sharding.is_main_process() and (warning := answer_budget_warning(config)):
+            log.warning("this config cannot learn: %s", warning)
+        self.data_iter = iter(rl_dataset_from_config(config))
+        r = config.reward
+        self.reward_service = RewardService(num_workers=int(r.num_workers), timeout_s=float(r.timeout_s),
+                                            fallback_reward=float(r.fallback_reward), kind=str(r.kind))
+
+    def collect(self, sampler: Sampler, step: int, policy_version: int) -> Groups:
+        """Step `step`'s scored answers [P][G], with time/data_s, generate_s, reward_wall_s, reward_wait_s,
+        reward_hidden_frac, the loader's metrics and the reward service's counters."""
+        t0 = time.perf_counter()
+        batch = next(self.data_iter)
+        t_data = time.perf_counter() - t0
+        # Groups are numbered within this process (its prompts); only process 0 writes rollout files.
+        rollouts, times = collect_rollouts(
+            sampler, self.reward_service, batch, self.sampling, self.num_samples, step, int(self.config.seed),
+            policy_version=policy_version, prompts_per_request=int(self.config.sampler.prompts_per_request))
+        service = {k: v for k, v in self.reward_service.metrics().items()
+                   if k in ("items", "timeouts", "crashes", "exceptions", "nonfinite", "format_error_total")}
+        return Groups.scored(
+            rollouts, self.num_samples,
+            times={"data_s": t_data, "generate_s": times.generate_s, "reward_wall_s": times.reward_wall_s,
+                   "reward_wait_s": times.reward_wait_s, "reward_hidden_frac": times.reward_hidden_frac},
+            metrics={**data_metrics(self.data_iter), "reward_service": service})
+
+    def state_dict(self) -> dict:
+        """The reward service's counters."""
+        return {"reward_service": self.reward_service.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the reward service's counters."""
+        self.reward_service.load_state_dict(state["reward_service"])
+
+    def close(self) -> None:
+        """Stop the reward workers."""
+        self.reward_service.close()

@@ -25,11 +25,11 @@ import jax.numpy as jnp
 
 from swerl_jax.rl.advantages import (  # noqa: F401  (re-exported: the advantage half of the objective)
     ADVANTAGE_ESTIMATORS,
-    _lookup,
-    _register,
     advantage_stats,
     group_advantages,
+    lookup,
     register_advantage,
+    register_in,
     zero_variance_groups,
 )
 
@@ -41,12 +41,12 @@ LOSS_AGGREGATORS: dict[str, Callable[..., Array]] = {}
 
 def register_kl(name: str) -> Callable[[Callable], Callable]:
     """Decorator: `fn(logp, ref_logp) -> per-token KL` becomes `rl.kl_estimator=name`."""
-    return _register(KL_ESTIMATORS, name)
+    return register_in(KL_ESTIMATORS, name)
 
 
 def register_loss_agg(name: str) -> Callable[[Callable], Callable]:
     """Decorator: `fn(per_token [B, T], mask [B, T], norm) -> scalar` becomes `rl.loss_agg=name`."""
-    return _register(LOSS_AGGREGATORS, name)
+    return register_in(LOSS_AGGREGATORS, name)
 
 
 # -------------------------------------------------------------------------------------------------------- KL
@@ -73,7 +73,7 @@ def kl_penalty(logp: Array, ref_logp: Array, estimator: str = "k3", mask: Array 
     The masked-out positions are zeroed *before* the formula so padding (arbitrary log-probs) can never
     produce inf/NaN values or gradients.
     """
-    fn = _lookup(KL_ESTIMATORS, estimator, "rl.kl_estimator")
+    fn = lookup(KL_ESTIMATORS, estimator, "rl.kl_estimator")
     if mask is None:
         return fn(logp, ref_logp)
     on = mask > 0
@@ -184,7 +184,7 @@ def aggregate_loss(per_token: Array, mask: Array, mode: str = "token-mean", norm
     (DeepSWE's verl fork, `agg_loss` "seq-mean-token-sum-norm": row sums / padded width, mean over the batch).
     "all" rescales the active-row mean by active / B, which is exact for every sequence-mean aggregator.
     """
-    fn = _lookup(LOSS_AGGREGATORS, mode, "rl.loss_agg")
+    fn = lookup(LOSS_AGGREGATORS, mode, "rl.loss_agg")
     mask = mask.astype(jnp.float32)
     out = fn(per_token, mask, norm)
     if rows == "active":
@@ -202,7 +202,7 @@ def aggregation_weight(mask: Array, mode: str, rows: str = "active") -> Array:
     Weighting micro-batches by this (`train_step.accumulate_gradients(weight_key=...)`) makes the
     accumulated loss equal the loss of the whole batch for every mode.
     """
-    _lookup(LOSS_AGGREGATORS, mode, "rl.loss_agg")
+    lookup(LOSS_AGGREGATORS, mode, "rl.loss_agg")
     mask = mask.astype(jnp.float32)
     if mode == "token-mean":
         return mask.sum()
@@ -271,8 +271,8 @@ class GRPOLossConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the `rl.*` key of the first bad field."""
-        _lookup(KL_ESTIMATORS, self.kl_estimator, "rl.kl_estimator")
-        _lookup(LOSS_AGGREGATORS, self.loss_agg, "rl.loss_agg")
+        lookup(KL_ESTIMATORS, self.kl_estimator, "rl.kl_estimator")
+        lookup(LOSS_AGGREGATORS, self.loss_agg, "rl.loss_agg")
         if not (0 <= self.clip_eps_low < 1):
             raise ValueError(f"rl.clip_eps_low must be in [0, 1), got {self.clip_eps_low}")
         if self.clip_eps_high < 0:

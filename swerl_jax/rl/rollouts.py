@@ -3,7 +3,8 @@
 A step has P prompts x G samples: `collect.collect_rollouts` returns P groups of G rollouts, rewards and advantages
 are [P, G] matrices over them, and `build_train_batch` packs them once into rows (row n = group n // G, sample
 n % G) in `swerl_jax.batching`'s layout: the prompt left-padded to `prompt_len`, the completion right-padded to
-`completion_len`.
+`completion_len`. A `Rollout` is what collection made of one sample (tokens, log-probs, reward); nothing changes it
+after collection: advantages and credit masks are arrays handed to `build_train_batch` and `Rollout.to_json`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ class Rollout:
     policy_version: int = -1
     reward: float = math.nan
     reward_info: dict = dataclasses.field(default_factory=dict)
-    advantage: float = 0.0
     # Multi-turn (agent) rollouts: 1 on the model's own completion tokens, 0 on observations (None: all model's),
     # and how the episode ended (finish | max_turns | max_context | timeout | env_error).
     token_mask: np.ndarray | None = None
@@ -60,11 +60,11 @@ class Rollout:
             return None
         return str(self.reward_info.get("reason") or self.reward_info.get("type") or "format_error")
 
-    def to_json(self, step: int) -> dict:
-        """The rollouts/step_XXXXXX.jsonl row the notebooks read."""
+    def to_json(self, step: int, advantage: float) -> dict:
+        """The rollouts/step_XXXXXX.jsonl row the notebooks read (`advantage`: the one the update gave it)."""
         return {
             "step": step, "prompt_id": self.prompt_id, "group": self.group, "sample": self.sample,
-            "completion": self.completion, "reward": self.reward, "advantage": self.advantage,
+            "completion": self.completion, "reward": self.reward, "advantage": float(advantage),
             "format_error": self.format_error, "reward_failure": self.reward_failure,
             "completion_len": int(len(self.completion_tokens)),
             "truncated": self.truncated, "finish_reason": self.finish_reason,
@@ -82,17 +82,26 @@ def flatten_groups(groups: RolloutGroups) -> list[Rollout]:
     return [r for group in groups for r in group]
 
 
-def build_train_batch(groups: RolloutGroups, prompt_len: int, completion_len: int) -> dict[str, np.ndarray]:
+def build_train_batch(groups: RolloutGroups, prompt_len: int, completion_len: int, advantages: np.ndarray,
+                      credit_end: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Pack a step's [P][G] rollouts into the rows the policy update consumes (`swerl_jax.batching.pack_rows`:
     the one place prompts are padded), in (group, sample) order.
 
+    Args:
+      advantages: [P, G], each sample's advantage (`advantages.group_advantages`).
+      credit_end: [P, G] int or None: completion tokens at index >= credit_end[p, g] leave the loss mask (a
+        collector's `credit`, e.g. the agent's "until_error"); None keeps every token.
+
     Returns:
       tokens [N, prompt_len + completion_len] int32, attention_mask (same shape, bool), loss_mask [N, C] fp32
-      (1 on real completion tokens; for multi-turn rollouts only on the model's own, `Rollout.token_mask`),
-      old_logp [N, C] fp32 (the sampler's log-probs, 0 on padding),
+      (1 on real completion tokens; for multi-turn rollouts only on the model's own, `Rollout.token_mask`, and
+      before `credit_end`), old_logp [N, C] fp32 (the sampler's log-probs, 0 on padding),
       advantages [N] fp32, truncated [N] bool; with token masks, score_positions [N, K] (`batching.score_positions`).
     """
     rollouts = flatten_groups(groups)
+    advantages = np.asarray(advantages)
+    if advantages.shape[0] != len(groups) or (credit_end is not None and np.shape(credit_end) != advantages.shape):
+        raise ValueError(f"{len(groups)} groups, advantages {advantages.shape}, credit_end {np.shape(credit_end)}")
     for r in rollouts:  # name the rollout (pack_rows can only name the row)
         if len(r.prompt_tokens) > prompt_len or len(r.completion_tokens) > completion_len:
             raise ValueError(f"rollout {r.prompt_id}/{r.sample}: prompt {len(r.prompt_tokens)} or completion "
@@ -101,6 +110,7 @@ def build_train_batch(groups: RolloutGroups, prompt_len: int, completion_len: in
     rows = pack_rows([r.prompt_tokens for r in rollouts], [r.completion_tokens for r in rollouts], prompt_len,
                      completion_len)
     old_logp = np.zeros((len(rollouts), completion_len), np.float32)
+    where = [(p, r.sample) for p, group in enumerate(groups) for r in group]  # row -> (group, sample)
     for i, r in enumerate(rollouts):
         c = len(r.completion_tokens)
         old_logp[i, :c] = r.sampler_logprobs[:c]
@@ -109,12 +119,14 @@ def build_train_batch(groups: RolloutGroups, prompt_len: int, completion_len: in
                 raise ValueError(f"rollout {r.prompt_id}/{r.sample}: token_mask has {len(r.token_mask)} entries for "
                                  f"{c} completion tokens")
             rows["loss_mask"][i, :c] *= r.token_mask
+        if credit_end is not None:
+            rows["loss_mask"][i, max(0, int(credit_end[where[i]])):] = 0.0
     if any(r.token_mask is not None for r in rollouts):  # only the model's tokens go through the vocabulary
         rows["score_positions"] = score_positions(rows["loss_mask"])
     return {
         **rows,
         "old_logp": old_logp,
-        "advantages": np.asarray([r.advantage for r in rollouts], np.float32),
+        "advantages": np.asarray([advantages[w] for w in where], np.float32),
         "truncated": np.asarray([r.truncated for r in rollouts], bool),
     }
 

@@ -1,29 +1,32 @@
-"""The GRPO trainer: prompts -> sampler -> rewards -> advantages -> sharded policy update -> publish -> log.
+"""The GRPO trainer: a collector's scored groups -> advantages -> sharded policy update -> publish -> log.
 
-    trainer = GRPOTrainer(config, workdir)           # or initial_params= the SFT stage's result
-    summary = trainer.run()                           # resumes from workdir/checkpoints when there is one
+    trainer = GRPOTrainer(config, workdir, collector, evaluator)   # or swerl_jax.rl.build.build_grpo_trainer(...)
+    summary = trainer.run()                     # resumes from workdir/checkpoints when there is one
+
+The trainer owns the policy, its reference, the sampler it publishes each policy version to, metrics and
+checkpoints. Where a step's data comes from is the injected `collector` (`swerl_jax.rl.collector.Collector`: the
+repair task's loader + reward service, the agent's tasks + environments, or a test's scripted groups); what is
+measured every eval.every_steps is the injected `evaluator` (`(sampler, version) -> metrics`). It knows neither
+kind: it reads rewards [P, G] and hands advantages and credit masks to `build_train_batch` as arrays.
 
 One step s (1-based; checkpoint s holds the state after s updates):
-  1. the Grain loader's next `rl.prompts_per_step` prompts (this process's share);
-  2. `collect.collect_rollouts`: the sampler (a separate process by default) draws `rl.num_samples` completions
-     per prompt from policy version s - 1, and the reward service scores each request's groups while the next
-     request is generated;
-  3. `objectives.group_advantages` per group; rollouts packed into fixed-shape rows (lengths bucketed);
-  4. old log-probs from the sampler (`rl.old_logprobs=sampler`) or recomputed by the trainer (`recompute`),
+  1. `collector.collect(sampler, s, version=s - 1)`: P groups of rl.num_samples scored rollouts, rewards [P, G];
+  2. `objectives.group_advantages` per group (compact-filtered samples, and those the collector excludes, stay
+     out of the baselines when configured), the collector's credit ends, rows packed (lengths bucketed);
+  3. old log-probs from the sampler (`rl.old_logprobs=sampler`) or recomputed by the trainer (`recompute`),
      reference log-probs when rl.kl_coef > 0 (the reference is the policy RL started from; never loaded at 0);
-  5. one optimizer update of `grpo_loss` (micro-batched, fp32 accumulation, `optim.*`), which also measures the
-     sampler/trainer log-prob mismatch on the same tokens;
-  6. params published as policy version s (`sampler.weights`), metrics + rollouts written, then checkpoint s.
+  4. rl.update_epochs optimizer updates of `grpo_loss` (micro-batched, fp32 accumulation, `optim.*`), which also
+     measure the sampler/trainer log-prob mismatch on the same tokens;
+  5. params published as policy version s (`sampler.weights`), the evaluator when due, metrics + rollouts written,
+     then checkpoint s (with the collector's data position and state).
 
-Timings per step (`time/*`): data, generate, reward_wait (reward time not hidden behind generation),
-reward_wall, logprobs, train, sync (publish), step. They are the only metrics a resumed run does not repeat.
+Timings per step (`time/*`): the collector's (e.g. data, generate, reward_wait, reward_wall), logprobs, train,
+sync (publish), eval, step. They are the only metrics a resumed run does not repeat.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import logging
 import pathlib
 import time
 from typing import Any
@@ -34,25 +37,17 @@ import numpy as np
 from swerl_jax import sharding
 from swerl_jax.batching import row_shape
 from swerl_jax.checkpoint import Checkpointer
-from swerl_jax.config import resolve_config
-from swerl_jax.data.budget import answer_budget_warning
-from swerl_jax.data.loader import data_metrics, rl_dataset_from_config
-from swerl_jax.eval.repair_score import heldout_records, repair_score
 from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, micro_batches
-from swerl_jax.reward.service import RewardService
-from swerl_jax.rl.collect import InlineSampler, collect_rollouts
+from swerl_jax.resolve import ensure_resolved
+from swerl_jax.rl.collect import InlineSampler
+from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
-from swerl_jax.rl.rollouts import RolloutGroups, build_train_batch, flatten_groups, reward_matrix, rollout_metrics
+from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, rollout_metrics
 from swerl_jax.sampler import weights
 from swerl_jax.sampler.client import SamplerClient
-from swerl_jax.sampler.engine import SamplingParams
 from swerl_jax.sampler.factory import build_engine
-from swerl_jax.tokenizer import tokenizer_for
-
-log = logging.getLogger("swerl_jax.rl")
-PROMPT_BUCKET, COMPLETION_BUCKET = 64, 32  # few distinct shapes, few train-step compilations
 
 
 def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, completion_len: int,
@@ -70,36 +65,23 @@ def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, c
     return loss_fn
 
 
-def sampling_params(config: Any) -> SamplingParams:
-    """The `sampler` section as SamplingParams (stop at the tokenizer's end of turn)."""
-    s = config.sampler
-    try:
-        return SamplingParams(temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k),
-                              max_new_tokens=int(s.max_new_tokens)).validate()
-    except ValueError as err:  # name the config key (the fields are the sampler section's), not the dataclass
-        raise ValueError(str(err).replace("sampling.", "sampler.", 1)) from err
-
-
 class GRPOTrainer(TrainLoop):
-    """Owns the policy, the reference, the loader, the sampler, the reward service, metrics and checkpoints."""
+    """Owns the policy, the reference, the sampler, metrics and checkpoints; steps come from its collector."""
 
     stage = "grpo"
 
-    def __init__(self, config: Any, workdir: str | pathlib.Path, initial_params: Any = None) -> None:
-        """Set everything up (nothing is sampled yet). `initial_params` (e.g. from SFT) replaces model.hf_dir."""
-        # typed sections, every key checked (swerl_jax.config): rl.num_samples >= 2, the loss, sampler.mode, ...
-        self.config = config = resolve_config(config)
+    def __init__(self, config: Any, workdir: str | pathlib.Path, collector: Collector,
+                 evaluator: Evaluator | None = None, initial_params: Any = None) -> None:
+        """Set everything up (nothing is sampled yet). `initial_params` (e.g. from SFT) replaces model.hf_dir;
+        the trainer closes `collector` with itself."""
+        self.config = config = ensure_resolved(config)  # typed sections (resolved by the entry point)
         self.workdir = pathlib.Path(workdir)
+        self.collector, self.evaluator = collector, evaluator
         rl = config.rl
         self.num_steps = int(rl.num_steps)
         self.num_samples = int(rl.num_samples)
-        processes = jax.process_count()
-        if int(rl.prompts_per_step) % processes:
-            raise ValueError(f"rl.prompts_per_step={rl.prompts_per_step} is not divisible by the {processes} "
-                             "processes (each samples its own share of the prompts)")
-        self.local_prompts = int(rl.prompts_per_step) // processes
+        self.local_prompts = local_prompts(config)
         self.loss_cfg = GRPOLossConfig.from_config(config)
-        self.sampling = sampling_params(config)
         self.temperature = float(config.sampler.temperature) or 1.0  # greedy rows report T = 1 log-probs
         rows = int(rl.prompts_per_step) * self.num_samples
         self.num_micro = micro_batches(rows, int(rl.micro_batch_size), "rl.micro_batch_size")
@@ -111,64 +93,22 @@ class GRPOTrainer(TrainLoop):
         # The reference is the policy RL starts from (pretrained or SFT'd); a copy, because the state is donated.
         self.reference = (jax.tree.map(lambda x: x.copy(), self.policy.state.params)
                           if self.loss_cfg.needs_reference else None)
-        self.data_iter = self.make_data_iter()
         self.checkpointer = Checkpointer.from_config(config, self.workdir)
-        self.reward_service = self.make_reward_service()
         self.weights_dir = str(config.sampler.weights_dir or self.workdir / "policy")
         self.sampler = None
         self._logprob_fns: dict = {}
         self.is_main = sharding.is_main_process()
         self.save_rollouts = bool(config.logging.save_rollouts)
-        # held-out repair evaluation (eval.*): greedy answers to records the run never trains on, on process 0
         self.eval_every = int(config.eval.every_steps)
-        self.eval_records = heldout_records(config) if self.eval_every > 0 and self.is_main else []
 
-    # --- what a task variant overrides (the agent trainer: swerl_jax/agent/trainer.py) ---------------------------
+    @property
+    def data_iter(self) -> Any:
+        """The collector's data position (the loop checkpoints it with each step and restores it)."""
+        return self.collector.data_iter
 
-    def make_data_iter(self) -> Any:
-        """The Grain iterator of this process's prompt batches (checkpointed with each step)."""
-        if sharding.is_main_process() and (warning := answer_budget_warning(self.config)):
-            log.warning("this config cannot learn: %s", warning)
-        return iter(rl_dataset_from_config(self.config))
-
-    def make_reward_service(self) -> RewardService | None:
-        """The host-side reward workers (the SWE-RL reward of each answer)."""
-        r = self.config.reward
-        return RewardService(num_workers=int(r.num_workers), timeout_s=float(r.timeout_s),
-                             fallback_reward=float(r.fallback_reward), kind=str(r.kind))
-
-    def collect(self, step: int) -> tuple[RolloutGroups, dict, dict]:
-        """Step `step`'s scored rollouts [P][G], its timings (`time/*`, seconds) and extra metrics."""
-        t0 = time.perf_counter()
-        batch = next(self.data_iter)
-        t_data = time.perf_counter() - t0
-        # Groups are numbered within this process (its prompts); only process 0 writes rollout files.
-        groups, times = collect_rollouts(
-            self.sampler, self.reward_service, batch, self.sampling, self.num_samples, step, int(self.config.seed),
-            policy_version=step - 1, prompts_per_request=int(self.config.sampler.prompts_per_request))
-        return groups, {"data_s": t_data, "generate_s": times.generate_s, "reward_wall_s": times.reward_wall_s,
-                        "reward_wait_s": times.reward_wait_s, "reward_hidden_frac": times.reward_hidden_frac}, \
-            data_metrics(self.data_iter)
-
-    def baseline_mask(self, groups: RolloutGroups) -> np.ndarray | None:
-        """[P, G] bool: which samples enter their group's advantage baseline (None: all of them)."""
-        rl = self.config.rl
-        if not (rl.compact_filtering and rl.baseline_excludes_filtered):
-            return None
-        valid = np.ones((len(groups), self.num_samples), bool)  # DeepSWE: truncated samples stay out
-        for p, group in enumerate(groups):
-            for r in group:
-                valid[p, r.sample] = not r.truncated
-        return valid
-
-    def assign_credit(self, groups: RolloutGroups) -> dict[str, float]:
-        """After the advantages are set, before the batch: which tokens carry them (a subclass may narrow
-        `Rollout.token_mask`). Returns metrics; GRPO's single-turn rows keep every completion token."""
-        return {}
-
-    def completion_cap(self) -> int:
-        """The longest completion a train row holds (a multi-turn transcript is longer than one answer)."""
-        return max(COMPLETION_BUCKET, int(self.config.sampler.max_new_tokens))
+    @data_iter.setter
+    def data_iter(self, value: Any) -> None:
+        self.collector.data_iter = value
 
     # --- sampler ----------------------------------------------------------------------------------------------
 
@@ -214,27 +154,25 @@ class GRPOTrainer(TrainLoop):
         return local_rows(out)
 
     def train_step(self, step: int) -> tuple[dict, list]:
-        """Run step `step` (1-based) and return (metrics, rollouts)."""
+        """Run step `step` (1-based) and return (metrics, rollout rows to write)."""
         rl = self.config.rl
         t_step = time.perf_counter()
-        groups, collect_times, collect_metrics = self.collect(step)
-        rewards = reward_matrix(groups, self.num_samples)  # [P, G]
-        valid = self.baseline_mask(groups)
+        groups = self.collector.collect(self.sampler, step, step - 1)
+        rewards = groups.rewards  # [P, G]
+        # DeepSWE (rl.compact_filtering and rl.baseline_excludes_filtered): truncated samples leave the baselines
+        valid = groups.baseline_mask(exclude_truncated=bool(rl.compact_filtering and rl.baseline_excludes_filtered))
         advantages = np.asarray(group_advantages(rewards, str(rl.advantage), float(rl.std_eps), int(rl.std_ddof),
                                                  valid))
-        for p, group in enumerate(groups):
-            for r in group:
-                r.advantage = float(advantages[p, r.sample])
-        credit_metrics = self.assign_credit(groups)
-        rollouts = flatten_groups(groups)
+        credit_end, credit_metrics = self.collector.credit(groups, advantages)
+        rollouts = flatten_groups(groups.rollouts)
 
         # one shape on every process (the longest row anywhere), bucketed so a run compiles a few programs
         prompt_len, completion_len = row_shape(
             [r.prompt_tokens for r in rollouts], [r.completion_tokens for r in rollouts],
             prompt_bucket=PROMPT_BUCKET, completion_bucket=COMPLETION_BUCKET,
             prompt_cap=int(self.config.data.max_prompt_len),
-            completion_cap=self.completion_cap())
-        batch_np = build_train_batch(groups, prompt_len, completion_len)
+            completion_cap=int(self.collector.completion_cap))
+        batch_np = build_train_batch(groups.rollouts, prompt_len, completion_len, advantages, credit_end)
         batch_np["sampler_logp"] = batch_np["old_logp"]
         t0 = time.perf_counter()
         if str(rl.old_logprobs) == "recompute":
@@ -274,56 +212,35 @@ class GRPOTrainer(TrainLoop):
         metrics.update(rollout_metrics(rollouts))
         metrics["policy_version"] = step - 1
         metrics["nonfinite_update"] = int(not finite)
-        metrics.update(collect_metrics)  # e.g. records skipped as invalid or too long, by reason
+        metrics.update(groups.metrics)  # e.g. records skipped as invalid or too long, the reward service's counters
         metrics.update(credit_metrics)
-        if self.reward_service is not None:
-            metrics["reward_service"] = {k: v for k, v in self.reward_service.metrics().items()
-                                         if k in ("items", "timeouts", "crashes", "exceptions", "nonfinite",
-                                                  "format_error_total")}
         t_eval = None
         if eval_due:
             t0 = time.perf_counter()
             metrics.update(self.evaluate(step))
             t_eval = time.perf_counter() - t0
-        metrics["time"] = {**collect_times, "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
+        metrics["time"] = {**groups.times, "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
                            "step_s": time.perf_counter() - t_step}
         if t_eval is not None:
             metrics["time"]["eval_s"] = t_eval
-        return metrics, rollouts
+        rows = [r.to_json(step, advantage=advantages[p, r.sample])
+                for p, group in enumerate(groups.rollouts) for r in group]
+        return metrics, rows
 
     def evaluate(self, version: int) -> dict:
-        """The repair metric of policy `version` on the held-out records (greedy): eval/format_rate, eval/score,
-        eval/exact_rate, eval/mean_reward. Process 0 only (the others return {})."""
-        if not self.eval_records:
-            return {}
-        greedy = dataclasses.replace(self.sampling, temperature=0.0)
-        chunk = max(1, int(self.config.sampler.max_batch))
-
-        def generate(prompts: list[np.ndarray]) -> list[list[str]]:
-            out = []
-            for start in range(0, len(prompts), chunk):
-                groups = self.sampler.generate(prompts[start:start + chunk], greedy, num_samples=1, seed=0,
-                                               min_policy_version=version)
-                out += [[c.text or "" for c in group] for group in groups]
-            return out
-
-        d = self.config.data
-        result = repair_score(self.eval_records, generate, tokenizer_for(self.config.model), d.max_prompt_len,
-                              d.prompt_style, self.config.reward.kind)
-        return {"eval/format_rate": result.format_rate, "eval/score": result.score,
-                "eval/exact_rate": result.exact_rate, "eval/mean_reward": result.mean_reward,
-                "eval/answers": result.answers}
+        """The evaluator's metrics of policy `version` (published to the sampler); {} without an evaluator."""
+        return self.evaluator(self.sampler, version) if self.evaluator is not None else {}
 
     # --- the loop (swerl_jax.loop.TrainLoop) -----------------------------------------------------------------
 
     def host_state(self) -> dict:
-        """The reward service's counters, checkpointed with each step."""
-        return {"reward_service": self.reward_service.state_dict()} if self.reward_service is not None else {}
+        """The collector's state (e.g. the reward service's counters), checkpointed with each step."""
+        return self.collector.state_dict()
 
     def load_host_state(self, state: dict) -> None:
-        """Restore the reward service's counters from a checkpoint."""
-        if self.reward_service is not None:
-            self.reward_service.load_state_dict(state["reward_service"])
+        """Restore the collector's state from a checkpoint."""
+        if state:
+            self.collector.load_state_dict(state)
 
     def before_steps(self, start: int) -> None:
         """Start the sampler on the restored (or initial) params as policy version `start`."""
@@ -350,12 +267,12 @@ class GRPOTrainer(TrainLoop):
         return self.num_steps
 
     def close(self) -> None:
-        """Stop the sampler and the reward workers; finish pending checkpoint writes."""
+        """Stop the sampler and the collector (reward workers, environment pool); finish pending checkpoint
+        writes."""
         if self.sampler is not None:
             self.sampler.close()
             self.sampler = None
-        if self.reward_service is not None:
-            self.reward_service.close()
+        self.collector.close()
         self.checkpointer.close()
 
 

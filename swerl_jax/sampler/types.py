@@ -4,6 +4,7 @@ the protocol import only this and numpy, so a process that only asks for samples
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -54,3 +55,14 @@ class Completion:
     prompt_length: int
     completion_length: int
     policy_version: int
+
+
+def sampling_params(config: Any) -> SamplingParams:
+    """The experiment config's `sampler` section as SamplingParams (stop at the tokenizer's end of turn); a bad
+    value raises ValueError naming its `sampler.*` key."""
+    s = config.sampler
+    try:
+        return SamplingParams(temperature=float(s.temperature), top_p=float(s.top_p), top_k=int(s.top_k),
+                              max_new_tokens=int(s.max_new_tokens)).validate()
+    except ValueError as err:  # name the config key (the fields are the sampler section's), not the dataclass
+        raise ValueError(str(err).replace("sampling.", "sampler.", 1)) from err

@@ -71,7 +71,8 @@ def test_gold_episodes_resolve_and_the_mask_is_exactly_the_models_tokens(tasks, 
     assert times.generate_s >= 0 and times.env_wait_s > 0
 
     batch = build_train_batch(groups, prompt_len=max(len(g[0].prompt_tokens) for g in groups),
-                              completion_len=max(len(g[0].completion_tokens) for g in groups))
+                              completion_len=max(len(g[0].completion_tokens) for g in groups),
+                              advantages=np.zeros((len(groups), 1)))
     for i, (r,) in enumerate(groups):
         c = len(r.completion_tokens)
         np.testing.assert_array_equal(batch["loss_mask"][i, :c], r.token_mask)

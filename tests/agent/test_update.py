@@ -50,10 +50,7 @@ def _episodes(rng: np.random.Generator) -> list[list[Rollout]]:
 def _batch(groups: list[list[Rollout]], params, config) -> dict:
     rewards = np.asarray([[r.reward for r in g] for g in groups])
     adv = group_advantages(rewards, str(config.rl.advantage), float(config.rl.std_eps), int(config.rl.std_ddof))
-    for p, g in enumerate(groups):
-        for r in g:
-            r.advantage = float(adv[p, r.sample])
-    batch = build_train_batch(groups, PROMPT, COMP)
+    batch = build_train_batch(groups, PROMPT, COMP, adv)
     # on-policy: the sampler's log-probs are the policy's own (what the engine reports, within 1e-5)
     batch["old_logp"] = np.asarray(_logp(params, batch)) * batch["loss_mask"]
     batch["sampler_logp"] = batch["old_logp"]

@@ -16,8 +16,7 @@ def _rollout(group, sample, prompt, completion, reward, finish="stop", info=None
 
 def test_train_batch_layout():
     rs = [_rollout(0, 0, [5, 6, 7], [8, 9], 0.5), _rollout(0, 1, [5], [1, 2, 3], -1.0, "length")]
-    rs[0].advantage, rs[1].advantage = 1.5, -1.5
-    b = build_train_batch([rs], prompt_len=4, completion_len=3)  # one group of two samples
+    b = build_train_batch([rs], prompt_len=4, completion_len=3, advantages=np.asarray([[1.5, -1.5]]))  # one group
     np.testing.assert_array_equal(b["tokens"], [[0, 5, 6, 7, 8, 9, 0], [0, 0, 0, 5, 1, 2, 3]])
     np.testing.assert_array_equal(b["attention_mask"], [[0, 1, 1, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1, 1]])
     np.testing.assert_array_equal(b["loss_mask"], [[1, 1, 0], [1, 1, 1]])
@@ -28,7 +27,7 @@ def test_train_batch_layout():
     # predicts exactly the completion tokens
     assert (b["tokens"][:, 4:] == np.asarray([[8, 9, 0], [1, 2, 3]])).all()
     with pytest.raises(ValueError, match="exceed the batch shape"):
-        build_train_batch([rs], prompt_len=2, completion_len=3)
+        build_train_batch([rs], prompt_len=2, completion_len=3, advantages=np.zeros((1, 2)))
 
 
 def test_reward_matrix_and_missing():
@@ -65,8 +64,9 @@ def test_service_failures_are_not_format_errors():
     assert m["reward_failure/timeout"] == 2 / 8 and m["reward_failure/crash"] == m["reward_failure/nonfinite"] == 1 / 8
     assert [r.format_error for r in rs[:4]] == [None, None, "tag_count", None]
     assert [r.reward_failure for r in rs[:4]] == ["timeout", "crash", None, "nonfinite"]
-    row = rs[0].to_json(step=3)
+    row = rs[0].to_json(step=3, advantage=0.5)
     assert row["format_error"] is None and row["reward_failure"] == "timeout" and row["reward"] == -1.0
+    assert row["advantage"] == 0.5  # the update's, handed over: a rollout carries none of its own
     clean = rollout_metrics(rs[4:5])
     assert clean["reward_timeout_rate"] == clean["reward_failure_rate"] == 0.0
 

@@ -1,6 +1,7 @@
-"""GRPOTrainer in this process (sampler.mode=inline, the 7M demo model, 8 new tokens): the switches the slow
-end-to-end tests leave at their defaults -- kl_coef > 0 (reference log-probs), old_logprobs=recompute, a
-micro-batched update -- and every constructor config error, named by its key."""
+"""The repair GRPO trainer (`rl.build.build_grpo_trainer`: GRPOTrainer + RepairCollector) in this process
+(sampler.mode=inline, the 7M demo model, 8 new tokens): the switches the slow end-to-end tests leave at their
+defaults -- kl_coef > 0 (reference log-probs), old_logprobs=recompute, a micro-batched update -- and every
+constructor config error, named by its key."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from experiments import base
 from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.metrics import read_metrics
-from swerl_jax.rl.trainer import GRPOTrainer
+from swerl_jax.rl.build import build_grpo_trainer
 
 
 def tiny_config(**rl):
@@ -40,7 +41,7 @@ def runs(tmp_path_factory):
     out = {}
     for name, steps, rl in (("plain", 1, {}),
                             ("switches", 2, {"kl_coef": 0.05, "old_logprobs": "recompute", "micro_batch_size": 8})):
-        trainer = GRPOTrainer(tiny_config(num_steps=steps, **rl), tmp_path_factory.mktemp(name))
+        trainer = build_grpo_trainer(tiny_config(num_steps=steps, **rl), tmp_path_factory.mktemp(name))
         has_reference, num_micro = trainer.reference is not None, trainer.num_micro
         summary = trainer.run()
         out[name] = (read_metrics(summary["metrics"]), has_reference, num_micro)
@@ -52,9 +53,10 @@ def test_heldout_repair_evaluation_every_step_and_at_the_end(tmp_path):
     held-out synthetic records (another seed than the training records)."""
     c = tiny_config(num_steps=2)
     c.eval.update(every_steps=1, num_records=3)
-    trainer = GRPOTrainer(c, tmp_path)
+    trainer = build_grpo_trainer(c, tmp_path)
     train_ids = {r["instance_id"] for r in synthetic_records(4, seed=c.seed, repos=None)}
-    assert len(trainer.eval_records) == 3 and not train_ids & {r["instance_id"] for r in trainer.eval_records}
+    records = trainer.evaluator.records
+    assert len(records) == 3 and not train_ids & {r["instance_id"] for r in records}
     rows = read_metrics(trainer.run()["metrics"])
     for r in rows:
         assert r["eval/answers"] == 3 and r["time/eval_s"] > 0
@@ -107,7 +109,7 @@ def test_constructor_names_the_bad_config_key(tmp_path, key, value, message):
     section, field = key.split(".")
     c[section][field] = value
     with pytest.raises(ValueError, match=message):
-        GRPOTrainer(c, tmp_path)
+        build_grpo_trainer(c, tmp_path)
 
 
 def test_unknown_sampler_mode_is_named_before_anything_starts(tmp_path):
@@ -116,5 +118,5 @@ def test_unknown_sampler_mode_is_named_before_anything_starts(tmp_path):
     c = tiny_config(num_steps=1)
     c.sampler.mode = "threads"
     with pytest.raises(ValueError, match=r"sampler.mode='threads' is not one of \['process', 'inline'\]"):
-        GRPOTrainer(c, tmp_path)
+        build_grpo_trainer(c, tmp_path)
     assert not (tmp_path / "checkpoints").exists()
