@@ -1,5 +1,5 @@
 """Agentless Mini evaluation: `python -m swerl_jax.eval run --config=experiments/eval_agentless_mini.py[:cpu]
---out DIR [--set KEY=VALUE ...]`.
+--out DIR [--config.KEY=VALUE ...]`.
 
 The policy comes from `policy` (an experiment file: its model, tokenizer and sampler limits) and `backend`:
 `engine` (in process: `weights` = WORKDIR/policy for a published version, `hf_dir` for a Hugging Face directory

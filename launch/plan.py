@@ -42,9 +42,9 @@ from ml_collections import config_flags
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from swerl_jax import sharding  # noqa: E402
-from swerl_jax.config import resolve_config  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
 from swerl_jax.model.config import LlamaConfig, get_model_config  # noqa: E402
+from swerl_jax.resolve import resolve_config  # noqa: E402
 
 GiB = 1024**3
 PLAN_MODELS = ("llama3.2-1b", "llama3.1-8b", "llama3.3-70b")

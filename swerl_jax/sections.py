@@ -8,7 +8,7 @@ Each field's type is checked (an int where a float belongs is widened; a string 
 where an int belongs, a missing key, a key no section defines: errors naming the key and the expected type), and
 fields with a fixed set of values carry it (`choices`). No defaults here: every default lives in
 `experiments/base.py`, so a config that lacks a key is refused, not silently completed. Cross-field and registry
-checks (meshes, models, losses, files) are `swerl_jax.config.resolve_config`'s, which calls this first.
+checks (meshes, models, losses, files) are `swerl_jax.resolve.resolve_config`'s, which calls this first.
 """
 
 from __future__ import annotations

@@ -1,23 +1,23 @@
 """Seeded sweeps: variants x seeds of one experiment, run one after another (resumable) or emitted as launch commands.
 
     python -m swerl_jax.sweep --config=experiments/tiny_cpu.py --sweep reward.kind=continuous,discrete \\
-        --seeds 0,1,2 --workdir sweeps/reward [--set rl.num_steps=8] [--emit launch/local.sh] [--dry-run]
+        --seeds 0,1,2 --workdir sweeps/reward [--config.rl.num_steps=8] [--emit launch/local.sh] [--dry-run]
 
 Variants are the product of every `--sweep KEY=V1,V2` axis, or what the experiment file declares in
 `get_sweep(arg) -> list[dict]` (big_vision style; `--sweep` then adds axes to each). Each (variant, seed) is one
 run: exactly `python -m swerl_jax.train --config=FILE --workdir=DIR/runs/NAME --config.KEY=VALUE ...
 --config.seed=SEED` in a subprocess, its output in `DIR/runs/NAME/train.log`. Every override is checked against the
-config (types, values, keys; `swerl_jax.config.resolve_config`) before the first run starts.
+config (types, values, keys; `swerl_jax.resolve.resolve_config`) before the first run starts.
 
 NAME is the run's result-changing overrides, sorted by key, then its seed (`sweepdir.run_name`): flag order and
 operational flags (`rundir.OPERATIONAL_KEYS`: logging.*, eval.*, checkpoint cadence, ...) do not change it, so a
 re-run with the flags swapped or a progress bar switched finds every run it finished. A run an earlier sweep named
-otherwise (older code put every `--set` in the name, in flag order) is found by its `config.json` and used where it
-is. A finished run (`rundir.is_finished`) is skipped, an interrupted one resumes, a failed one is recorded and the
-sweep goes on; a directory of the planned name holding another config's checkpoints is reported (`conflict`), never
-counted or trained over. One line per run as it starts and as it ends (name, status, wall time, directory).
-Ctrl-C stops the run in progress (SIGINT to its process group: the trainer closes its sampler, workers and
-checkpoint writes) and prints one line: the command that resumes.
+otherwise (older code put every fixed override, then `--set`, in the name) is found by its `config.json` and used
+where it is. A finished run (`rundir.is_finished`) is skipped, an interrupted one resumes, a failed one is recorded
+and the sweep goes on; a directory of the planned name holding another config's checkpoints is reported (`conflict`),
+never counted or trained over. One line per run as it starts and as it ends (name, status, wall time, directory).
+Ctrl-C stops the run in progress (SIGINT to its process group: the trainer closes its sampler, workers and checkpoint
+writes) and prints one line: the command that resumes.
 
 `DIR/index.json` lists every run: name, overrides, seed, status (done | failed | pending | running | conflict),
 workdir, log, the last logged metrics; `planned` names the runs of the last command. It is written atomically at
@@ -51,43 +51,14 @@ from typing import Any, NoReturn
 
 from swerl_jax import rundir, sweepdir
 from swerl_jax.cli import run_cli
-from swerl_jax.config import load_experiment_config, resolve_config, unknown_config_keys
+from swerl_jax.config import OVERRIDE_HELP, load_experiment_config, parse_value, set_key, split_overrides
+from swerl_jax.resolve import resolve_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PROG = "python -m swerl_jax.sweep"
 # How long a stopped run may take to exit after its SIGINT (a checkpoint write in flight) before it is killed, and
 # how long it may take before the sweep says it is waiting (a trainer stops after its current step: seconds).
 STOP_GRACE_S, STOP_QUIET_S = 60.0, 10.0
-
-
-def parse_value(config: Any, key: str, text: str) -> Any:
-    """`text` as the type of `config`'s field `key` (int, float, bool, str, None for an unset optional string)."""
-    node = config
-    *path, last = key.split(".")
-    for part in path:
-        if part not in node:
-            raise _unknown_key(config, key)
-        node = node[part]
-    if last not in node:
-        raise _unknown_key(config, key)
-    current = node[last]
-    if isinstance(current, bool):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"{key}={text!r}: expected a bool (true/false)")
-        return text.lower() in ("true", "1")
-    for kind in (int, float):
-        if isinstance(current, kind):
-            try:
-                return kind(text)
-            except ValueError:
-                raise ValueError(f"{key}={text!r}: expected {'an int' if kind is int else 'a float'}") from None
-    return None if text == "None" else text
-
-
-def _unknown_key(config: Any, key: str) -> KeyError:
-    problems = unknown_config_keys(config, [f"--config.{key}="])  # its "; did you mean ..." names the closest key
-    hint = problems[0].partition(";")[2] if problems else ""
-    return KeyError(f"unknown config key {key}" + (f";{hint}" if hint else ""))
 
 
 def parse_axes(config: Any, specs: list[str]) -> list[tuple[str, list[Any]]]:
@@ -360,15 +331,6 @@ def share_sft_stage(run_dir: pathlib.Path, config: dict, run_roots: list[pathlib
     return None
 
 
-def set_key(config: Any, key: str, value: Any) -> None:
-    """Set the dotted `key` of a ConfigDict (the key must exist: see `parse_value`)."""
-    *path, last = key.split(".")
-    node = config
-    for part in path:
-        node = node[part]
-    node[last] = value
-
-
 def _module_attr(path: str, name: str) -> Any:
     import importlib.util
 
@@ -388,7 +350,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", required=True, help="the sweep's directory (runs/, index.json)")
     p.add_argument("--sweep", action="append", default=[], help="KEY=V1,V2,...: one axis (repeatable)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds (config.seed of each run)")
-    p.add_argument("--set", action="append", default=[], help="KEY=VALUE applied to every run (repeatable)")
     p.add_argument("--emit", default="", help="write DIR/commands.sh with this launcher (e.g. launch/local.sh)")
     p.add_argument("--dry-run", action="store_true", help="check and report the runs; run and write nothing")
     p.add_argument("--variants", default="", help="comma-separated positions in the config's declared sweep to run "
@@ -397,18 +358,16 @@ def main(argv: list[str] | None = None) -> int:
                    "stage (same config but rl.*) instead of training it again")
     p.add_argument("--sft-from", action="append", default=[], help="another sweep directory whose runs' SFT stages "
                    "--share-sft may reuse (repeatable)")
-    args = p.parse_args(argv)
+    p.epilog = OVERRIDE_HELP + ": applied to every run"
+    rest, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
+    args = p.parse_args(rest)
     base = load_experiment_config(args.config)
     axes = parse_axes(base, args.sweep)
-    fixed = {}
-    for spec in args.set:
-        key, sep, text = spec.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set {spec!r}: expected KEY=VALUE")
-        fixed[key] = parse_value(base, key, text)
+    fixed = {key: parse_value(base, key, text) for key, text in overrides}
     both = sorted(set(fixed) & {k for k, _ in axes})
     if both:  # which one wins would be an accident of the merge order
-        raise ValueError(f"{both[0]} is both swept (--sweep) and fixed (--set): give it one of the two")
+        raise ValueError(f"{both[0]} is both swept (--sweep) and fixed (--config.{both[0]}): give it one "
+                         "of the two")
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         variants = [int(v) for v in args.variants.split(",") if v.strip()] or None

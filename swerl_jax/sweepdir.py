@@ -8,7 +8,8 @@
 A run is named by its result-changing overrides only (`rundir.OPERATIONAL_KEYS`, the keys a resume may change
 freely, are left out), sorted by key, each value as the resolved config holds it: the same result-changing
 settings always give the same name, whatever the flag order or the cosmetic flags. A run that an earlier sweep
-named otherwise (yesterday's code put every `--set` in the name, in flag order) is found by its `config.json`:
+named otherwise (older code put every fixed override, then `--set`, in the name, in flag order) is found by its
+`config.json`:
 no result-changing difference from the planned run means it is that run, finished or resumable.
 """
 

@@ -22,8 +22,9 @@ import time
 from typing import Any
 
 from swerl_jax import rundir, sharding
-from swerl_jax.config import load_experiment_config, resolve_config, unknown_config_keys
-from swerl_jax.rl.trainer import GRPOTrainer
+from swerl_jax.config import load_experiment_config, unknown_config_keys
+from swerl_jax.resolve import ensure_resolved, resolve_config
+from swerl_jax.rl.build import build_grpo_trainer
 from swerl_jax.run_summary import summarize_run
 from swerl_jax.sft.trainer import SFTTrainer
 
@@ -47,7 +48,7 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
 
     A workdir with checkpoints is resumed; its config must match `config` in every field that changes results
     unless `allow_config_change` (`rundir.record_config`)."""
-    config = resolve_config(config)  # typed sections; before anything starts or compiles, errors name the key
+    config = ensure_resolved(config)  # typed sections; before anything starts or compiles, errors name the key
     enable_compile_cache()
     sharding.initialize_distributed(config)
     workdir = pathlib.Path(workdir).resolve()
@@ -67,7 +68,6 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
     agent = str(config.rl.task) == "agent"
     if agent:  # multi-turn tool use (DeepSWE-style); imported only then: it brings the sandbox and the tools
         from swerl_jax.agent.sft import AgentSFTTrainer
-        from swerl_jax.agent.trainer import AgentTrainer
     if sft_steps > 0:
         sft = (AgentSFTTrainer if agent else SFTTrainer)(config, workdir / "sft")
         params = sft.run()
@@ -77,7 +77,7 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
             summary["sft"]["eval"] = evaluate_sft(config, sft, workdir / "sft" / EVAL_FILE)
     if rl_steps > 0:
         t1 = time.time()
-        grpo = (AgentTrainer if agent else GRPOTrainer)(config, workdir, initial_params=params)
+        grpo = build_grpo_trainer(config, workdir, initial_params=params)  # the collector of rl.task
         del params  # GRPO placed its own copy
         summary["rl"] = {**grpo.run(), "seconds": round(time.time() - t1, 1)}
     return summary

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from experiments import base, tiny_cpu
-from swerl_jax.config import load_run_config, resolve_config, unknown_config_keys, validate_config
+from swerl_jax.config import unknown_config_keys
+from swerl_jax.resolve import load_run_config, resolve_config, validate_config
 
 
 def test_unknown_keys_name_the_closest_valid_one():
@@ -53,7 +54,7 @@ def test_the_planner_skips_the_file_checks():
     validate_config(tiny_cpu.get_config())
 
 
-# --- typed sections at the entry point (swerl_jax.config.resolve_config, as python -m swerl_jax.train calls it) ---
+# --- typed sections at the entry point (swerl_jax.resolve.resolve_config, as python -m swerl_jax.train calls it) ---
 
 def _drop(c, dotted):
     section, field = dotted.split(".")
@@ -148,3 +149,40 @@ def test_a_run_directory_from_before_a_new_key_still_loads(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(old))
     with pytest.raises(KeyError, match="unknown config key rl.kl_coeff"):
         load_run_config(tmp_path)
+
+
+# --- --config.KEY=VALUE on every entry point (swerl_jax.config.split_overrides / apply_overrides) ---
+
+
+def test_overrides_are_split_typed_and_named():
+    from swerl_jax.config import apply_overrides, split_overrides
+
+    rest, found = split_overrides(["--config", "x.py", "--config.rl.kl_coef=0.5", "--out", "D",
+                                   "--config.sampler.mode", "inline", "--config.logging.progress_bar=false"])
+    assert rest == ["--config", "x.py", "--out", "D"]
+    assert found == [("rl.kl_coef", "0.5"), ("sampler.mode", "inline"), ("logging.progress_bar", "false")]
+    c = tiny_cpu.get_config()
+    assert apply_overrides(c, found) == {"rl.kl_coef": 0.5, "sampler.mode": "inline", "logging.progress_bar": False}
+    assert (c.rl.kl_coef, c.sampler.mode, c.logging.progress_bar) == (0.5, "inline", False)
+    with pytest.raises(KeyError, match="unknown config key rl.num_step; did you mean rl.num_steps"):
+        apply_overrides(c, [("rl.num_step", "3")])
+    with pytest.raises(ValueError, match="rl.num_steps='three': expected an int"):
+        apply_overrides(c, [("rl.num_steps", "three")])
+    with pytest.raises(ValueError, match="--config.rl.num_steps: expected --config.rl.num_steps=VALUE"):
+        split_overrides(["--config.rl.num_steps"])
+
+
+@pytest.mark.parametrize("module", ["swerl_jax.eval.run", "swerl_jax.agent.tts", "swerl_jax.eval.repair_score"])
+def test_every_config_entry_point_names_a_wrong_override_key(module, tmp_path):
+    """eval run, test-time scaling and repair-score take `--config.KEY=VALUE` as train does; a wrong key is one
+    KeyError (one line through `cli.run_cli`) naming it and the closest key, before anything loads."""
+    import importlib
+
+    config = {"swerl_jax.eval.run": "experiments/eval_agentless_mini.py:cpu",
+              "swerl_jax.agent.tts": "experiments/agent_tts.py:tiny",
+              "swerl_jax.eval.repair_score": "experiments/tiny_cpu.py"}[module]
+    argv = ["--config", config, "--out", str(tmp_path / "out"), "--config.sed=1"]
+    if module.endswith("repair_score"):
+        argv += ["--records", str(tmp_path)]
+    with pytest.raises(KeyError, match="unknown config key sed; did you mean seed"):
+        importlib.import_module(module).main(argv)

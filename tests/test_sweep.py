@@ -17,7 +17,8 @@ import time
 import pytest
 
 from swerl_jax import rundir, sweep
-from swerl_jax.config import load_experiment_config, resolve_config
+from swerl_jax.config import load_experiment_config, parse_value, set_key
+from swerl_jax.resolve import resolve_config
 
 CONFIG = "experiments/tiny_cpu.py"
 CHEAP = {"sft.num_steps": 1, "rl.num_steps": 1, "sampler.mode": "inline", "sampler.max_new_tokens": 8,
@@ -103,19 +104,19 @@ def test_emit_writes_one_launcher_line_per_run_and_runs_nothing(tmp_path):
 @pytest.mark.slow
 def test_one_real_run_trains_and_a_rerun_skips_it(tmp_path):
     assert sweep.main(["--config", CONFIG, "--workdir", str(tmp_path), "--seeds", "0",
-                       *[f"--set={k}={v}" for k, v in CHEAP.items()]]) == 0
+                       *[f"--config.{k}={v}" for k, v in CHEAP.items()]]) == 0
     index = json.loads((tmp_path / "index.json").read_text())
     (run,) = index["runs"]
     assert run["status"] == "done" and run["final"]["step"] == 1 and "reward_mean" in run["final"]
     rec = Recorder()
-    sweep.run_sweep(CONFIG, tmp_path, [], [0], {k: sweep.parse_value(load_experiment_config(CONFIG), k, str(v))
+    sweep.run_sweep(CONFIG, tmp_path, [], [0], {k: parse_value(load_experiment_config(CONFIG), k, str(v))
                                               for k, v in CHEAP.items()}, runner=rec)
     assert rec.commands == []
     # another sweep of an RL switch starts from that run's SFT stage instead of training its own
     other = tmp_path / "clip"
     assert sweep.main(["--config", CONFIG, "--workdir", str(other), "--seeds", "0", "--share-sft", "--sft-from",
                        str(tmp_path), "--sweep", "rl.clip_eps_high=0.28",
-                       *[f"--set={k}={v}" for k, v in CHEAP.items()]]) == 0
+                       *[f"--config.{k}={v}" for k, v in CHEAP.items()]]) == 0
     (shared,) = json.loads((other / "index.json").read_text())["runs"]
     assert shared["status"] == "done" and shared["sft_shared_from"] == run["workdir"]
     src, dst = tmp_path / "runs" / run["name"] / "sft", other / "runs" / shared["name"] / "sft"
@@ -195,13 +196,13 @@ def _command(root, sets, seeds=(0,), runner=None, dry_run=False):
     fixed = {}
     for spec in sets:
         key, _, text = spec.partition("=")
-        fixed[key] = sweep.parse_value(base, key, text)
+        fixed[key] = parse_value(base, key, text)
     return sweep.run_sweep(CONFIG, root, [KINDS], list(seeds), fixed, dry_run=dry_run, runner=runner)
 
 
 def _argv(root, sets, *more):
     return ["--config", CONFIG, "--workdir", str(root), "--seeds", "0", "--sweep", "reward.kind=continuous,discrete",
-            *[f"--set={s}" for s in sets], *more]
+            *[f"--config.{s}" for s in sets], *more]
 
 
 class FakeTrain(Recorder):
@@ -214,7 +215,7 @@ class FakeTrain(Recorder):
         config, workdir = load_experiment_config(flags.pop("config")), pathlib.Path(flags.pop("workdir"))
         for key, text in flags.items():
             key = key.removeprefix("config.")
-            sweep.set_key(config, key, sweep.parse_value(config, key, text))
+            set_key(config, key, parse_value(config, key, text))
         resolved = resolve_config(config, check_files=False)
         rundir.record_config(workdir, resolved.to_json(indent=1))
         for stage, steps in (("sft/checkpoints", resolved.sft.num_steps), ("checkpoints", resolved.rl.num_steps)):
@@ -230,7 +231,7 @@ def test_a_runs_name_is_its_result_changing_settings_in_canonical_order():
     base = load_experiment_config(CONFIG)
 
     def names(*sets):
-        fixed = {k: sweep.parse_value(base, k, v) for k, _, v in (s.partition("=") for s in sets)}
+        fixed = {k: parse_value(base, k, v) for k, _, v in (s.partition("=") for s in sets)}
         return [r["name"] for r in sweep.plan_runs(CONFIG, [KINDS], [0], fixed, check_files=False)]
 
     planned = names("rl.kl_coef=0.04", *COSMETIC)
@@ -276,7 +277,7 @@ def test_a_dry_run_writes_nothing(tmp_path, capsys):
 def test_runs_named_by_yesterdays_code_are_found_not_retrained(tmp_path, capsys):
     # yesterday's code named a run by every --set in flag order (ABLATIONS.md's: eval.every_steps, progress_bar, ...)
     base = load_experiment_config(CONFIG)
-    yesterday = {k: sweep.parse_value(base, k, v) for k, _, v in (s.partition("=") for s in [*COSMETIC, *RESULT])}
+    yesterday = {k: parse_value(base, k, v) for k, _, v in (s.partition("=") for s in [*COSMETIC, *RESULT])}
     old_dirs = []
     for kind in KINDS[1]:
         overrides = {**yesterday, "reward.kind": kind}

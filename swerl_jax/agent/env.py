@@ -20,12 +20,11 @@ import dataclasses
 import pathlib
 import time
 import uuid
-from typing import Any
 
 from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
 from swerl_jax.agent.tools import STEP_OUTPUT_BYTES, ToolError, Workspace, cut
 from swerl_jax.eval import environments
-from swerl_jax.eval.executors import LocalExecutor
+from swerl_jax.eval.executors import LocalExecutor, ScriptExecutor
 from swerl_jax.eval.sandbox import SandboxLimits
 from swerl_jax.eval.workdirs import remove_tree
 
@@ -49,7 +48,7 @@ class SWEEnv:
     def __init__(self, instance: dict, repos_dir: str | pathlib.Path, work_root: str | pathlib.Path, *,
                  envs: environments.EnvironmentCache | None = None, reward: str = "execution", max_turns: int = 30,
                  timeout_s: float = 1800.0, step_timeout_s: float = 120.0,
-                 limits: SandboxLimits = SandboxLimits(), executor: Any = None,
+                 limits: SandboxLimits = SandboxLimits(), executor: ScriptExecutor | None = None,
                  compact: bool = False) -> None:
         """`executor` sets up and grades the instance (`prepare` / `evaluate`): default the harness's
         `LocalExecutor` over `repos_dir`; `agent.synthetic.SyntheticExecutor` for synthetic tasks."""

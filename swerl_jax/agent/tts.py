@@ -1,4 +1,4 @@
-"""`python -m swerl_jax.agent.tts --config=experiments/agent_tts.py[:cpu|:tiny] --out DIR [--set KEY=VALUE ...]`:
+"""`python -m swerl_jax.agent.tts --config=experiments/agent_tts.py[:cpu|:tiny] --out DIR [--config.KEY=VALUE ...]`:
 test-time scaling of an agent policy end to end (see `agent.scaling` for the selectors and the report).
 
 1. K trajectories of each instance with the policy (kept-K/V multi-turn generation, sandboxed environments), each
@@ -26,14 +26,14 @@ from swerl_jax.agent.env import SWEEnv
 from swerl_jax.agent.rollout import SYSTEM, ChatFormat, run_episodes
 from swerl_jax.agent.sft import Scripted, gold_actions
 from swerl_jax.agent.synthetic import SyntheticTasks
-from swerl_jax.config import load_experiment_config, resolve_config
+from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
 from swerl_jax.eval.agentless.backends import EngineChat
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings
 from swerl_jax.eval.sandbox import SandboxLimits
+from swerl_jax.resolve import resolve_config
 from swerl_jax.rundir import refuse_other_config
 from swerl_jax.sampler.sessions import KeptKV
 from swerl_jax.sampler.types import SamplingParams
-from swerl_jax.sweep import parse_value, set_key
 
 
 def _policy_config(c: Any) -> Any:
@@ -107,9 +107,9 @@ def _instances(c: Any, out: pathlib.Path) -> tuple[list[dict], pathlib.Path, Any
         return tasks.instances, tasks.root / "repos", tasks.executor(out / "grade")
     from swerl_jax.eval import environments
     from swerl_jax.eval.executors import LocalExecutor
-    from swerl_jax.eval.harness import load_instances
+    from swerl_jax.eval.harness import index_instances
 
-    known = load_instances(pathlib.Path(str(c.instances)))
+    known = index_instances(pathlib.Path(str(c.instances)))
     ids = [i.strip() for i in str(c.instance_ids).split(",") if i.strip()] or list(known)
     missing = [i for i in ids if i not in known]
     if missing:
@@ -173,14 +173,11 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m swerl_jax.agent.tts", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="experiments/agent_tts.py[:cpu|:tiny]")
     p.add_argument("--out", required=True, help="directory for trajectories, verifier, report")
-    p.add_argument("--set", action="append", default=[], help="KEY=VALUE override of the config (repeatable)")
-    args = p.parse_args(argv)
+    p.epilog = OVERRIDE_HELP
+    rest, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
+    args = p.parse_args(rest)
     c = load_experiment_config(args.config)
-    for item in args.set:
-        key, sep, text = item.partition("=")
-        if not sep:
-            p.error(f"--set {item!r}: expected KEY=VALUE")
-        set_key(c, key, parse_value(c, key, text))
+    apply_overrides(c, overrides)
     bad = [s for s in str(c.selectors).split(",") if s not in scaling.SELECTORS]
     if bad:
         raise ValueError(f"selectors: {bad} are not among {scaling.SELECTORS}")

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from swerl_jax.config import load_experiment_config, parse_value
 from swerl_jax.metrics import read_metrics
 
 
@@ -229,7 +230,7 @@ TINY_SWEEP_CONFIG = "experiments/ablations/reward_kind.py:cpu"
 
 def run_tiny_sweep(workdir: str | os.PathLike, config: str = TINY_SWEEP_CONFIG, seeds: Sequence[int] = (0, 1),
                    settings: Mapping | None = None, jobs: int | None = None, timeout_s: float = 900.0) -> pathlib.Path:
-    """`python -m swerl_jax.sweep --config=CONFIG --seeds S --set K=V ...` (TINY_SWEEP's settings), one seed per
+    """`python -m swerl_jax.sweep --config=CONFIG --seeds S --config.K=V ...` (TINY_SWEEP's settings), one seed per
     process with up to `jobs` at once (default: one per CPU core) on one CPU device each, then one pass over all
     seeds that finds every run finished and writes the whole index (as ABLATIONS.md's sweep was run).
 
@@ -240,7 +241,7 @@ def run_tiny_sweep(workdir: str | os.PathLike, config: str = TINY_SWEEP_CONFIG, 
     root = pathlib.Path(workdir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     settings = dict(TINY_SWEEP if settings is None else settings)
-    sets = [f"--set={k}={v}" for k, v in settings.items()]
+    sets = [f"--config.{k}={v}" for k, v in settings.items()]
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
                XLA_FLAGS="--xla_force_host_platform_device_count=1")
     env.pop("MPLBACKEND", None)
@@ -266,8 +267,8 @@ def run_tiny_sweep(workdir: str | os.PathLike, config: str = TINY_SWEEP_CONFIG, 
         raise RuntimeError(f"run not finished after its sweep: {cmd}")
 
     with contextlib.chdir(sweep.REPO):  # where the runs ran: CONFIG and the data paths are relative to it
-        base = sweep.load_experiment_config(config)
-        fixed = {k: sweep.parse_value(base, k, str(v)) for k, v in settings.items()}
+        base = load_experiment_config(config)
+        fixed = {k: parse_value(base, k, str(v)) for k, v in settings.items()}
         sweep.run_sweep(config, root, [], list(seeds), fixed, runner=must_not_run)
     return root
 

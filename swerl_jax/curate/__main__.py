@@ -1,4 +1,5 @@
-"""Command line: ``python -m swerl_jax.curate --clones DIR --out DIR [options] [beam options]``.
+"""Command line: ``python -m swerl_jax.curate --clones DIR --out DIR [--config.FIELD=VALUE ...] [beam options]``
+(FIELD: a `CurateConfig` field, e.g. --config.max_changed_lines=500 --config.formats=jsonl).
 
 Beam options pass through unchanged, e.g.
   DirectRunner (default), 2 processes: --direct_num_workers=2 --direct_running_mode=multi_processing
@@ -13,27 +14,50 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import glob
 import sys
 
+from swerl_jax.config import split_overrides
 from swerl_jax.curate.config import CurateConfig
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """Our flags (one per CurateConfig field) and the rest, which are Beam's."""
+    """Our arguments and the rest, which are Beam's. The curation settings are `--config.FIELD=VALUE` (every
+    entry point's override style), one per CurateConfig field (`--config.formats=jsonl,array_record`); an unknown
+    field is a KeyError naming the closest one (it is not passed on to Beam, which would ignore it)."""
     ap = argparse.ArgumentParser(prog="python -m swerl_jax.curate", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="settings: " + ", ".join(f"--config.{f.name}={_show(f.default)}"
+                                                                 for f in dataclasses.fields(CurateConfig)))
     ap.add_argument("--clones", required=True, help="folder of clones named owner__name or owner__name.git")
     ap.add_argument("--out", required=True, help="output folder (records/, rl_seeds/, meta/, dropped/, funnel.json)")
     ap.add_argument("--events", nargs="*", default=[], help="GH Archive JSONL files or globs (.gz allowed)")
     ap.add_argument("--issues", nargs="*", default=[], help="issues JSONL: {repo, number, title, body, labels}")
-    for f in dataclasses.fields(CurateConfig):
-        flag = "--" + f.name.replace("_", "-")
-        if f.name == "formats":
-            ap.add_argument(flag, nargs="+", default=list(f.default), choices=["jsonl", "array_record"])
+    rest, overrides = split_overrides(argv)
+    args, beam = ap.parse_known_args(rest)
+    fields = {f.name: f for f in dataclasses.fields(CurateConfig)}
+    for f in fields.values():
+        setattr(args, f.name, f.default)
+    for key, text in overrides:
+        if key not in fields:
+            close = difflib.get_close_matches(key, sorted(fields), n=1)
+            raise KeyError(f"unknown config key {key}" + (f"; did you mean {close[0]}?" if close else "")
+                           + " (python -m swerl_jax.curate --help lists them)")
+        default = fields[key].default
+        if isinstance(default, tuple):
+            value = tuple(v for v in text.split(",") if v)
         else:
-            ap.add_argument(flag, type=type(f.default), default=f.default, help=f"(default {f.default})")
-    return ap.parse_known_args(argv)
+            try:
+                value = type(default)(text)
+            except ValueError:
+                raise ValueError(f"--config.{key}={text!r}: expected {type(default).__name__}") from None
+        setattr(args, key, value)
+    return args, beam
+
+
+def _show(default: object) -> str:
+    return ",".join(default) if isinstance(default, tuple) else str(default)
 
 
 def main(argv: list[str] | None = None) -> int:

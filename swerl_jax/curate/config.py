@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from swerl_jax.sampler.client import parse_address
+
 
 @dataclasses.dataclass(frozen=True)
 class CurateConfig:
@@ -41,16 +43,8 @@ class CurateConfig:
         if self.relevant_predictor == "llm" and not self.sampler_address:
             raise ValueError("CurateConfig.sampler_address is required when relevant_predictor='llm'")
         if self.sampler_address:
-            parse_address(self.sampler_address)  # a bad address fails here, not on every Beam worker
+            # a bad address fails here, not on every Beam worker
+            parse_address(self.sampler_address, "CurateConfig.sampler_address")
         bad = [f for f in self.formats if f not in ("jsonl", "array_record")]
         if bad or not self.formats:
             raise ValueError(f"CurateConfig.formats must be a non-empty subset of jsonl, array_record: {self.formats}")
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """ "host:port" (IPv6 as "[::1]:port") -> (host, port); a clear error names CurateConfig.sampler_address."""
-    host, sep, port = address.strip().rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"CurateConfig.sampler_address must be host:port (e.g. 127.0.0.1:7000), got {address!r}")
-    return host, int(port)

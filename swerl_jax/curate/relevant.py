@@ -12,10 +12,9 @@ import posixpath
 import re
 from collections.abc import Callable, Sequence
 
-from swerl_jax.curate.config import parse_address
 from swerl_jax.curate.filters import is_generated_file, is_programming_file
 from swerl_jax.data.prompts import render
-from swerl_jax.sampler.client import SamplerClient
+from swerl_jax.sampler.client import SamplerClient, parse_address
 from swerl_jax.sampler.types import SamplingParams
 
 _PY_IMPORT = re.compile(r"^\s*(?:from\s+(\.*)([\w.]*)\s+import\s+([\w., ()]+)|import\s+([\w., ]+))", re.MULTILINE)

@@ -31,33 +31,45 @@ class ImportFailure(Exception):
         super().__init__(f"instance {instance_id!r}: {reason}" + (f": {detail}" if detail else ""))
 
 
-def load_instances(source: str) -> list[dict]:
-    """Instances from a .json (list) / .jsonl / .parquet file, or a Hugging Face dataset name (``name[:split]``,
-    default split ``test``) when the `datasets` package and the network are available."""
+def load_instances(source: str | os.PathLike) -> list[dict]:
+    """SWE-bench instances, the one reader every user shares (the record importer, the agent's tasks, the
+    harness, `eval run`, test-time scaling): a .json list, a JSONL file (any other suffix: a JSON list when the
+    text starts with '[', else one object per line), a .parquet file, or a Hugging Face dataset name
+    (``name[:split]``, default split ``test``) when the `datasets` package and the network are available.
+    Errors name the file and, for JSONL, the line."""
     path = pathlib.Path(source)
-    if path.suffix == ".json" and path.is_file():
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(data, list):
-            raise ValueError(f"{source}: expected a JSON list of instances, got {type(data).__name__}")
-        return data
-    if path.suffix == ".jsonl" and path.is_file():
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
     if path.suffix == ".parquet" and path.is_file():
         try:
             import pyarrow.parquet as pq
         except ImportError:
             raise ValueError(f"{source}: reading parquet needs pyarrow (pip install pyarrow, or .[curate])") from None
-
         return pq.read_table(path).to_pylist()
-    if path.suffix in (".json", ".jsonl", ".parquet"):
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json" or text.lstrip().startswith("["):
+            data = json.loads(text)
+            if not isinstance(data, list):
+                raise ValueError(f"{source}: expected a JSON list of instances, got {type(data).__name__}")
+            return data
+        rows = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{source}:{number}: not a JSON object: {err}") from err
+                if not isinstance(row, dict):
+                    raise ValueError(f"{source}:{number}: not a JSON object ({type(row).__name__})")
+                rows.append(row)
+        return rows
+    if path.suffix in (".json", ".jsonl", ".parquet") or path.exists():
         raise FileNotFoundError(f"instances file {source} does not exist")
     try:
         import datasets
     except ImportError:
         raise ValueError(f"{source!r} is not a .json/.jsonl/.parquet file and the `datasets` package is not "
                          "installed to load it as a Hugging Face dataset name") from None
-    name, _, split = source.partition(":")
+    name, _, split = str(source).partition(":")
     return [dict(row) for row in datasets.load_dataset(name, split=split or "test")]
 
 

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--timeout", type=float, default=1800.0)
     args = p.parse_args(argv)
-    instances = harness.load_instances(args.instances)
+    instances = harness.index_instances(args.instances)
     ids = select(instances, args.repo, args.per_repo)
     args.out.mkdir(parents=True, exist_ok=True)
     reports = {}

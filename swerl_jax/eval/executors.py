@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import uuid
+from typing import Protocol, runtime_checkable
 
 from swerl_jax.eval import environments, grading, specs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
@@ -64,6 +65,37 @@ def eval_script(instance: dict, spec: dict, repo_dir: str, test_patch_file: str)
     lines += [f"{cmd} {directives}" for cmd in test_cmds]
     lines.append(f"echo {shlex.quote(consts.END_TEST_OUTPUT)}")
     return "\n".join(lines) + "\n"
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What grades an instance (the harness, the agent's verifier): `LocalExecutor` (bubblewrap) and
+    `DockerExecutor` (the official images)."""
+
+    def fingerprint(self, instance: dict) -> dict:
+        """Everything besides the patch that decides a result (image or env, spec, limits): part of the harness's
+        result key, so a stored result is reused only under the same executor and limits."""
+        ...
+
+    def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
+        """Apply `patch` to the instance's checkout and run its tests: {status, ...} (grading.py's statuses)."""
+        ...
+
+
+@runtime_checkable
+class ScriptExecutor(Executor, Protocol):
+    """An executor that also runs a model's or a pipeline's own script on a prepared checkout (Agentless's
+    reproduction and regression tests) and prepares a checkout for an agent's episode: `LocalExecutor`."""
+
+    def run_script(self, instance: dict, patch: str, script: str, log_dir: pathlib.Path,
+                   files: dict[str, str] | None = None) -> dict:
+        """See `LocalExecutor.run_script`."""
+        ...
+
+    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path, *,
+                history: bool = True) -> dict:
+        """See `LocalExecutor.prepare`."""
+        ...
 
 
 class LocalExecutor:

@@ -21,10 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from swerl_jax.config import load_run_config
 from swerl_jax.integrity import has_manifest, verify_manifest
 from swerl_jax.model.convert import save_hf
 from swerl_jax.policy import model_config_from
+from swerl_jax.resolve import load_run_config
 from swerl_jax.sampler import weights
 from swerl_jax.tokenizer import tokenizer_for
 

@@ -30,8 +30,9 @@ import traceback
 
 from tqdm import tqdm
 
+from swerl_jax.data.swebench import load_instances
 from swerl_jax.eval import environments
-from swerl_jax.eval.executors import DockerExecutor, LocalExecutor
+from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
 from swerl_jax.eval.sandbox import SandboxLimits, bwrap_path
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
@@ -51,21 +52,11 @@ def safe_id(instance_id: object) -> bool:
     return isinstance(instance_id, str) and SAFE_ID.fullmatch(instance_id) is not None
 
 
-def load_instances(path: pathlib.Path) -> dict[str, dict]:
-    """SWE-bench instances from a JSON list or JSONL file, by instance_id (errors name the file and line)."""
-    text = pathlib.Path(path).read_text()
-    if text.lstrip().startswith("["):
-        rows = json.loads(text)
-    else:
-        rows = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{number}: not a JSON object: {err}") from err
+def index_instances(path: pathlib.Path) -> dict[str, dict]:
+    """SWE-bench instances (`data.swebench.load_instances`: a JSON list or JSONL file) by instance_id, each
+    checked for the fields grading needs and for an id that can name a file (errors name the file and instance)."""
     instances = {}
-    for number, row in enumerate(rows, 1):
+    for number, row in enumerate(load_instances(path), 1):
         missing = [k for k in ("instance_id", "repo", "base_commit", "test_patch", "version") if k not in row]
         if missing:
             raise ValueError(f"{path}: instance #{number} ({row.get('instance_id', '?')}) lacks {missing}")
@@ -144,7 +135,7 @@ def _patch_digest(patch: str) -> str:
     return hashlib.sha256(patch.encode()).hexdigest()
 
 
-def result_key(instance: dict, patch: str, executor) -> str:
+def result_key(instance: dict, patch: str, executor: Executor) -> str:
     """What a stored result must match to be reused: the patch, the instance's graded fields, the executor's
     fingerprint (environment spec, limits) and the harness version."""
     fingerprint = getattr(executor, "fingerprint", None)
@@ -157,7 +148,7 @@ def result_key(instance: dict, patch: str, executor) -> str:
 class Harness:
     """Grades predictions with an executor, N at a time, resumable through OUT/results/<id>.json."""
 
-    def __init__(self, instances: dict[str, dict], executor, out_dir: pathlib.Path, workers: int = 1):
+    def __init__(self, instances: dict[str, dict], executor: Executor, out_dir: pathlib.Path, workers: int = 1):
         self.instances, self.executor, self.out_dir, self.workers = instances, executor, out_dir, workers
         self.results_dir = out_dir / "results"
         self.results_dir.mkdir(parents=True, exist_ok=True)
@@ -363,7 +354,7 @@ def main(argv: list[str] | None = None) -> dict:
             raise ValueError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be > 0")
     if args.instance_ids and any("," in i for i in args.instance_ids):
         raise ValueError(f"--instance_ids {' '.join(args.instance_ids)}: ids are separated by spaces, not commas")
-    instances = load_instances(args.instances)
+    instances = index_instances(args.instances)
     predictions, errors = load_predictions(args.predictions)
     instances, predictions = select(instances, predictions, args.instance_ids)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import json
 import pathlib
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -31,7 +32,7 @@ from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import read_records
 from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.reward import get_reward_fn
-from swerl_jax.sampler.types import SamplingParams
+from swerl_jax.sampler.types import SamplingParams, sampling_params
 
 # prompts (token ids) -> for each prompt, its answers (texts)
 Generate = Callable[[list[np.ndarray]], list[list[str]]]
@@ -104,7 +105,6 @@ def heldout_records(config) -> list[dict]:
 def evaluate_params(config, params: dict) -> dict:
     """The held-out repair metric of `params` (host arrays, the model's layout), greedy: the `eval/*` scalars the
     GRPO trainer logs every `eval.every_steps`, for a policy outside it (the SFT stage's, the RL-vs-SFT baseline)."""
-    from swerl_jax.rl.trainer import sampling_params  # JAX: only when a policy is evaluated
     from swerl_jax.sampler.factory import build_engine
     from swerl_jax.tokenizer import tokenizer_for
 
@@ -143,7 +143,8 @@ def client_generate(client, tokenizer, sampling: SamplingParams, num_samples: in
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.repair_score", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.repair_score", description=__doc__.split("\n")[0],
+                                epilog="--config.KEY=VALUE (or --config.KEY VALUE): override a config key (repeatable)")
     p.add_argument("--config", required=True, help="experiment file (experiments/NAME.py[:arg]): model, tokenizer, "
                    "prompt budget, sampler limits, reward kind")
     p.add_argument("--records", required=True, help="PR records (file, directory, glob or comma-separated list)")
@@ -164,11 +165,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> RepairScore:
     """CLI entry point; returns the score (tests call it in-process)."""
-    args = _parser().parse_args(argv)
-    from swerl_jax.config import load_experiment_config, resolve_config  # JAX: config checks, the local engine
+    from swerl_jax.config import apply_overrides, load_experiment_config, split_overrides
+
+    rest, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
+    args = _parser().parse_args(rest)
+    from swerl_jax.resolve import resolve_config
     from swerl_jax.tokenizer import tokenizer_for
 
     config = load_experiment_config(args.config)
+    apply_overrides(config, overrides)
     if args.hf_dir:
         from swerl_jax.model.convert import require_hf_dir
 
@@ -193,11 +198,10 @@ def main(argv: list[str] | None = None) -> RepairScore:
                               max_new_tokens=args.max_new_tokens or config.sampler.max_new_tokens).validate()
     policy_version = None
     if args.address:
-        from swerl_jax.curate.config import parse_address
-        from swerl_jax.sampler.client import SamplerClient
+        from swerl_jax.sampler.client import SamplerClient, parse_address
 
         try:
-            client = SamplerClient(parse_address(args.address), timeout_s=config.sampler.request_timeout_s)
+            client = SamplerClient(parse_address(args.address, "--address"), timeout_s=config.sampler.request_timeout_s)
         except SamplerError as err:  # nothing listening there: one line, not a traceback
             raise ValueError(f"--address {args.address}: {err}") from None
         generate = client_generate(client, tokenizer, sampling, args.samples, args.seed)

@@ -1,4 +1,4 @@
-"""`python -m swerl_jax.eval run --config=experiments/eval_agentless_mini.py[:cpu] --out DIR [--set KEY=VALUE]`:
+"""`python -m swerl_jax.eval run --config=experiments/eval_agentless_mini.py[:cpu] --out DIR [--config.KEY=VALUE]`:
 Agentless Mini over SWE-bench instances with a policy (see the config file for backends), predictions JSONL, then
 (with `grade`) the harness's report. Resumable: instances already in OUT/predictions.jsonl are skipped.
 """
@@ -11,10 +11,9 @@ import json
 import pathlib
 import sys
 
-from swerl_jax.config import load_experiment_config
+from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
-from swerl_jax.eval.harness import load_instances
-from swerl_jax.sweep import parse_value, set_key
+from swerl_jax.eval.harness import index_instances
 
 BACKENDS = ("engine", "sampler", "openai", "oracle")
 
@@ -30,7 +29,7 @@ def build_chat(c, instances: list[dict]):
             raise ValueError("backend=openai needs openai_model (the served model's name)")
         return (backends.OpenAIChat(c.openai_base_url, c.openai_model, c.max_new_tokens, c.openai_api_key_env),
                 lambda text: len(text) // 4)
-    from swerl_jax.config import resolve_config
+    from swerl_jax.resolve import resolve_config
     from swerl_jax.tokenizer import tokenizer_for
 
     policy = load_experiment_config(c.policy)
@@ -43,10 +42,9 @@ def build_chat(c, instances: list[dict]):
     count = lambda text: len(tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
     common = dict(top_p=policy.sampler.top_p, top_k=policy.sampler.top_k, seed=int(c.seed))
     if c.backend == "sampler":
-        from swerl_jax.curate.config import parse_address
-        from swerl_jax.sampler.client import SamplerClient
+        from swerl_jax.sampler.client import SamplerClient, parse_address
 
-        client = SamplerClient(parse_address(c.address), timeout_s=policy.sampler.request_timeout_s)
+        client = SamplerClient(parse_address(c.address, "address"), timeout_s=policy.sampler.request_timeout_s)
         return backends.EngineChat(tokenizer, int(c.max_new_tokens), int(c.max_prompt_len), client=client,
                                    **common), count
     from swerl_jax.sampler.factory import load_engine
@@ -108,20 +106,17 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m swerl_jax.eval run", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="experiments/eval_agentless_mini.py[:cpu]")
     p.add_argument("--out", required=True, help="directory for predictions.jsonl, trajectories/, harness/")
-    p.add_argument("--set", action="append", default=[], help="KEY=VALUE override of the eval config (repeatable)")
     p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
+    p.epilog = OVERRIDE_HELP
+    rest, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
+    args = p.parse_args(rest)
     c = load_experiment_config(args.config)
-    for item in args.set:
-        key, sep, text = item.partition("=")
-        if not sep:
-            p.error(f"--set {item!r}: expected KEY=VALUE")
-        set_key(c, key, parse_value(c, key, text))
+    apply_overrides(c, overrides)
     if c.backend not in BACKENDS:
         close = difflib.get_close_matches(str(c.backend), BACKENDS, n=1)
         raise ValueError(f"backend={c.backend!r} is not one of {BACKENDS}"
                          + (f" (did you mean {close[0]!r}?)" if close else ""))
-    all_instances = load_instances(pathlib.Path(c.instances))
+    all_instances = index_instances(pathlib.Path(c.instances))
     ids = [i.strip() for i in str(c.instance_ids).split(",") if i.strip()]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:

@@ -27,6 +27,16 @@ from swerl_jax.sampler import protocol
 from swerl_jax.sampler.types import SECRET_ENV, Completion, SamplingParams
 
 
+def parse_address(address: str, key: str = "address") -> tuple[str, int]:
+    """ "host:port" (IPv6 as "[::1]:port") of a sampler server -> (host, port); the error names `key`, the
+    setting that gave it (CurateConfig.sampler_address, --address, the eval config's address)."""
+    host, sep, port = address.strip().rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{key} must be host:port (e.g. 127.0.0.1:7000), got {address!r}")
+    return host, int(port)
+
+
 class SamplerError(RuntimeError):
     """The sampler process is dead, hung or unreachable."""
 

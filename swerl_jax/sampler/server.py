@@ -29,7 +29,7 @@ import socket
 import sys
 import threading
 
-from swerl_jax.config import resolve_config
+from swerl_jax.resolve import resolve_config
 from swerl_jax.sampler import protocol
 from swerl_jax.sampler.engine import SamplingEngine
 from swerl_jax.sampler.factory import load_engine

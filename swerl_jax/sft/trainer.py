@@ -23,11 +23,11 @@ import numpy as np
 from swerl_jax import sharding
 from swerl_jax.batching import pack_rows, row_shape, score_positions
 from swerl_jax.checkpoint import Checkpointer
-from swerl_jax.config import resolve_config
 from swerl_jax.data.loader import data_metrics, sft_dataset_from_config
 from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, micro_batches
+from swerl_jax.resolve import ensure_resolved
 
 PROMPT_BUCKET, TARGET_BUCKET = 64, 48
 
@@ -73,7 +73,7 @@ class SFTTrainer(TrainLoop):
     stage = "sft"
 
     def __init__(self, config: Any, workdir: str | pathlib.Path, initial_params: Any = None) -> None:
-        self.config = config = resolve_config(config)  # typed sections, every key checked (swerl_jax.config)
+        self.config = config = ensure_resolved(config)  # typed sections (resolved by the entry point)
         self.workdir = pathlib.Path(workdir)
         s = config.sft
         self.num_steps = int(s.num_steps)

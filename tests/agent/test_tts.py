@@ -20,7 +20,7 @@ def test_tts_command_runs_every_stage_and_reports(tmp_path):
            "PYTHONPATH": str(REPO_ROOT), "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
     out_dir = tmp_path / "tts"
     cmd = [sys.executable, "-m", "swerl_jax.agent.tts", "--config=experiments/agent_tts.py:tiny", f"--out={out_dir}",
-           "--set=k=2", "--set=synthetic_tasks=1", "--set=verifier.tasks=1", "--set=verifier.num_steps=2"]
+           "--config.k=2", "--config.synthetic_tasks=1", "--config.verifier.tasks=1", "--config.verifier.num_steps=2"]
     done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads((out_dir / "report.json").read_text())
@@ -41,7 +41,7 @@ def test_tts_command_runs_every_stage_and_reports(tmp_path):
     assert (out_dir / "report.md").read_text() in done.stdout
     assert "tts: 4/4 report: " in done.stderr and (out_dir / "done" / "policy-0.jsonl").exists()  # resumable
     # another config into the same --out is refused in one line before anything runs (its batches are reused)
-    again = subprocess.run([*cmd[:-1], "--set=verifier.num_steps=3"], cwd=REPO_ROOT, env=env, capture_output=True,
+    again = subprocess.run([*cmd[:-1], "--config.verifier.num_steps=3"], cwd=REPO_ROOT, env=env, capture_output=True,
                            text=True, timeout=300)
     assert again.returncode == 2 and "holds results of another config (verifier.num_steps: 2 -> 3)" in again.stderr
     assert "Traceback" not in again.stderr

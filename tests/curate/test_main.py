@@ -9,10 +9,12 @@ from tests.curate.builders import build_world
 
 
 def test_flags_split_between_ours_and_beams():
-    args, beam = parse_args(["--clones", "c", "--out", "o", "--max-changed-lines", "50", "--formats", "jsonl",
+    args, beam = parse_args(["--clones", "c", "--out", "o", "--config.max_changed_lines=50", "--config.formats=jsonl",
                              "--runner=FlinkRunner", "--flink_master=h:8081"])
-    assert args.max_changed_lines == 50 and args.formats == ["jsonl"]
+    assert args.max_changed_lines == 50 and args.formats == ("jsonl",) and args.num_shards == 4
     assert beam == ["--runner=FlinkRunner", "--flink_master=h:8081"]
+    with pytest.raises(KeyError, match="unknown config key max_changed_line; did you mean max_changed_lines"):
+        parse_args(["--clones", "c", "--out", "o", "--config.max_changed_line=50"])
 
 
 @pytest.mark.slow
@@ -20,8 +22,8 @@ def test_cli_multiprocess(tmp_path, capsys):
     build_world(tmp_path)
     out = tmp_path / "out"
     rc = main(["--clones", str(tmp_path / "clones"), "--events", str(tmp_path / "events.jsonl"),
-               "--issues", str(tmp_path / "issues.jsonl"), "--out", str(out), "--num-shards", "3",
-               "--formats", "jsonl"])
+               "--issues", str(tmp_path / "issues.jsonl"), "--out", str(out), "--config.num_shards=3",
+               "--config.formats=jsonl"])
     assert rc == 0
     funnel = json.loads((out / "funnel.json").read_text())
     assert funnel["pr_candidates"] == 19 and funnel["kept"] == 6 and funnel["rl_seeds"] == 1

@@ -14,8 +14,8 @@ from swerl_jax.curate.relevant import (
     SamplerGenerate,
     add_relevant_files,
     imported_paths,
-    parse_address,
 )
+from swerl_jax.sampler.client import parse_address
 from tests.conftest import JAX_CACHE
 
 TREE = ["src/pkg/__init__.py", "src/pkg/core.py", "src/pkg/models.py", "src/pkg/sessions.py", "src/pkg/auth.py",

@@ -10,10 +10,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from swerl_jax.config import load_run_config
 from swerl_jax.eval import export
 from swerl_jax.model.llama import forward
 from swerl_jax.policy import model_config_from
+from swerl_jax.resolve import load_run_config
 from swerl_jax.sampler import weights
 
 TOL = 1e-4  # the project's float32 logit bound (swerl_jax.model.check_logits)

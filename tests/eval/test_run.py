@@ -46,9 +46,9 @@ def test_an_instance_that_failed_is_no_prediction_and_is_retried(shared_data, tm
 
     (tmp_path / "repos_late").mkdir()
     argv = ["--config", "experiments/eval_agentless_mini.py:cpu", "--out", str(tmp_path / "out"), "--no-progress",
-            "--set", "backend=oracle", "--set", "grade=false", "--set", "agentless.regression=false",
-            "--set", "agentless.reproduction_tests=0", "--set", "instance_ids=pallets__flask-4045",
-            "--set", f"instances={shared_data / 'swebench_lite.json'}", "--set", f"repos={tmp_path / 'repos_late'}"]
+            "--config.backend=oracle", "--config.grade=false", "--config.agentless.regression=false",
+            "--config.agentless.reproduction_tests=0", "--config.instance_ids=pallets__flask-4045",
+            f"--config.instances={shared_data / 'swebench_lite.json'}", f"--config.repos={tmp_path / 'repos_late'}"]
     first = eval_run.main(argv)
     assert first["failed"] == ["pallets__flask-4045"] and eval_run.exit_code(first) == 1
     assert not (tmp_path / "out" / "predictions.jsonl").exists()
@@ -58,7 +58,7 @@ def test_an_instance_that_failed_is_no_prediction_and_is_retried(shared_data, tm
     (pred,) = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
     assert pred["model_patch"] and pred["model_name_or_path"] == "oracle-gold-patches"
     with pytest.raises(ValueError, match=r"instance_ids: \['pallets__flask-4045'\] named more than once"):
-        eval_run.main([*argv[:-8], "--set", "instance_ids=pallets__flask-4045,pallets__flask-4045", *argv[-4:]])
+        eval_run.main([*argv[:-4], "--config.instance_ids=pallets__flask-4045,pallets__flask-4045", *argv[-2:]])
 
 
 def test_a_run_folder_given_as_hf_dir_is_named_as_such(tmp_path):

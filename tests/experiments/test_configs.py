@@ -12,7 +12,7 @@ import pytest
 
 from experiments import base
 from launch import plan
-from swerl_jax.config import validate_config
+from swerl_jax.resolve import validate_config
 from swerl_jax.rl import objectives as obj
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,6 +20,7 @@ from swerl_jax.answer import ANSWER_END, ANSWER_START
 from swerl_jax.eval import environments, grading
 from swerl_jax.eval.agentless import localize, normalize, repair, rerank, tests_gen
 from swerl_jax.eval.agentless.backends import Chat
+from swerl_jax.eval.executors import ScriptExecutor
 from swerl_jax.eval.structure import file_contents, repo_structure
 
 
@@ -104,8 +105,8 @@ def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens
     return traj
 
 
-def patch_test_results(instance: dict, samples: list[dict], chat: Chat, settings: AgentlessSettings, executor,
-                  log_dir: pathlib.Path, traj: dict) -> dict[str, dict]:
+def patch_test_results(instance: dict, samples: list[dict], chat: Chat, settings: AgentlessSettings,
+                       executor: ScriptExecutor, log_dir: pathlib.Path, traj: dict) -> dict[str, dict]:
     """{patch: Sample fields} from running the kept reproduction scripts and the selected regression tests (also
     the agent's execution-based verifier, `swerl_jax.agent.scaling`); `traj` gets the scripts and outcomes."""
     scripts: list[str] = []

