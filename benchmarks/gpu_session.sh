@@ -30,6 +30,14 @@ run() {  # run NAME SECONDS_NEEDED CMD...: skip when the deadline is nearer than
   echo "== $name: rc=$rc after $(( $(date +%s) - START )) s"
 }
 
+profile() {  # profile NAME ATTENTION: trace 2 steps, print the split, keep trace + optimized HLO in $OUT
+  rm -rf /tmp/dump /tmp/prof
+  XLA_FLAGS="--xla_gpu_enable_command_buffer= --xla_dump_to=/tmp/dump --xla_dump_hlo_as_text \
+--xla_dump_hlo_module_re=jit_step" run "profile_$1" 90 $PY $MFU --attention="$2" --no-peer \
+    --steps 2 --profile /tmp/prof --hlo-dump /tmp/dump
+  tar czf "$OUT/profile_$1.tgz" /tmp/prof $(ls /tmp/dump/*jit_step*after_optimizations.txt 2>/dev/null) 2>/dev/null
+}
+
 for part in "${parts[@]}"; do case $part in
   env)
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
@@ -49,19 +57,9 @@ flax.__version__, 'optax', optax.__version__, 'torch', torch.__version__, 'trans
     export XLA_PYTHON_CLIENT_MEM_FRACTION=0.94
     run train_causal 100 $PY $MFU --attention=cudnn --no-peer ;;
   profile)  # the split of the step before the change; command buffers off so kernels name their HLO op
-    rm -rf /tmp/dump /tmp/prof
-    XLA_FLAGS="--xla_gpu_enable_command_buffer= --xla_dump_to=/tmp/dump --xla_dump_hlo_as_text \
---xla_dump_hlo_module_re=jit_step" run profile_masked 90 $PY $MFU --attention=cudnn_masked --no-peer \
-      --steps 2 --profile /tmp/prof --hlo-dump /tmp/dump
-    tar czf "$OUT/profile_masked.tgz" /tmp/prof $(ls /tmp/dump/*jit_step*after_optimizations.txt 2>/dev/null) \
-      2>/dev/null ;;
+    profile masked cudnn_masked ;;
   profile_after)
-    rm -rf /tmp/dump /tmp/prof
-    XLA_FLAGS="--xla_gpu_enable_command_buffer= --xla_dump_to=/tmp/dump --xla_dump_hlo_as_text \
---xla_dump_hlo_module_re=jit_step" run profile_causal 90 $PY $MFU --attention=cudnn --no-peer \
-      --steps 2 --profile /tmp/prof --hlo-dump /tmp/dump
-    tar czf "$OUT/profile_causal.tgz" /tmp/prof $(ls /tmp/dump/*jit_step*after_optimizations.txt 2>/dev/null) \
-      2>/dev/null ;;
+    profile causal cudnn ;;
   tests)  # the GPU-relevant subset: kernels, fp32 parity against transformers / the copied engine, batching
     run tests 100 $PY -m pytest -q -p no:cacheprovider tests/model/test_attention.py \
       tests/sampler/test_prefix_attention.py tests/sampler/test_engine.py tests/model/test_llama.py \
