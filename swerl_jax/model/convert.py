@@ -11,11 +11,11 @@ tensors; `gguf_to_hf` writes those as an ordinary HF directory that `load_hf` th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
 import shutil
-from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -26,21 +26,6 @@ from swerl_jax.model.config import LlamaConfig, RopeScaling
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-# A Linear weight [out, in] -> our layout, given (config) -> target shape; `T` first, then reshape.
-_LAYER_TENSORS = {
-    # our path under "layers"          HF name under model.layers.{i}.
-    ("self_attn", "q_proj"): "self_attn.q_proj.weight",
-    ("self_attn", "k_proj"): "self_attn.k_proj.weight",
-    ("self_attn", "v_proj"): "self_attn.v_proj.weight",
-    ("self_attn", "o_proj"): "self_attn.o_proj.weight",
-    ("mlp", "gate_proj"): "mlp.gate_proj.weight",
-    ("mlp", "up_proj"): "mlp.up_proj.weight",
-    ("mlp", "down_proj"): "mlp.down_proj.weight",
-    ("input_layernorm", "scale"): "input_layernorm.weight",
-    ("post_attention_layernorm", "scale"): "post_attention_layernorm.weight",
-}
-
-
 class CheckpointError(ValueError):
     """A checkpoint that cannot be converted: wrong architecture, missing tensors, mismatched shapes."""
 
@@ -165,29 +150,41 @@ class _Reader:
             return np.asarray(f.get_tensor(full))
 
 
-def _layer_shapes(c: LlamaConfig) -> dict[tuple[str, str], tuple[tuple[int, ...], Callable, Callable]]:
-    """Per layer tensor: (HF shape, HF -> ours, ours -> HF)."""
+@dataclasses.dataclass(frozen=True)
+class LayerTensor:
+    """One per-layer tensor: its HF name under `model.layers.{i}.`, its HF shape and ours, and how one maps to the
+    other. `kind` says the layout: "heads_in" (HF [heads*d, e] -> ours [e, heads, d]), "heads_out" (HF
+    [e, heads*d] -> ours [heads, d, e]), "linear" (HF [out, in] -> ours [in, out]) and "vector" (the same)."""
+
+    hf_name: str
+    hf_shape: tuple[int, ...]
+    shape: tuple[int, ...]
+    kind: str
+
+    def to_ours(self, w: np.ndarray) -> np.ndarray:
+        """HF layout -> ours (transposes and reshapes only: exact)."""
+        return w.reshape(self.shape) if self.kind == "vector" else w.T.reshape(self.shape)
+
+    def to_hf(self, p: np.ndarray) -> np.ndarray:
+        """Ours -> HF layout (the inverse of `to_ours`)."""
+        if self.kind == "vector":
+            return p.reshape(self.hf_shape)
+        return p.reshape(self.hf_shape[::-1]).T
+
+
+def layer_tensors(c: LlamaConfig) -> dict[tuple[str, str], LayerTensor]:
+    """Every per-layer tensor of `c`, keyed by our path under "layers" (group, leaf)."""
     e, f, h, kv, d = c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_size
-
-    def split(heads: int):  # [heads*d, e] <-> [e, heads, d]
-        return (lambda w: w.T.reshape(e, heads, d)), (lambda p: p.reshape(e, heads * d).T)
-
-    def ident():
-        return (lambda w: w), (lambda p: p)
-
-    def trans():
-        return (lambda w: w.T), (lambda p: p.T)
-
     return {
-        ("self_attn", "q_proj"): ((h * d, e), *split(h)),
-        ("self_attn", "k_proj"): ((kv * d, e), *split(kv)),
-        ("self_attn", "v_proj"): ((kv * d, e), *split(kv)),
-        ("self_attn", "o_proj"): ((e, h * d), lambda w: w.T.reshape(h, d, e), lambda p: p.reshape(h * d, e).T),
-        ("mlp", "gate_proj"): ((f, e), *trans()),
-        ("mlp", "up_proj"): ((f, e), *trans()),
-        ("mlp", "down_proj"): ((e, f), *trans()),
-        ("input_layernorm", "scale"): ((e,), *ident()),
-        ("post_attention_layernorm", "scale"): ((e,), *ident()),
+        ("self_attn", "q_proj"): LayerTensor("self_attn.q_proj.weight", (h * d, e), (e, h, d), "heads_in"),
+        ("self_attn", "k_proj"): LayerTensor("self_attn.k_proj.weight", (kv * d, e), (e, kv, d), "heads_in"),
+        ("self_attn", "v_proj"): LayerTensor("self_attn.v_proj.weight", (kv * d, e), (e, kv, d), "heads_in"),
+        ("self_attn", "o_proj"): LayerTensor("self_attn.o_proj.weight", (e, h * d), (h, d, e), "heads_out"),
+        ("mlp", "gate_proj"): LayerTensor("mlp.gate_proj.weight", (f, e), (e, f), "linear"),
+        ("mlp", "up_proj"): LayerTensor("mlp.up_proj.weight", (f, e), (e, f), "linear"),
+        ("mlp", "down_proj"): LayerTensor("mlp.down_proj.weight", (e, f), (f, e), "linear"),
+        ("input_layernorm", "scale"): LayerTensor("input_layernorm.weight", (e,), (e,), "vector"),
+        ("post_attention_layernorm", "scale"): LayerTensor("post_attention_layernorm.weight", (e,), (e,), "vector"),
     }
 
 
@@ -210,8 +207,8 @@ def load_hf(hf_dir: str | os.PathLike, param_dtype: str = "float32") -> tuple[Ll
         return jnp.asarray(x.astype(dt))
 
     layers: dict = {}
-    for (group, leaf), (shape, to_ours, _) in _layer_shapes(config).items():
-        stacked = np.stack([to_ours(reader.get(f"layers.{i}.{_LAYER_TENSORS[group, leaf]}", shape))
+    for (group, leaf), t in layer_tensors(config).items():
+        stacked = np.stack([t.to_ours(reader.get(f"layers.{i}.{t.hf_name}", t.hf_shape))
                             for i in range(config.num_layers)])
         layers.setdefault(group, {})[leaf] = cast(stacked)
     params = {"embed_tokens": cast(reader.get("embed_tokens.weight", (v, e))), "layers": layers,
@@ -226,13 +223,13 @@ def params_to_hf_state(config: LlamaConfig, params: dict) -> dict[str, np.ndarra
     """HF `LlamaForCausalLM` state dict (numpy, params' dtype) of our params; no lm_head when tied."""
     state = {"model.embed_tokens.weight": np.asarray(params["embed_tokens"]),
              "model.norm.weight": np.asarray(params["norm"]["scale"])}
-    for (group, leaf), (_, _, to_hf) in _layer_shapes(config).items():
+    for (group, leaf), t in layer_tensors(config).items():
         stacked = np.asarray(params["layers"][group][leaf])
         if stacked.shape[0] != config.num_layers:
             raise CheckpointError(f"params layers/{group}/{leaf} has {stacked.shape[0]} layers, config says "
                                   f"{config.num_layers}")
         for i in range(config.num_layers):
-            state[f"model.layers.{i}.{_LAYER_TENSORS[group, leaf]}"] = np.ascontiguousarray(to_hf(stacked[i]))
+            state[f"model.layers.{i}.{t.hf_name}"] = np.ascontiguousarray(t.to_hf(stacked[i]))
     if not config.tie_word_embeddings:
         state["lm_head.weight"] = np.ascontiguousarray(np.asarray(params["lm_head"]).T)
     return state
