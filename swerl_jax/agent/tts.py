@@ -149,25 +149,6 @@ def say(line: str) -> None:
     print(f"tts: {line}", file=sys.stderr, flush=True)
 
 
-def _evaluated(c: Any, policy: Any) -> dict:
-    """What the run evaluates, checked before anything loads: `weights` must hold a published policy (its newest
-    version, = its GRPO step), else the policy config's Hugging Face model; a random init is refused."""
-    from swerl_jax.sampler.weights import require_policy
-
-    if str(c.weights):
-        version = require_policy(str(c.weights))
-        return {"what": f"policy version {version} (GRPO step {version}) of {c.weights}", "weights": str(c.weights),
-                "policy_version": version}
-    if not str(policy.model.hf_dir):
-        if bool(c.random_init):
-            return {"what": f"a random init of {policy.model.name} (seed {policy.seed}; random_init=True)",
-                    "random_init_seed": int(policy.seed), "policy_version": None}
-        raise ValueError(f"policy={c.policy}: its model has no weights (model.hf_dir is empty): set "
-                         "weights=RUN/policy, or random_init=True to evaluate a random init")
-    return {"what": f"the Hugging Face model {policy.model.hf_dir}", "hf_dir": str(policy.model.hf_dir),
-            "policy_version": None}
-
-
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point; returns the report."""
     p = argparse.ArgumentParser(prog="python -m swerl_jax.agent.tts", description=__doc__.split("\n")[0])
@@ -187,20 +168,20 @@ def main(argv: list[str] | None = None) -> dict:
     out = pathlib.Path(args.out)
     refuse_other_config(out / "tts_config.json", json.loads(c.to_json()))  # finished batches are reused
 
-    from swerl_jax.sampler.factory import load_engine
+    from swerl_jax.sampler import source as policy_source
     from swerl_jax.tokenizer import tokenizer_for
 
     raw_policy = _policy_config(c)
     policy = resolve_config(raw_policy, check_files=True)
-    evaluated = _evaluated(c, policy)
+    source = policy_source.PolicySource(weights=str(c.weights), random_init=bool(c.random_init),
+                                        flag={"hf_dir": "policy's model.hf_dir", "random_init": "random_init=True"})
+    evaluated = policy_source.describe(source, policy, f"policy={c.policy}")
     print(f"evaluating {evaluated['what']}", flush=True)
     instances, repos, executor = _instances(c, out)  # checked before the folder is claimed for this config
     out.mkdir(parents=True, exist_ok=True)
     (out / "tts_config.json").write_text(c.to_json(indent=1))
     tokenizer = tokenizer_for(policy.model)
-    engine, _ = load_engine(policy, weights_dir=str(c.weights))
-    if str(c.weights) and engine.policy_version != evaluated["policy_version"]:
-        raise RuntimeError(f"loaded policy version {engine.policy_version}, meant {evaluated['policy_version']}")
+    engine = policy_source.open_engine(policy, source, evaluated)
     pool = concurrent.futures.ThreadPoolExecutor(int(c.env_workers), thread_name_prefix="tts-env")
     episodes = Episodes(c, KeptKV(engine, int(c.max_context)), ChatFormat(tokenizer), pool, out)
     say(f"1/4 episodes: {len(instances)} instances x K={int(c.k)} (each graded by the harness)")

@@ -174,49 +174,31 @@ def main(argv: list[str] | None = None) -> RepairScore:
 
     config = load_experiment_config(args.config)
     apply_overrides(config, overrides)
-    if args.hf_dir:
-        from swerl_jax.model.convert import require_hf_dir
+    from swerl_jax.sampler import source as policy_source
 
-        require_hf_dir(args.hf_dir, "--hf_dir")
+    source = policy_source.PolicySource(
+        weights=args.weights, version=args.version, hf_dir=args.hf_dir, address=args.address,
+        random_init=args.random_init,
+        flag={f: f"--{f}" for f in ("weights", "version", "hf_dir", "address", "random_init")}).check()
+    if args.hf_dir:
         config.model.hf_dir = config.model.tokenizer = args.hf_dir
     from swerl_jax.sampler.client import SamplerError
 
     if args.samples < 1:
         raise ValueError(f"--samples {args.samples}: must be >= 1")
-    if args.weights and args.hf_dir:
-        raise ValueError("--weights and --hf_dir name two models: give one")
-    if args.address and (args.weights or args.hf_dir or args.version is not None):
-        raise ValueError("--address scores the sampler server's policy: --weights, --hf_dir and --version do not "
-                         "apply")
-    if args.version is not None and args.version < -1:
-        raise ValueError(f"--version {args.version}: a version number, or -1 for the newest")
     config = resolve_config(config, check_files=True)
-    evaluated = _evaluated(args, config)
+    evaluated = policy_source.describe(source, config, args.config)
     records = [r for path in expand_record_paths(args.records, key="--records") for r in read_records(path)]
     tokenizer = tokenizer_for(config.model)
     sampling = SamplingParams(temperature=args.temperature, top_p=config.sampler.top_p, top_k=config.sampler.top_k,
                               max_new_tokens=args.max_new_tokens or config.sampler.max_new_tokens).validate()
-    policy_version = None
     if args.address:
-        from swerl_jax.sampler.client import SamplerClient, parse_address
-
-        try:
-            client = SamplerClient(parse_address(args.address, "--address"), timeout_s=config.sampler.request_timeout_s)
-        except SamplerError as err:  # nothing listening there: one line, not a traceback
-            raise ValueError(f"--address {args.address}: {err}") from None
-        generate = client_generate(client, tokenizer, sampling, args.samples, args.seed)
+        generate = client_generate(policy_source.open_client(config, source), tokenizer, sampling, args.samples,
+                                   args.seed)
     else:
-        from swerl_jax.sampler.factory import load_engine
-        from swerl_jax.sampler.weights import load
-
-        engine, _ = load_engine(config, weights_dir=args.weights)
-        if args.weights and engine.policy_version != evaluated["policy_version"]:
-            version = evaluated["policy_version"]
-            engine.update_params(load(args.weights, version, like=engine.params), version)
-        generate = engine_generate(engine, sampling, args.samples, args.seed)
-        policy_version = engine.policy_version if args.weights else None
-        if policy_version != evaluated["policy_version"]:
-            raise RuntimeError(f"loaded policy version {policy_version}, meant {evaluated['policy_version']}")
+        generate = engine_generate(policy_source.open_engine(config, source, evaluated), sampling, args.samples,
+                                   args.seed)
+    policy_version = evaluated["policy_version"]
     rows: list[dict] = []
     try:
         result = repair_score(records, generate, tokenizer, config.data.max_prompt_len, config.data.prompt_style,
@@ -237,30 +219,6 @@ def main(argv: list[str] | None = None) -> RepairScore:
     print(f"evaluated: {evaluated['what']}", flush=True)
     print(result.line(), flush=True)
     return result
-
-
-def _evaluated(args: argparse.Namespace, config) -> dict:
-    """What the run scores, checked before anything loads: a published policy (path and version; the version of
-    a finished run is its last GRPO step), a Hugging Face directory, a sampler server, or, only with
-    --random_init, the config's seeded random init. A --weights path without a policy is an error naming it."""
-    from swerl_jax.sampler.weights import require_policy
-
-    if args.address:
-        return {"what": f"the sampler server at {args.address}", "policy_version": None}
-    if args.weights:
-        version = require_policy(args.weights, -1 if args.version is None else args.version)
-        return {"what": f"policy version {version} (GRPO step {version}) of {args.weights}", "weights": args.weights,
-                "policy_version": version}
-    if args.version is not None:
-        raise ValueError("--version needs --weights (the published policy directory it counts in)")
-    if config.model.hf_dir:
-        return {"what": f"the Hugging Face model {config.model.hf_dir}", "hf_dir": str(config.model.hf_dir),
-                "policy_version": None}
-    if not args.random_init:
-        raise ValueError(f"{args.config}: the model has no weights (model.hf_dir is empty) and no --weights was "
-                         "given: pass --weights RUN/policy, --hf_dir DIR, or --random_init to score a random init")
-    return {"what": f"a random init of {config.model.name} (seed {config.seed})", "random_init_seed": config.seed,
-            "policy_version": None}
 
 
 if __name__ == "__main__":

@@ -14,12 +14,13 @@ import sys
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
 from swerl_jax.eval.harness import index_instances
+from swerl_jax.sampler import source as policy_source
 
 BACKENDS = ("engine", "sampler", "openai", "oracle")
 
 
-def build_chat(c, instances: list[dict]):
-    """(chat backend, token counter) for the eval config `c`."""
+def build_chat(c, instances: list[dict], evaluated: dict):
+    """(chat backend, token counter) for the eval config `c`, sampling the policy `evaluated` names."""
     from swerl_jax.eval.agentless import backends, scripted
 
     if c.backend == "oracle":
@@ -42,19 +43,20 @@ def build_chat(c, instances: list[dict]):
     count = lambda text: len(tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
     common = dict(top_p=policy.sampler.top_p, top_k=policy.sampler.top_k, seed=int(c.seed))
     if c.backend == "sampler":
-        from swerl_jax.sampler.client import SamplerClient, parse_address
-
-        client = SamplerClient(parse_address(c.address, "address"), timeout_s=policy.sampler.request_timeout_s)
-        return backends.EngineChat(tokenizer, int(c.max_new_tokens), int(c.max_prompt_len), client=client,
-                                   **common), count
-    from swerl_jax.sampler.factory import load_engine
-    from swerl_jax.sampler.weights import load
-
-    engine, _ = load_engine(policy, weights_dir=c.weights)
-    if c.weights and int(c.version) >= 0:
-        engine.update_params(load(c.weights, int(c.version), like=engine.params), int(c.version))
+        return backends.EngineChat(tokenizer, int(c.max_new_tokens), int(c.max_prompt_len),
+                                   client=policy_source.open_client(policy, policy_source_of(c)), **common), count
+    engine = policy_source.open_engine(policy, policy_source_of(c), evaluated)
     return backends.EngineChat(tokenizer, int(c.max_new_tokens), int(c.max_prompt_len), engine=engine,
                                **common), count
+
+
+def policy_source_of(c) -> policy_source.PolicySource:
+    """The eval config's policy (backend "engine" or "sampler") as a `PolicySource`."""
+    if c.backend == "sampler":
+        return policy_source.PolicySource(address=str(c.address), flag={"random_init": ""})
+    version = int(c.version)
+    return policy_source.PolicySource(weights=str(c.weights), version=version if str(c.weights) else None,
+                                      hf_dir=str(c.hf_dir), flag={"random_init": ""})
 
 
 # Keys that do not change a prediction or its grade: a re-run may change them in the same --out.
@@ -64,8 +66,6 @@ OPERATIONAL_KEYS = ("harness_workers", "grade")
 def evaluated_model(c) -> dict:
     """What the config evaluates, named for every prediction and report: {"what", "model_name", ...}. A `weights`
     path must hold a published policy (checked here, before anything loads; never a silent random init)."""
-    from swerl_jax.sampler.weights import require_policy
-
     name = str(c.model_name)
     if c.backend == "oracle":
         return {"what": "the gold patches (oracle backend: checks the scaffold, not a model)",
@@ -73,25 +73,13 @@ def evaluated_model(c) -> dict:
     if c.backend == "openai":
         return {"what": f"{c.openai_model} at {c.openai_base_url}", "model_name": name or str(c.openai_model),
                 "backend": "openai"}
-    if c.backend == "sampler":
-        return {"what": f"the sampler server at {c.address}", "model_name": name, "backend": "sampler"}
-    if c.weights:
-        version = require_policy(str(c.weights), int(c.version))
-        return {"what": f"policy version {version} (GRPO step {version}) of {c.weights}", "backend": "engine",
-                "model_name": f"{name}@v{version}", "weights": str(c.weights), "policy_version": version}
+    policy = load_experiment_config(c.policy)
     if c.hf_dir:
-        from swerl_jax.model.convert import require_hf_dir
-
-        require_hf_dir(str(c.hf_dir))
-        return {"what": f"the Hugging Face model {c.hf_dir}", "model_name": name, "hf_dir": str(c.hf_dir),
-                "backend": "engine"}
-    hf_dir = str(load_experiment_config(c.policy).model.hf_dir)
-    if not hf_dir:
-        raise ValueError(f"policy={c.policy}: its model has no weights (model.hf_dir is empty) and neither weights "
-                         "nor hf_dir is set: set weights=RUN/policy or hf_dir=DIR (a random init is never evaluated "
-                         "silently)")
-    return {"what": f"the model of {c.policy} ({hf_dir})", "model_name": name, "backend": "engine",
-            "policy": str(c.policy), "hf_dir": hf_dir}
+        policy.model.hf_dir = str(c.hf_dir)
+    evaluated = policy_source.describe(policy_source_of(c), policy, f"policy={c.policy}")
+    model_name = f"{name}@v{evaluated['policy_version']}" if c.weights else name
+    return {**evaluated, "model_name": model_name, "backend": str(c.backend),
+            **({"policy": str(c.policy)} if "hf_dir" in evaluated and not c.hf_dir else {})}
 
 
 def check_out_dir(out: pathlib.Path, c) -> None:
@@ -130,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     c.model_name = evaluated["model_name"]
     check_out_dir(out, c)
     print(f"evaluating {evaluated['what']}", flush=True)
-    chat, count_tokens = build_chat(c, instances)
+    chat, count_tokens = build_chat(c, instances, evaluated)
     # recorded only once the model loaded: a typo must not claim the folder for a config that never ran
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval_config.json").write_text(c.to_json(indent=1))

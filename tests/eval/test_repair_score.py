@@ -85,7 +85,7 @@ def test_cli_never_scores_a_random_init_silently(tmp_path):
               "--max_new_tokens=4"]
     with pytest.raises(FileNotFoundError, match=r"polcy: no such directory \(did you mean .*run/policy\?\)"):
         rs.main([*common, f"--weights={tmp_path / 'run' / 'polcy'}"])
-    with pytest.raises(ValueError, match="the model has no weights .* --random_init"):
+    with pytest.raises(ValueError, match="its model has no weights .* --random_init"):
         rs.main(common)
     assert not (tmp_path / "o").exists()  # nothing was written for a run that did not happen
     rs.main([*common, "--random_init"])
