@@ -33,9 +33,12 @@ demo: $(VENV)/.installed
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 
+# Two pytest-xdist workers (CI has 2 cores); idle workers steal queued tests, so the long end-to-end runs do not
+# leave one worker waiting. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -x --durations=15
+	$(BIN)/python -m pytest -q -x --durations=15 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 smollm2: $(VENV)/.installed
 	$(BIN)/python -m swerl_jax.model.smollm2

