@@ -46,8 +46,7 @@ def jax_loss_fn(config, chunk: int | None):
 def main(argv: list[str] | None = None) -> None:
     """Run both steps, print tokens/s for each and the ratio."""
     import torch
-    from transformers import LlamaConfig as HFConfig
-    from transformers import LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -61,7 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = get_model_config(args.model, remat=args.remat)
     hf = {k: v for k, v in llama_to_hf_config(cfg).items() if k not in ("architectures", "model_type")}
     torch.manual_seed(0)
-    model = LlamaForCausalLM(HFConfig(**hf, attn_implementation="sdpa")).train()
+    hf_config = AutoConfig.for_model(cfg.family, **hf, attn_implementation="sdpa")  # the family's own class
+    model = AutoModelForCausalLM.from_config(hf_config).train()
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
         _, params = load_hf(tmp)

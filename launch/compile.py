@@ -4,6 +4,8 @@
     python launch/compile.py --config=experiments/sft_llama3_70b.py --topology=v5p-512 --mode=sft
     python launch/compile.py --config=experiments/swerl_llama3_70b.py --topology=v5p-64 \
         --config.model.name=llama3.1-8b --out=/tmp/compile_8b
+    python launch/compile.py --config=experiments/deepswe_agent.py --topology=v5p-64 \
+        --config.mesh.shape.tensor=4 --programs=train,decode --attention=pallas   # Qwen3-32B (4 min on 2 cores)
 
 libtpu (the version jax's `tpu` extra pins; `pip install -e .[dev]` installs it) compiles for a TPU topology
 from any host: `jax.experimental.topologies.get_topology_desc` gives abstract chips, the mesh is built over

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from swerl_jax import sharding  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
-from swerl_jax.model.config import LlamaConfig, get_model_config  # noqa: E402
+from swerl_jax.model.config import FROM_CHECKPOINT, LlamaConfig, get_model_config  # noqa: E402
 from swerl_jax.resolve import resolve_config  # noqa: E402
 
 GiB = 1024**3
@@ -115,7 +115,8 @@ def layer_activation_bytes(model: LlamaConfig, b: int, t: int, tensor: int, rema
     12 bytes a score in fp32 on XLA:CPU (tests/launch/test_plan.py) and 6 in bf16 on XLA:TPU, whose 70B step at
     16k tokens keeps 122 GiB of temporaries, BENCHMARKS.md "Deviceless TPU compilation") or, with a
     flash kernel (cuDNN, Pallas splash), only the fp32 log-sum-exp per query and head (bHT/tensor 4),
-    the SwiGLU's gate, up, silu and product (4 bTF/tensor s). "full": only the layer input bTE s. A checkpoint policy
+    the SwiGLU's gate, up, silu and product (4 bTF/tensor s), and with Qwen3's q/k norm its input, output and
+    fp32 statistics input (bT(H + KV)D/tensor (2s + 4)). "full": only the layer input bTE s. A checkpoint policy
     (dots_with_no_batch_dims_saveable and friends) keeps the projections' outputs:
     bT(H + 2KV)D/tensor s + 2 bTE s + 2 bTF/tensor s.
     """
@@ -130,7 +131,11 @@ def layer_activation_bytes(model: LlamaConfig, b: int, t: int, tensor: int, rema
         return int(projections + 2 * bt * e * s + 2 * bt * f / tensor * s)
     flash = model.attention_impl in ("cudnn", "pallas")
     attention = b * h * t * 4 if flash else b * h * t * t * 3 * s
-    return int(6 * bt * e * s + 2 * bt * e * 4 + projections + bt * h * d * s + attention + 4 * bt * f / tensor * s)
+    # Qwen3's per-head q/k RMSNorm keeps its input and output and the fp32 input of its statistics, like the
+    # layer norms (measured on XLA:CPU: +12 bytes per q/k element in fp32, tests/launch/test_plan.py).
+    qk_norm = bt * (h + kv) * d * (2 * s + 4) if model.qk_norm else 0
+    return int(6 * bt * e * s + 2 * bt * e * 4 + projections + bt * h * d * s + attention + 4 * bt * f / tensor * s
+               + qk_norm)
 
 
 @dataclasses.dataclass
@@ -185,6 +190,9 @@ def estimate(model: LlamaConfig, sizes: dict[str, int], rules: sharding.Rules, w
     #   16% under XLA's compiled peak (12.7 vs 15.0 GiB); SFT, without the entropy, is over-planned by one copy.
     e, f, d = model.hidden_size, model.intermediate_size, model.head_size
     layer_weights = (e * d * (2 * model.num_heads + 2 * model.num_kv_heads) + 3 * e * f) / tensor * s
+    # the families' own weights: Qwen2's q/k/v biases (sharded like the heads), Qwen3's two q/k norm scales
+    layer_weights += ((model.num_heads + 2 * model.num_kv_heads) * d / tensor * s if model.qkv_bias else 0) \
+        + (2 * d * s if model.qk_norm else 0)
     head_weights = model.vocab_size * e / vocab_shards * s * (1 if model.tie_word_embeddings else 2)
     recompute = layer_activation_bytes(model, b, t, tensor, "none") if model.remat != "none" else 0
     # Beside them the backward holds the gradients of the layer's widest intermediates: the SwiGLU's gate and up
@@ -213,8 +221,13 @@ def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str =
     config = config.copy_and_resolve_references()
     config.mesh.name = mesh
     m = config.model
-    model = get_model_config(model_name or m.name, param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
-                             attention_impl=m.attention_impl)
+    if (model_name or m.name) == FROM_CHECKPOINT:  # the shape is model.hf_dir's config.json
+        from swerl_jax.policy import model_config_from
+
+        model = model_config_from(config)
+    else:
+        model = get_model_config(model_name or m.name, param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
+                                 attention_impl=m.attention_impl)
     n_devices = spec.num_devices
     sizes = sharding.mesh_axis_sizes(config, n_devices)
     work = workload_from_config(config, mode)

@@ -5,7 +5,8 @@
 The chain is clip_by_global_norm(optim.grad_clip) -> AdamW(schedule), wrapped in `optax.MultiSteps` when
 optim.grad_accum_steps > 1 (gradients of k consecutive `update` calls are averaged into one AdamW step; the
 schedule then advances once per real step, so `num_steps` counts optimizer updates). Weight decay skips norm
-scales (params named "scale"), as is usual for Llama. optim.skip_nonfinite = n > 0 wraps the update in
+scales and biases (params named "scale", "*_scale" or "*_bias": Qwen3's q/k norms, Qwen2's q/k/v biases), as is
+usual for Llama and Qwen. optim.skip_nonfinite = n > 0 wraps the update in
 `optax.apply_if_finite`: an update with NaN/Inf gradients is skipped (at most n in a row).
 """
 
@@ -55,9 +56,12 @@ def make_schedule(optim_cfg: Any, num_steps: int, learning_rate: float | None = 
 
 
 def _decay_mask(params: Any) -> Any:
-    """True for every parameter except RMSNorm scales (decaying a norm scale towards 0 only hurts)."""
+    """True for every parameter except RMSNorm scales and biases (decaying a norm scale towards 0 only hurts)."""
+    def exempt(key: Any) -> bool:
+        return isinstance(key, str) and (key == "scale" or key.endswith(("_scale", "_bias")))
+
     def keep(path: tuple, _: Any) -> bool:
-        return not any(getattr(k, "key", None) == "scale" for k in path)
+        return not any(exempt(getattr(k, "key", None)) for k in path)
 
     return jax.tree_util.tree_map_with_path(keep, params)
 

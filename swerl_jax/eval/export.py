@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import pathlib
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.sharding import Mesh
 
+from swerl_jax import sharding
 from swerl_jax.integrity import has_manifest, verify_manifest
+from swerl_jax.meshes import AXES
+from swerl_jax.model.config import LlamaConfig
 from swerl_jax.model.convert import save_hf
 from swerl_jax.policy import model_config_from
 from swerl_jax.resolve import load_run_config
@@ -29,8 +35,30 @@ from swerl_jax.sampler import weights
 from swerl_jax.tokenizer import tokenizer_for
 
 
-def checkpoint_params(checkpoints: pathlib.Path, step: int | None = None) -> tuple[int, dict]:
-    """(step, params as host numpy) of a training checkpoint: `step`, or the newest finished one."""
+def export_shardings(model_config: LlamaConfig) -> Any:
+    """Param shardings for exporting on every device of the run (all processes): FSDP over the largest device count
+    that divides the model width, replicated over the rest, so each device holds a slice and no host the model."""
+    devices = np.asarray(jax.devices())
+    fsdp = math.gcd(devices.size, model_config.hidden_size)
+    mesh = Mesh(devices.reshape(devices.size // fsdp, fsdp, 1), AXES)
+    return sharding.param_shardings(model_config, mesh)
+
+
+def _sharded_target(path: Any, shardings: Any, subtree: str | None) -> Any:
+    """The stored params' shapes and dtypes (the Orbax metadata of `path`, under `subtree`) laid out by `shardings`."""
+    checkpointer = ocp.StandardCheckpointer()
+    try:
+        tree = checkpointer.metadata(path).item_metadata.tree
+    finally:
+        checkpointer.close()
+    stored = tree[subtree] if subtree else tree
+    return jax.tree.map(lambda m, s: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=s), stored, shardings,
+                        is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
+
+
+def checkpoint_params(checkpoints: pathlib.Path, step: int | None = None, shardings: Any = None) -> tuple[int, dict]:
+    """(step, params) of a training checkpoint: `step`, or the newest finished one. Only the params are read: onto
+    `shardings` (a params-like tree; each process reads its slices), or as host numpy arrays when None."""
     steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.is_dir() and p.name.isdigit()) \
         if checkpoints.is_dir() else []
     if not steps:
@@ -41,6 +69,15 @@ def checkpoint_params(checkpoints: pathlib.Path, step: int | None = None) -> tup
     path = checkpoints / str(step)
     if has_manifest(path):
         verify_manifest(path)  # CorruptCheckpointError names the file
+    if shardings is not None:
+        target = {"params": _sharded_target(path / "state", shardings, "params")}
+        checkpointer = ocp.PyTreeCheckpointer()
+        try:  # partial: the optimizer state stays on disk
+            state = checkpointer.restore(path / "state", args=ocp.args.PyTreeRestore(
+                item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target), partial_restore=True))
+        finally:
+            checkpointer.close()
+        return step, state["params"]
     checkpointer = ocp.StandardCheckpointer()
     try:
         state = checkpointer.restore(path / "state")  # no target: the saved tree, as host arrays
@@ -67,19 +104,25 @@ def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
         raise ValueError(f"--out {out}: inside the run (or another run's folder); the export would overwrite its "
                          "files: choose a folder of its own")
     model_config = model_config_from(config)
+    # The weights stay sharded over every device from the read to the write (`save_hf` writes each HF tensor from
+    # the process that holds it): no host holds the model, and a multi-process launch splits the work.
+    shardings = export_shardings(model_config)
     if version is not None:
         policy_dir = config.sampler.weights_dir or str(run / "policy")
         version = weights.require_policy(policy_dir, version)
-        params = jax.tree.map(np.asarray, weights.load(policy_dir, version))
+        like = _sharded_target(weights.version_path(policy_dir, version), shardings, None)
+        params = weights.load(policy_dir, version, like=like)
         source = {"policy_version": version}
     else:
-        step, params = checkpoint_params(run / "sft" / "checkpoints" if stage == "sft" else run / "checkpoints", step)
+        step, params = checkpoint_params(run / "sft" / "checkpoints" if stage == "sft" else run / "checkpoints", step,
+                                         shardings)
         source = {"stage": stage, "checkpoint_step": step}
     if dtype:
-        params = jax.tree.map(lambda x: np.asarray(x).astype(jnp.dtype(dtype)), params)
+        params = jax.tree.map(lambda x: x.astype(jnp.dtype(dtype)), params)  # on the devices, shard by shard
     model_config = model_config.replace(param_dtype=str(next(iter(jax.tree.leaves(params))).dtype))
     path = save_hf(model_config, params, out)
-    tokenizer_for(config.model).save_pretrained(str(path))
+    if jax.process_index() == 0:
+        tokenizer_for(config.model).save_pretrained(str(path))
     return {**source, "dtype": model_config.param_dtype, "path": str(path)}
 
 

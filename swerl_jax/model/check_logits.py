@@ -2,9 +2,10 @@
 
     python -m swerl_jax.model.check_logits --hf DIR [--prompt TEXT] [--tol 2e-4] [--new-tokens 32] [--chat]
 
-Both load DIR (transformers: torch, CPU, fp32; swerl_jax: `load_hf`, fp32), decode `--new-tokens` greedily
-from the prompt (each with its own KV cache), then score prompt + transformers' continuation with a full
-forward in both and compare logits position by position. The LAST printed line is
+Both load DIR, a Llama, Qwen2/Qwen2.5 or Qwen3 checkpoint (transformers: the family's own class, torch, CPU,
+fp32; swerl_jax: `load_hf`, fp32), decode `--new-tokens` greedily from the prompt (each with its own KV cache),
+then score prompt + transformers' continuation with a full forward in both and compare logits position by
+position. The LAST printed line is
 `max_abs_logit_diff=<float> greedy_match=<n>/<n>` (greedy_match: length of the common prefix of the two
 greedy continuations); the exit status is 1 when the diff is above `--tol`.
 """
@@ -120,11 +121,12 @@ def check_logits(hf_dir: str | pathlib.Path, prompt: str = DEFAULT_PROMPT, new_t
     `prompt_ids`, when given, are used as the prompt instead of encoding `prompt`.
     """
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
     hf_dir = pathlib.Path(hf_dir)
     config, params = load_hf(hf_dir, "float32")
-    model = LlamaForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
+    # transformers' own class for the family (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)
+    model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
     if prompt_ids is None:
         prompt_ids = encode_prompt(hf_dir, prompt, chat, config.vocab_size)
     prompt_ids = [int(t) for t in prompt_ids]
@@ -156,7 +158,8 @@ def print_report(result: ParityResult, tokenizer=None, out=None) -> None:
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hf", required=True, help="Hugging Face Llama directory (config.json + safetensors)")
+    ap.add_argument("--hf", required=True,
+                    help="Hugging Face Llama, Qwen2 or Qwen3 directory (config.json + safetensors)")
     ap.add_argument("--prompt", default=DEFAULT_PROMPT)
     ap.add_argument("--tol", type=float, default=2e-4,
                     help="max allowed |logit diff| (fp32; SmolLM2-135M measures 1.1e-4 over 30 layers)")

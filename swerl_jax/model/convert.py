@@ -1,6 +1,6 @@
-"""Hugging Face checkpoints <-> swerl_jax params.
+"""Hugging Face checkpoints <-> swerl_jax params (Llama, Qwen2 / Qwen2.5 and Qwen3 decoders).
 
-An HF Llama directory is `config.json` + safetensors (one `model.safetensors`, or shards listed in
+An HF directory is `config.json` + safetensors (one `model.safetensors`, or shards listed in
 `model.safetensors.index.json`). HF stores every projection as a torch Linear weight [out, in]; our params
 are [in, out] with heads split out ([embed, heads, head_dim]) and the layers stacked along a leading axis,
 so conversion is transposes and reshapes only: a round trip HF -> params -> HF is bit-exact.
@@ -16,18 +16,22 @@ import json
 import os
 import pathlib
 import shutil
+from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
-from safetensors import safe_open
-from safetensors.flax import save_file
 
 from swerl_jax.model.config import LlamaConfig, RopeScaling
-
-INDEX_FILE = "model.safetensors.index.json"
-SINGLE_FILE = "model.safetensors"
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be converted: wrong architecture, missing tensors, mismatched shapes."""
+from swerl_jax.model.hf_stream import (  # noqa: F401 (CheckpointError, INDEX_FILE: re-exported, the names users know)
+    INDEX_FILE,
+    SINGLE_FILE,
+    CheckpointError,
+    CheckpointReader,
+    TensorMap,
+    load_tensors,
+)
+from swerl_jax.model.hf_write import save_tensors
 
 
 def require_hf_dir(path: str | os.PathLike, what: str = "hf_dir") -> pathlib.Path:
@@ -46,23 +50,58 @@ def require_hf_dir(path: str | os.PathLike, what: str = "hf_dir") -> pathlib.Pat
     return folder
 
 
-def hf_config_to_llama(hf: dict, param_dtype: str = "float32") -> LlamaConfig:
-    """Our `LlamaConfig` from an HF `config.json` dict; raises CheckpointError for anything but a Llama decoder."""
+# Each family's Hugging Face names: config.json's model_type (the family's own name) and the architectures that
+# load_hf reads (the *Model variants are checkpoints without the head's "model." prefix).
+HF_ARCHITECTURES: dict[str, tuple[str, ...]] = {
+    "llama": ("LlamaForCausalLM", "LlamaModel"),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Model"),
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Model"),
+}
+
+
+def _refuse_unsupported(hf: dict, family: str, source: str) -> None:
+    """CheckpointError naming the config.json key of anything in `hf` that our decoder does not compute."""
+    for key, want in (("hidden_act", "silu"), ("mlp_bias", False)):
+        if hf.get(key, want) != want:
+            raise CheckpointError(f"{source} {key}={hf[key]!r} is not supported (the {family} family uses {want!r})")
+    # Llama's and Qwen3's attention_bias puts a bias on every projection, o_proj included, which we do not
+    # have; Qwen2's q/k/v bias is its architecture and transformers ignores the key there.
+    if family != "qwen2" and hf.get("attention_bias"):
+        raise CheckpointError(f"{source} attention_bias={hf['attention_bias']!r} is not supported (a bias on every "
+                              f"attention projection, o_proj included; the {family} family has none)")
+    for i, kind in enumerate(hf.get("layer_types") or ()):
+        if kind != "full_attention":
+            raise CheckpointError(f"{source} layer_types[{i}]={kind!r} is not supported (only full_attention: "
+                                  "sliding-window attention is not implemented)")
+    window_from = hf.get("max_window_layers", 28)  # transformers: layers >= max_window_layers slide
+    if hf.get("use_sliding_window") and hf.get("sliding_window") is not None \
+            and int(window_from) < int(hf.get("num_hidden_layers", 0)):
+        raise CheckpointError(f"{source} use_sliding_window=True (sliding_window={hf['sliding_window']} from layer "
+                              f"{window_from}) is not supported: sliding-window attention is not implemented")
+
+
+def hf_config_to_llama(hf: dict, param_dtype: str = "float32", source: str = "config.json") -> LlamaConfig:
+    """Our `LlamaConfig` from an HF `config.json` dict of a Llama, Qwen2/Qwen2.5 or Qwen3 decoder.
+
+    Raises CheckpointError, naming `source` (the file, for the message) and the key, for another architecture or
+    anything we do not implement (rope types other than default/llama3, another activation, MLP or o_proj biases,
+    sliding-window attention).
+    """
     model_type = hf.get("model_type")
     archs = hf.get("architectures") or []
-    if model_type != "llama" or any(a not in ("LlamaForCausalLM", "LlamaModel") for a in archs):
-        raise CheckpointError(
-            f"config.json describes model_type={model_type!r} architectures={archs}; only Llama decoders "
-            "(model_type 'llama', LlamaForCausalLM) can be converted")
-    for key, want in (("hidden_act", "silu"), ("attention_bias", False), ("mlp_bias", False)):
-        if hf.get(key, want) != want:
-            raise CheckpointError(f"config.json {key}={hf[key]!r} is not supported (Llama 3 uses {want!r})")
+    if model_type not in HF_ARCHITECTURES or any(a not in HF_ARCHITECTURES[model_type] for a in archs):
+        known = ", ".join(f"{t!r} ({a[0]})" for t, a in HF_ARCHITECTURES.items())
+        raise CheckpointError(f"{source} describes model_type={model_type!r} architectures={archs}; only these "
+                              f"decoders can be converted: {known}")
+    family = model_type
+    _refuse_unsupported(hf, family, source)
     missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                            "num_attention_heads") if k not in hf]
     if missing:
-        raise CheckpointError(f"config.json lacks required keys: {', '.join(missing)}")
+        raise CheckpointError(f"{source} lacks required keys: {', '.join(missing)}")
     # transformers >= 5 writes `rope_parameters` (theta included); older files have rope_theta + rope_scaling.
-    rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+    rope_key = "rope_parameters" if hf.get("rope_parameters") else "rope_scaling"
+    rope = dict(hf.get(rope_key) or {})
     theta = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     scaling = None
@@ -71,10 +110,12 @@ def hf_config_to_llama(hf: dict, param_dtype: str = "float32") -> LlamaConfig:
                               high_freq_factor=float(rope["high_freq_factor"]),
                               original_max_position_embeddings=int(rope["original_max_position_embeddings"]))
     elif rope_type != "default":
-        raise CheckpointError(f"config.json rope type {rope_type!r} is not supported (only default and llama3)")
+        raise CheckpointError(f"{source} {rope_key}: rope type {rope_type!r} is not supported (only default and "
+                              "llama3)")
     heads = hf["num_attention_heads"]
-    # Keep head_dim unset when it is the default, so configs compare equal to the registry's.
-    head_dim = hf.get("head_dim")
+    # Qwen3's head_dim defaults to 128 whatever the width; the others' to hidden_size / heads. Keep head_dim
+    # unset when it is hidden_size / heads, so configs compare equal to the registry's.
+    head_dim = hf.get("head_dim", 128 if family == "qwen3" else None)
     if head_dim == hf["hidden_size"] // heads and hf["hidden_size"] % heads == 0:
         head_dim = None
     return LlamaConfig(
@@ -82,23 +123,25 @@ def hf_config_to_llama(hf: dict, param_dtype: str = "float32") -> LlamaConfig:
         num_layers=hf["num_hidden_layers"], num_heads=heads, num_kv_heads=hf.get("num_key_value_heads") or heads,
         head_dim=head_dim, rope_theta=float(theta), rope_scaling=scaling,
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)), tie_word_embeddings=bool(hf.get("tie_word_embeddings")),
-        max_position_embeddings=int(hf.get("max_position_embeddings", 2048)), param_dtype=param_dtype)
+        max_position_embeddings=int(hf.get("max_position_embeddings", 2048 if family == "llama" else 32768)),
+        param_dtype=param_dtype, family=family)
 
 
 def llama_to_hf_config(config: LlamaConfig, torch_dtype: str = "float32") -> dict:
-    """The `config.json` dict of a `LlamaForCausalLM` equal to `config` (rope in both old and new spellings)."""
+    """The `config.json` dict of the HF model equal to `config` (`LlamaForCausalLM`, `Qwen2ForCausalLM` or
+    `Qwen3ForCausalLM` by family; rope in both old and new spellings)."""
     rope: dict = {"rope_type": "default", "rope_theta": config.rope_theta}
     if config.rope_scaling is not None:
         s = config.rope_scaling
         rope.update(rope_type="llama3", factor=s.factor, low_freq_factor=s.low_freq_factor,
                     high_freq_factor=s.high_freq_factor,
                     original_max_position_embeddings=s.original_max_position_embeddings)
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    hf = {
+        "architectures": [HF_ARCHITECTURES[config.family][0]], "model_type": config.family,
         "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
         "intermediate_size": config.intermediate_size, "num_hidden_layers": config.num_layers,
         "num_attention_heads": config.num_heads, "num_key_value_heads": config.num_kv_heads,
-        "head_dim": config.head_size, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
+        "head_dim": config.head_size, "hidden_act": "silu",
         "rms_norm_eps": config.rms_norm_eps, "tie_word_embeddings": config.tie_word_embeddings,
         "max_position_embeddings": config.max_position_embeddings,
         # Older transformers read rope_theta/rope_scaling, newer read rope_parameters.
@@ -106,55 +149,22 @@ def llama_to_hf_config(config: LlamaConfig, torch_dtype: str = "float32") -> dic
         "rope_scaling": None if config.rope_scaling is None else {k: v for k, v in rope.items() if k != "rope_theta"},
         "rope_parameters": rope, "dtype": torch_dtype,
     }
-
-
-def _tensor_files(hf_dir: pathlib.Path) -> dict[str, pathlib.Path]:
-    """Map every tensor name to the safetensors file that holds it."""
-    index = hf_dir / INDEX_FILE
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        files = {name: hf_dir / fname for name, fname in weight_map.items()}
-        for path in sorted(set(files.values())):
-            if not path.is_file():
-                raise CheckpointError(f"{index} lists shard {path.name}, which is missing from {hf_dir}")
-        return files
-    paths = [hf_dir / SINGLE_FILE] if (hf_dir / SINGLE_FILE).is_file() else sorted(hf_dir.glob("*.safetensors"))
-    if not paths:
-        raise CheckpointError(f"{hf_dir} has no {SINGLE_FILE}, {INDEX_FILE} or other *.safetensors file")
-    files = {}
-    for path in paths:
-        with safe_open(path, framework="flax") as f:
-            files.update({name: path for name in f.keys()})
-    return files
-
-
-class _Reader:
-    """Reads named tensors (checking shapes before loading) from the files of one checkpoint."""
-
-    def __init__(self, files: dict[str, pathlib.Path], hf_dir: pathlib.Path):
-        self.files, self.hf_dir = files, hf_dir
-        # Checkpoints saved from LlamaModel have no "model." prefix.
-        self.prefix = "model." if any(n.startswith("model.") for n in files) else ""
-
-    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        full = name if name == "lm_head.weight" else self.prefix + name
-        if full not in self.files:
-            raise CheckpointError(f"checkpoint {self.hf_dir} is missing tensor {full!r}")
-        with safe_open(self.files[full], framework="flax") as f:
-            got = tuple(f.get_slice(full).get_shape())
-            if got != shape:
-                raise CheckpointError(
-                    f"tensor {full!r} in {self.files[full].name} has shape {list(got)}, expected {list(shape)} "
-                    "from config.json")
-            # np.asarray keeps bf16 (ml_dtypes) exactly; transposes happen on host memory.
-            return np.asarray(f.get_tensor(full))
+    if config.family == "llama":
+        hf.update(attention_bias=False, mlp_bias=False)
+    else:  # Qwen: full attention in every layer (the q/k/v bias of qwen2 needs no key)
+        hf.update(use_sliding_window=False, sliding_window=None, max_window_layers=config.num_layers,
+                  layer_types=["full_attention"] * config.num_layers)
+        if config.family == "qwen3":
+            hf.update(attention_bias=False)
+    return hf
 
 
 @dataclasses.dataclass(frozen=True)
 class LayerTensor:
     """One per-layer tensor: its HF name under `model.layers.{i}.`, its HF shape and ours, and how one maps to the
     other. `kind` says the layout: "heads_in" (HF [heads*d, e] -> ours [e, heads, d]), "heads_out" (HF
-    [e, heads*d] -> ours [heads, d, e]), "linear" (HF [out, in] -> ours [in, out]) and "vector" (the same)."""
+    [e, heads*d] -> ours [heads, d, e]), "linear" (HF [out, in] -> ours [in, out]) and "vector" (the same elements
+    in the same order, reshaped only: norm scales [e] or [d], q/k/v biases HF [heads*d] -> ours [heads, d])."""
 
     hf_name: str
     hf_shape: tuple[int, ...]
@@ -173,9 +183,10 @@ class LayerTensor:
 
 
 def layer_tensors(c: LlamaConfig) -> dict[tuple[str, str], LayerTensor]:
-    """Every per-layer tensor of `c`, keyed by our path under "layers" (group, leaf)."""
+    """Every per-layer tensor of `c`, keyed by our path under "layers" (group, leaf); the family's rows (Qwen3's
+    q/k norm scales, Qwen2's q/k/v biases) only when `c` has them."""
     e, f, h, kv, d = c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_size
-    return {
+    table: dict[tuple[str, str], LayerTensor] = {
         ("self_attn", "q_proj"): LayerTensor("self_attn.q_proj.weight", (h * d, e), (e, h, d), "heads_in"),
         ("self_attn", "k_proj"): LayerTensor("self_attn.k_proj.weight", (kv * d, e), (e, kv, d), "heads_in"),
         ("self_attn", "v_proj"): LayerTensor("self_attn.v_proj.weight", (kv * d, e), (e, kv, d), "heads_in"),
@@ -186,87 +197,73 @@ def layer_tensors(c: LlamaConfig) -> dict[tuple[str, str], LayerTensor]:
         ("input_layernorm", "scale"): LayerTensor("input_layernorm.weight", (e,), (e,), "vector"),
         ("post_attention_layernorm", "scale"): LayerTensor("post_attention_layernorm.weight", (e,), (e,), "vector"),
     }
+    if c.qkv_bias:
+        for name, heads in (("q", h), ("k", kv), ("v", kv)):
+            table[("self_attn", f"{name}_bias")] = LayerTensor(f"self_attn.{name}_proj.bias", (heads * d,),
+                                                               (heads, d), "vector")
+    if c.qk_norm:
+        for name in ("q", "k"):
+            table[("self_attn", f"{name}_norm_scale")] = LayerTensor(f"self_attn.{name}_norm.weight", (d,), (d,),
+                                                                     "vector")
+    return table
 
 
-def load_hf(hf_dir: str | os.PathLike, param_dtype: str = "float32") -> tuple[LlamaConfig, dict]:
-    """Read an HF Llama checkpoint directory into (config, params) with params cast to `param_dtype`.
+def checkpoint_tensors(c: LlamaConfig) -> list[TensorMap]:
+    """Every parameter of `c` with the HF tensor(s) it is stored as: the embedding, each `layer_tensors` row stacked
+    over the layers, the final norm and, untied, the head (HF [vocab, embed] -> ours [embed, vocab])."""
+    e, v = c.hidden_size, c.vocab_size
+    maps = [TensorMap(("embed_tokens",), ("model.embed_tokens.weight",), (v, e), (v, e), False, False)]
+    for (group, leaf), t in layer_tensors(c).items():
+        names = tuple(f"model.layers.{i}.{t.hf_name}" for i in range(c.num_layers))
+        maps.append(TensorMap(("layers", group, leaf), names, t.hf_shape, t.shape, t.kind != "vector", True))
+    maps.append(TensorMap(("norm", "scale"), ("model.norm.weight",), (e,), (e,), False, False))
+    # Tied checkpoints may or may not carry a (duplicate) lm_head.weight; the embedding is the head either way.
+    if not c.tie_word_embeddings:
+        maps.append(TensorMap(("lm_head",), ("lm_head.weight",), (v, e), (e, v), True, False))
+    return maps
+
+
+def load_hf(hf_dir: str | os.PathLike, param_dtype: str = "float32", shardings: Any = None,
+            reader: CheckpointReader | None = None) -> tuple[LlamaConfig, dict]:
+    """Read an HF checkpoint directory (Llama, Qwen2, Qwen3) into (config, params) with params cast to `param_dtype`.
+
+    Each parameter is read straight into its entry of `shardings` (a tree like the params of
+    `jax.sharding.Sharding`, e.g. `sharding.param_shardings(config, mesh, rules)`; None: this process's first
+    device), shard by shard: a process reads only the slices its own devices hold, and the host holds one shard
+    and the slice it is being read from at a time, never the model (`hf_stream`). `reader`, a `CheckpointReader`
+    of `hf_dir`, counts the bytes read.
 
     Raises:
       FileNotFoundError: `hf_dir` or its config.json is missing.
-      CheckpointError: another architecture, a missing tensor (named), or a shape mismatch (tensor, expected, got).
+      CheckpointError: another architecture, a missing tensor (named), or a shape mismatch (file, tensor, expected,
+        got), before anything is read.
     """
     hf_dir = pathlib.Path(hf_dir)
     if not (hf_dir / "config.json").is_file():
         raise FileNotFoundError(f"{hf_dir / 'config.json'} does not exist: not a Hugging Face model directory")
-    config = hf_config_to_llama(json.loads((hf_dir / "config.json").read_text()), param_dtype)
-    reader = _Reader(_tensor_files(hf_dir), hf_dir)
-    dt = jnp.dtype(param_dtype)
-    e, v = config.hidden_size, config.vocab_size
-
-    def cast(x: np.ndarray) -> jnp.ndarray:
-        return jnp.asarray(x.astype(dt))
-
-    layers: dict = {}
-    for (group, leaf), t in layer_tensors(config).items():
-        stacked = np.stack([t.to_ours(reader.get(f"layers.{i}.{t.hf_name}", t.hf_shape))
-                            for i in range(config.num_layers)])
-        layers.setdefault(group, {})[leaf] = cast(stacked)
-    params = {"embed_tokens": cast(reader.get("embed_tokens.weight", (v, e))), "layers": layers,
-              "norm": {"scale": cast(reader.get("norm.weight", (e,)))}}
-    # Tied checkpoints may or may not carry a (duplicate) lm_head.weight; the embedding is the head either way.
-    if not config.tie_word_embeddings:
-        params["lm_head"] = cast(reader.get("lm_head.weight", (v, e)).T)
+    config = hf_config_to_llama(json.loads((hf_dir / "config.json").read_text()), param_dtype,
+                                source=str(hf_dir / "config.json"))
+    params = load_tensors(reader or CheckpointReader(hf_dir), checkpoint_tensors(config), jnp.dtype(param_dtype),
+                          shardings)
     return config, params
-
-
-def params_to_hf_state(config: LlamaConfig, params: dict) -> dict[str, np.ndarray]:
-    """HF `LlamaForCausalLM` state dict (numpy, params' dtype) of our params; no lm_head when tied."""
-    state = {"model.embed_tokens.weight": np.asarray(params["embed_tokens"]),
-             "model.norm.weight": np.asarray(params["norm"]["scale"])}
-    for (group, leaf), t in layer_tensors(config).items():
-        stacked = np.asarray(params["layers"][group][leaf])
-        if stacked.shape[0] != config.num_layers:
-            raise CheckpointError(f"params layers/{group}/{leaf} has {stacked.shape[0]} layers, config says "
-                                  f"{config.num_layers}")
-        for i in range(config.num_layers):
-            state[f"model.layers.{i}.{t.hf_name}"] = np.ascontiguousarray(t.to_hf(stacked[i]))
-    if not config.tie_word_embeddings:
-        state["lm_head.weight"] = np.ascontiguousarray(np.asarray(params["lm_head"]).T)
-    return state
 
 
 def save_hf(config: LlamaConfig, params: dict, out_dir: str | os.PathLike,
             max_shard_bytes: int = 5 * 1024 ** 3) -> pathlib.Path:
     """Write params as an HF directory (config.json + safetensors, sharded with an index above
-    `max_shard_bytes`) that `transformers.LlamaForCausalLM.from_pretrained` loads. Returns `out_dir`."""
+    `max_shard_bytes`) that `transformers.AutoModelForCausalLM.from_pretrained` loads. Returns `out_dir`.
+
+    `params` are host arrays or global jax.Arrays on any mesh, multi-process included: each HF tensor is written by
+    a process that holds it (or gathers that one tensor), into its own files, so no process holds the model
+    (`hf_write.save_tensors`). In a multi-process run every process calls it, with `out_dir` on a shared disk.
+    """
     out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    state = params_to_hf_state(config, params)
-    dtypes = {str(a.dtype) for a in state.values()}
+    dtypes = {np.dtype(x.dtype).name for x in jax.tree.leaves(params)}
     torch_dtype = dtypes.pop() if len(dtypes) == 1 else "float32"
-    shards: list[dict[str, np.ndarray]] = [{}]
-    size = 0
-    for name, arr in state.items():
-        if shards[-1] and size + arr.nbytes > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][name] = arr
-        size += arr.nbytes
-    for stale in list(out.glob("*.safetensors")) + [out / INDEX_FILE]:
-        stale.unlink(missing_ok=True)
     meta = {"format": "pt"}  # transformers refuses safetensors without this metadata
-    if len(shards) == 1:
-        save_file({k: jnp.asarray(a) for k, a in shards[0].items()}, out / SINGLE_FILE, metadata=meta)
-    else:
-        weight_map = {}
-        for n, shard in enumerate(shards, 1):
-            fname = f"model-{n:05d}-of-{len(shards):05d}.safetensors"
-            save_file({k: jnp.asarray(a) for k, a in shard.items()}, out / fname, metadata=meta)
-            weight_map.update({k: fname for k in shard})
-        total = sum(a.nbytes for a in state.values())
-        (out / INDEX_FILE).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map},
-                                                 indent=2))
-    (out / "config.json").write_text(json.dumps(llama_to_hf_config(config, torch_dtype), indent=2))
+    save_tensors(checkpoint_tensors(config), params, out, max_shard_bytes, meta)
+    if jax.process_index() == 0:
+        (out / "config.json").write_text(json.dumps(llama_to_hf_config(config, torch_dtype), indent=2))
     return out
 
 
@@ -292,7 +289,8 @@ def gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike) -> path
     except Exception as err:  # transformers raises many types for truncated/corrupt files; name the file
         raise CheckpointError(f"cannot read GGUF file {path}: {type(err).__name__}: {err}") from err
     hf = model.config.to_dict()
-    hf_config_to_llama(hf)  # fail here, not later, for a non-Llama GGUF
+    if hf_config_to_llama(hf, source=str(path)).family != "llama":  # fail here, not later, for a non-Llama GGUF
+        raise CheckpointError(f"{path}: model_type={hf.get('model_type')!r}; only Llama GGUF files are converted")
     out = pathlib.Path(out_dir)
     if out.exists():
         shutil.rmtree(out)

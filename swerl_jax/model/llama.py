@@ -1,4 +1,5 @@
-"""Llama 3 decoder in Flax Linen, numerically matching Hugging Face `LlamaForCausalLM`.
+"""The decoder in Flax Linen: Llama 3 and its families (Qwen3's q/k norm, Qwen2's q/k/v bias; see
+`config.FAMILIES`), numerically matching Hugging Face's `LlamaForCausalLM`, `Qwen3ForCausalLM`, `Qwen2ForCausalLM`.
 
 Layers are stacked with `nn.scan` (one compiled layer body, parameters with a leading `layers` axis), so
 compile time does not grow with depth. Every parameter carries logical axis names (`embed`, `mlp`,
@@ -121,6 +122,17 @@ class Attention(nn.Module):
         q = jnp.einsum("bte,ehd->bthd", x, wq.astype(dt))
         k = jnp.einsum("bte,ehd->bthd", x, wk.astype(dt))
         v = jnp.einsum("bte,ehd->bthd", x, wv.astype(dt))
+        if cfg.qkv_bias:  # Qwen2: biases [heads, head_dim] broadcast over batch and sequence
+            zeros = nn.initializers.zeros
+            q = q + _param(self, "q_bias", (h, d), ("q_heads", "head_dim"), zeros, cfg.param_dtype).astype(dt)
+            k = k + _param(self, "k_bias", (kvh, d), ("kv_heads", "head_dim"), zeros, cfg.param_dtype).astype(dt)
+            v = v + _param(self, "v_bias", (kvh, d), ("kv_heads", "head_dim"), zeros, cfg.param_dtype).astype(dt)
+        if cfg.qk_norm:  # Qwen3: RMSNorm of every head over head_dim (one scale for all heads), before RoPE
+            ones = nn.initializers.ones
+            q = rms_normalize(q, _param(self, "q_norm_scale", (d,), ("head_dim",), ones, cfg.param_dtype).astype(dt),
+                              cfg.rms_norm_eps, dt)
+            k = rms_normalize(k, _param(self, "k_norm_scale", (d,), ("head_dim",), ones, cfg.param_dtype).astype(dt),
+                              cfg.rms_norm_eps, dt)
         q = nn.with_logical_constraint(apply_rope(q, cos, sin),
                                        ("activation_batch", "activation_length", "activation_heads", None))
         k = apply_rope(k, cos, sin)
@@ -182,7 +194,8 @@ def _remat_policy(name: str):
 
 
 class Llama(nn.Module):
-    """Llama 3 causal LM. `__call__` returns (logits or final hidden states, updated cache or None)."""
+    """The causal LM (Llama 3, or the family `config.family` names). `__call__` returns (logits or final hidden
+    states, updated cache or None)."""
 
     config: LlamaConfig
 

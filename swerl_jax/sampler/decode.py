@@ -40,7 +40,8 @@ def fill_cache(cache: tuple[KVCache, ...], prefilled: KVCache, row_src: jax.Arra
 def decode_weights(config: LlamaConfig, params: dict) -> dict:
     """Decode weights in the compute dtype: per-layer, transposed to [out, in], q/k/v and gate/up fused.
 
-    Returns {"layers": one dict per layer, "norm": final norm scale [embed, 1], "head": [vocab, embed], "embed":
+    Returns {"layers": one dict per layer (+ "qkv_bias" [q + k + v widths, 1] for Qwen2, "q_norm" / "k_norm"
+    [head_dim, 1] for Qwen3), "norm": final norm scale [embed, 1], "head": [vocab, embed], "embed":
     the token embedding as stored}. Called inside each engine's jitted program, before
     the decode loop: one copy of the weights per call (~0.1 s for SmolLM2-135M on CPU), after which every matmul
     of every step reads a whole, separate buffer. The [out, in] layout is for `decode_step`'s feature-major
@@ -56,6 +57,12 @@ def decode_weights(config: LlamaConfig, params: dict) -> dict:
                     "post_norm": stacked["post_attention_layernorm"]["scale"][i][:, None].astype(dt),
                     "qkv": qkv[i].T.astype(dt), "o": attn["o_proj"][i].reshape(-1, e).T.astype(dt),
                     "gate_up": gate_up[i].T.astype(dt), "down": mlp["down_proj"][i].T.astype(dt)} for i in range(n))
+    if config.qkv_bias:  # Qwen2: the q/k/v biases fused as the matmul's rows are, [q + k + v widths, 1]
+        bias = jnp.concatenate([attn[f"{name}_bias"].reshape(n, -1) for name in ("q", "k", "v")], axis=-1)
+        layers = tuple(layer | {"qkv_bias": bias[i][:, None].astype(dt)} for i, layer in enumerate(layers))
+    if config.qk_norm:  # Qwen3: the per-head q/k norm scales as [head_dim, 1] for the [heads, head_dim, rows] q/k
+        layers = tuple(layer | {f"{name}_norm": attn[f"{name}_norm_scale"][i][:, None].astype(dt)
+                                for name in ("q", "k")} for i, layer in enumerate(layers))
     head = params["embed_tokens"] if config.tie_word_embeddings else params["lm_head"].T
     return {"layers": layers, "norm": params["norm"]["scale"][:, None].astype(dt), "head": head.astype(dt),
             "embed": params["embed_tokens"]}
@@ -109,8 +116,10 @@ def decode_step(config: LlamaConfig, weights: dict, tokens: jax.Array, positions
         kv_heads, slots, head_dim]): both attention products run over (row, kv head) blocks as stored (see
         `_attend`); with Llama's [rows, slots, kv_heads, head_dim] layout XLA transposes every layer's keys and
         values at every token, and with untransposed keys the score reduction runs along the contiguous axis.
-    Tests hold it to HF greedy and trainer log-prob parity; a change to Llama's attention (bias, soft-capping,
-    windows) must be mirrored here.
+      * the families' additions (Qwen2's q/k/v bias, Qwen3's per-head q/k RMSNorm) are applied as `Attention`
+        applies them: bias after the projection, norm over head_dim, then RoPE.
+    Tests hold it to HF greedy and trainer log-prob parity; a change to Llama's attention (soft-capping, windows)
+    must be mirrored here.
     """
     visible = ((jnp.arange(kv_mask.shape[1]) <= slot)[None, :] & kv_mask)[:, None, None, :]
 
@@ -209,9 +218,15 @@ def _decode(config: LlamaConfig, weights: dict, tokens: jax.Array, positions: ja
     new_cache = []
     for p, layer in zip(weights["layers"], cache):
         qkv = p["qkv"] @ _rms_norm(config, p["input_norm"], x)  # [q + k + v widths, rows]
-        q = _rope(qkv[:q_width].reshape(n_heads, head_dim, rows), cos, sin)
-        k = _rope(qkv[q_width:q_width + kv_width].reshape(n_kv, head_dim, rows), cos, sin)
+        if config.qkv_bias:
+            qkv = qkv + p["qkv_bias"]
+        q = qkv[:q_width].reshape(n_heads, head_dim, rows)
+        k = qkv[q_width:q_width + kv_width].reshape(n_kv, head_dim, rows)
         v = qkv[q_width + kv_width:].reshape(n_kv, head_dim, rows)
+        if config.qk_norm:  # llama.py's RMSNorm over head_dim (axis 1 here), before RoPE
+            q = rms_normalize(q, p["q_norm"], config.rms_norm_eps, q.dtype, axis=1)
+            k = rms_normalize(k, p["k_norm"], config.rms_norm_eps, k.dtype, axis=1)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         # query head n attends with kv head n // groups
         q = q.transpose(2, 0, 1).reshape(rows, n_kv, n_heads // n_kv, head_dim)
         out, layer = attention(q, k, v, layer)

@@ -69,6 +69,34 @@ def test_xla_memory_agrees_with_the_planner(report):
     assert 0 < grpo["peak_bytes"] < grpo["hbm_bytes"] and grpo["xla_flops"] > 0
 
 
+@pytest.fixture(scope="module")
+def qwen3_report():
+    """demo-7m's shape as a Qwen3 (per-head q/k RMSNorm), registered for this module only."""
+    from swerl_jax.model.config import MODEL_CONFIGS
+
+    c = _small_config()
+    c.model.name = "demo-7m-qwen3"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(MODEL_CONFIGS, c.model.name, MODEL_CONFIGS["demo-7m"].replace(family="qwen3"))
+        return tpu_compile.compile_all(c, "v5p-8", programs=("train", "decode"), attention="pallas")
+
+
+@needs_libtpu
+def test_qwen3_train_and_decode_compile_and_agree_with_the_planner(qwen3_report, report):
+    """The Qwen3 family compiles for v5p:2x2x1 and the planner agrees with XLA as for Llama (same tolerances as
+    `test_xla_memory_agrees_with_the_planner`; measured 1.79x here, Llama 1.82x). Its planned state is Llama's plus
+    the q/k norm scales: 2 x layers x head_dim bf16 parameters with their two Adam moments, 6 bytes each."""
+    train, rows = qwen3_report["programs"]["train"], qwen3_report["planner"]
+    assert "error" not in train and 0 < train["peak_bytes"] < train["hbm_bytes"]
+    assert "error" not in qwen3_report["programs"]["decode"]
+    batch = 8 * 256 * (4 + 1) + 8 * 64 * 4 * 4 + 8 * (4 + 1)
+    assert rows["params"] + rows["optimizer"] == pytest.approx(train["argument_bytes"] - batch // 4, rel=0.1)
+    assert 0.85 <= rows["train total"] / train["peak_bytes"] <= 2.0, (rows, train)
+    # q/k scales [layers, head_dim] are replicated (no mesh axis shards "layers" or "head_dim"): on every chip
+    state = rows["params"] + rows["optimizer"] - report["planner"]["params"] - report["planner"]["optimizer"]
+    assert state == 2 * 4 * 32 * 6
+
+
 def test_collectives_are_counted_by_kind():
     hlo = """
   %all-gather-start.1 = (bf16[64,8]{1,0}, bf16[256,8]{1,0}) all-gather-start(bf16[64,8]{1,0} %p), dimensions={0}

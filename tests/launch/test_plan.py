@@ -88,13 +88,17 @@ def test_a_mesh_that_cannot_shard_the_heads_is_named_not_called_too_big():
 
 
 # (data, fsdp, tensor) and remat: pure data, ZeRO-3, FSDP x tensor, all three; fp32 because XLA:CPU computes
-# bf16 in fp32 (its buffers would not show bf16's savings that GPUs and TPUs have).
-@pytest.mark.parametrize("shape, remat", [((8, 1, 1), "none"), ((1, 8, 1), "full"), ((1, 2, 4), "full"),
-                                          ((2, 2, 2), "none"), ((2, 2, 2), "dots_with_no_batch_dims_saveable")])
-def test_estimate_within_15_percent_of_memory_analysis(shape, remat):
+# bf16 in fp32 (its buffers would not show bf16's savings that GPUs and TPUs have). The families at the same
+# shape: Qwen3's q/k norm keeps 12 bytes per q/k element without remat (planned 0.92 / 0.93 of XLA's total, as
+# Llama's 0.92 / 0.93; under a dots checkpoint policy it over-plans by 19%, Llama by 14%), Qwen2's biases nothing.
+@pytest.mark.parametrize("shape, remat, family", [
+    ((8, 1, 1), "none", "llama"), ((1, 8, 1), "full", "llama"), ((1, 2, 4), "full", "llama"),
+    ((2, 2, 2), "none", "llama"), ((2, 2, 2), "dots_with_no_batch_dims_saveable", "llama"),
+    ((8, 1, 1), "none", "qwen3"), ((1, 2, 4), "full", "qwen3"), ((2, 2, 2), "none", "qwen2")])
+def test_estimate_within_15_percent_of_memory_analysis(shape, remat, family):
     """The planner's per-device total vs XLA's buffer assignment for the compiled sharded step (fp32, Adam)."""
     model = get_model_config("tiny", num_heads=8, num_kv_heads=4, hidden_size=256, intermediate_size=768,
-                             vocab_size=2048, num_layers=2, remat=remat)
+                             vocab_size=2048, num_layers=2, remat=remat, family=family)
     batch_size, seq = 16, 128
     c = base.get_config()
     c.mesh.name = "cpu8"

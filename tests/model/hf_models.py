@@ -1,21 +1,22 @@
-"""Random transformers `LlamaForCausalLM` models (the independent reference) for the model tests."""
+"""Random transformers models of every family (the independent reference) for the model tests."""
 
 from __future__ import annotations
 
 import pathlib
 
+import numpy as np
 import torch
-from transformers import LlamaConfig as HFLlamaConfig
-from transformers import LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
 from swerl_jax.model.config import LlamaConfig
 from swerl_jax.model.convert import llama_to_hf_config
 
 
-def random_hf_model(config: LlamaConfig, seed: int = 0) -> LlamaForCausalLM:
-    """An fp32 HF model of `config` with every weight random (norm scales too, so their mapping is tested)."""
+def random_hf_model(config: LlamaConfig, seed: int = 0) -> PreTrainedModel:
+    """An fp32 HF model of `config` (`LlamaForCausalLM`, `Qwen2ForCausalLM` or `Qwen3ForCausalLM` by family) with
+    every weight random (norm scales and biases too, so their mapping is tested)."""
     hf = {k: v for k, v in llama_to_hf_config(config).items() if k not in ("architectures", "model_type")}
-    model = LlamaForCausalLM(HFLlamaConfig(**hf)).eval()
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config.family, **hf)).eval()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -24,8 +25,28 @@ def random_hf_model(config: LlamaConfig, seed: int = 0) -> LlamaForCausalLM:
     return model
 
 
-def save_random_hf(config: LlamaConfig, out_dir: pathlib.Path, seed: int = 0, **save_kwargs) -> LlamaForCausalLM:
+def save_random_hf(config: LlamaConfig, out_dir: pathlib.Path, seed: int = 0, **save_kwargs) -> PreTrainedModel:
     """`random_hf_model` saved with transformers' own `save_pretrained` (so load_hf reads HF-written files)."""
     model = random_hf_model(config, seed)
     model.save_pretrained(out_dir, **save_kwargs)
     return model
+
+
+def left_padded_batch(vocab: int, pad: int = 5, t: int = 24) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, mask) [2, t]: the first row left-padded by `pad` tokens, the second full; ids cover the top of the
+    vocab."""
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, vocab, (2, t))
+    tokens[1, -1] = vocab - 1
+    mask = np.ones((2, t), bool)
+    mask[0, :pad] = False
+    tokens[0, :pad] = 0
+    return tokens, mask
+
+
+def hf_greedy(hf_model: PreTrainedModel, prompt: list[int], n: int) -> list[int]:
+    """transformers' `generate`, greedy, exactly `n` new tokens (no EOS stop) after `prompt`."""
+    ids = torch.tensor([prompt])
+    out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                            min_new_tokens=n, pad_token_id=0, eos_token_id=None)
+    return out[0, len(prompt):].tolist()

@@ -9,7 +9,7 @@ import torch
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.convert import load_hf
 from swerl_jax.model.llama import KVCache, Llama, forward, init_params, positions_from_mask, token_logprobs
-from tests.model.hf_models import save_random_hf
+from tests.model.hf_models import left_padded_batch, save_random_hf
 
 TINY = ["tiny", "tiny-gqa-untied", "tiny-tied"]
 TOL = 1e-4  # max |logit diff| fp32 vs transformers (the issue's bound; observed ~1e-6)
@@ -26,20 +26,9 @@ def converted(request, tmp_path_factory):
     return cfg, params, model
 
 
-def _batch(vocab: int, pad: int = 5, t: int = 24) -> tuple[np.ndarray, np.ndarray]:
-    """Two rows: the first left-padded by `pad` tokens, the second full; ids cover the top of the vocab."""
-    rng = np.random.default_rng(1)
-    tokens = rng.integers(0, vocab, (2, t))
-    tokens[1, -1] = vocab - 1
-    mask = np.ones((2, t), bool)
-    mask[0, :pad] = False
-    tokens[0, :pad] = 0
-    return tokens, mask
-
-
 def test_logits_match_transformers_left_padded(converted):
     cfg, params, model = converted
-    tokens, mask = _batch(cfg.vocab_size)
+    tokens, mask = left_padded_batch(cfg.vocab_size)
     positions = np.asarray(positions_from_mask(jnp.asarray(mask)))
     with torch.no_grad():
         ref = model(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(mask.astype(np.int64)),
@@ -55,7 +44,7 @@ def test_logits_match_transformers_left_padded(converted):
 
 def test_token_logprobs_equal_log_softmax_gather(converted):
     cfg, params, _ = converted
-    tokens, mask = _batch(cfg.vocab_size, t=19)
+    tokens, mask = left_padded_batch(cfg.vocab_size, t=19)
     tok, msk = jnp.asarray(tokens), jnp.asarray(mask)
     logits = np.asarray(forward(cfg, params, tok, msk), np.float64)
     logsm = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
@@ -94,7 +83,7 @@ def test_token_logprobs_equal_log_softmax_gather(converted):
 
 def test_kv_cache_decode_equals_full_forward(converted):
     cfg, params, _ = converted
-    tokens, mask = _batch(cfg.vocab_size, t=16)
+    tokens, mask = left_padded_batch(cfg.vocab_size, t=16)
     full = np.asarray(forward(cfg, params, jnp.asarray(tokens), jnp.asarray(mask)))
     model = Llama(cfg)
     positions = positions_from_mask(jnp.asarray(mask))
@@ -133,7 +122,7 @@ def test_remat_full_same_loss_and_grads():
 
 def test_bf16_compute_runs_close_to_fp32(converted):
     cfg, params, _ = converted
-    tokens, mask = _batch(cfg.vocab_size)
+    tokens, mask = left_padded_batch(cfg.vocab_size)
     fp32 = np.asarray(forward(cfg, params, jnp.asarray(tokens), jnp.asarray(mask)))
     bf16_cfg = cfg.replace(dtype="bfloat16", param_dtype="bfloat16")
     bf16_params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), params)

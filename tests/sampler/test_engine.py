@@ -6,13 +6,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.convert import load_hf
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.sampler.engine import RequestTooLarge, SamplingEngine, SamplingParams
-from tests.model.hf_models import save_random_hf
+from tests.model.hf_models import hf_greedy, save_random_hf
 
 PROMPTS = [[11, 12, 13, 14, 15], [300, 7, 9], [42] * 12, [5, 400, 401, 402, 403, 404, 405, 406, 407]]
 
@@ -32,13 +31,6 @@ def engine(tiny):
     return SamplingEngine(config, params, max_batch=16, max_prompt_len=32, max_new_tokens=24)
 
 
-def _hf_greedy(hf_model, prompt, n):
-    ids = torch.tensor([prompt])
-    out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
-                            min_new_tokens=n, pad_token_id=0, eos_token_id=None)
-    return out[0, len(prompt):].tolist()
-
-
 def test_greedy_equals_transformers_generate(tiny, engine):
     """Batched, left-padded engine greedy == HF greedy on each prompt alone (token for token)."""
     _, _, hf_model = tiny
@@ -46,7 +38,7 @@ def test_greedy_equals_transformers_generate(tiny, engine):
     for prompt, group in zip(PROMPTS, groups):
         c = group[0]
         assert c.finish_reason == "length" and c.completion_length == 20
-        assert c.tokens.tolist() == _hf_greedy(hf_model, prompt, 20)
+        assert c.tokens.tolist() == hf_greedy(hf_model, prompt, 20)
 
 
 def max_logprob_mismatch(config, params, prompts, groups, temperature, width=64):
