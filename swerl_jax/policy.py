@@ -22,29 +22,60 @@ from jax.sharding import Mesh
 
 from swerl_jax import sharding
 from swerl_jax.checkpoint import abstract_like
-from swerl_jax.model.config import LlamaConfig, get_model_config
-from swerl_jax.model.convert import hf_config_to_llama, load_hf
+from swerl_jax.model.config import MODEL_CONFIGS, LlamaConfig, get_model_config
+from swerl_jax.model.convert import CheckpointError, hf_config_to_llama, load_hf
 from swerl_jax.model.smollm2 import resolve_hf_dir
 from swerl_jax.optim import make_optimizer
 from swerl_jax.train_step import TrainState, create_train_state, make_train_step
 
+# The fields that make a checkpoint another model than the experiment's (ours -> config.json's key).
+_SHAPE_KEYS = {"family": "model_type", "vocab_size": "vocab_size", "hidden_size": "hidden_size",
+               "intermediate_size": "intermediate_size", "num_layers": "num_hidden_layers",
+               "num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads", "head_size": "head_dim",
+               "tie_word_embeddings": "tie_word_embeddings"}
+
 
 def model_config_from(config: Any) -> LlamaConfig:
-    """The `model` section as a LlamaConfig: the registry entry (or the HF directory's config) + dtype/remat."""
+    """The `model` section as a LlamaConfig: the registry entry (or the HF directory's config) + dtype/remat.
+
+    With `model.hf_dir` the directory's config.json gives the model, and it must be `model.name`'s (family and
+    shape): a Qwen3 checkpoint under a Llama experiment, or a 1B under `llama3.1-8b`, is a CheckpointError naming
+    the file and the key. `model.name="hf"` takes the model from config.json whatever it is (evaluating a folder).
+    """
     m = config.model
     overrides = {"param_dtype": str(m.param_dtype), "dtype": str(m.dtype), "remat": str(m.remat),
                  "attention_impl": m.attention_impl}
     if m.hf_dir:
-        hf = json.loads((resolve_hf_dir(m.hf_dir) / "config.json").read_text())
-        return hf_config_to_llama(hf, str(m.param_dtype)).replace(**overrides)
+        path = resolve_hf_dir(m.hf_dir) / "config.json"
+        loaded = hf_config_to_llama(json.loads(path.read_text()), str(m.param_dtype), source=str(path))
+        named = MODEL_CONFIGS.get(str(m.name))
+        if named is not None and named.family != loaded.family:
+            same = sorted(n for n, c in MODEL_CONFIGS.items() if c.family == loaded.family)
+            raise CheckpointError(
+                f"{path}: model_type={loaded.family!r} is a {loaded.family} checkpoint, but model.name={m.name!r} is "
+                f"a {named.family} model; set model.name to a {loaded.family} entry ({', '.join(same)}) or "
+                f"model.hf_dir to a {named.family} checkpoint")
+        if named is not None:
+            for ours, key in _SHAPE_KEYS.items():
+                if getattr(named, ours) != getattr(loaded, ours):
+                    match = [n for n, c in MODEL_CONFIGS.items()
+                             if all(getattr(c, f) == getattr(loaded, f) for f in _SHAPE_KEYS)]
+                    raise CheckpointError(
+                        f"{path}: {key}={getattr(loaded, ours)!r}, but model.name={m.name!r} has "
+                        f"{getattr(named, ours)!r}: the checkpoint is another model than the experiment's; set "
+                        f"model.name to its entry ({', '.join(match) or 'none registered'}) or model.name='hf' to "
+                        "take the model from config.json")
+        return loaded.replace(**overrides)
     return get_model_config(str(m.name), **overrides)
 
 
 def initial_params(config: Any, model_config: LlamaConfig, mesh: Mesh, rules: sharding.Rules) -> Any:
-    """Pretrained weights from `model.hf_dir` placed onto their shards, or a seeded random init in them."""
+    """Pretrained weights from `model.hf_dir` read straight into their shards (each process reads only the slices
+    its devices hold; no host or device holds the model), or a seeded random init in them."""
     if config.model.hf_dir:
-        _, params = load_hf(str(resolve_hf_dir(config.model.hf_dir)), param_dtype=str(config.model.param_dtype))
-        return jax.device_put(params, sharding.param_shardings(model_config, mesh, rules))
+        _, params = load_hf(str(resolve_hf_dir(config.model.hf_dir)), param_dtype=str(config.model.param_dtype),
+                            shardings=sharding.param_shardings(model_config, mesh, rules))
+        return params
     return sharding.init_params_sharded(model_config, mesh, jax.random.key(int(config.seed)), rules)
 
 

@@ -26,7 +26,7 @@ from swerl_jax.config import load_experiment_config
 from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.meshes import MESHES
 from swerl_jax.model.attention import IMPLEMENTATIONS
-from swerl_jax.model.config import MODEL_CONFIGS
+from swerl_jax.model.config import FROM_CHECKPOINT, MODEL_CONFIGS
 from swerl_jax.optim import SCHEDULES
 from swerl_jax.policy import micro_batches
 from swerl_jax.reward.functions import get_reward_fn
@@ -122,7 +122,12 @@ def _one_of(key: str, value: Any, allowed: Any) -> None:
 def _check_names(config: Any) -> None:
     """Registry names, before any process starts or anything compiles (fixed value sets are the sections'
     `choices`, checked by `read_sections`)."""
-    _one_of("model.name", str(config.model.name), MODEL_CONFIGS)
+    if str(config.model.name) == FROM_CHECKPOINT:
+        if not config.model.hf_dir:
+            raise ValueError(f"model.name={FROM_CHECKPOINT!r} takes the model from model.hf_dir's config.json, but "
+                             "model.hf_dir is empty")
+    else:
+        _one_of("model.name", str(config.model.name), MODEL_CONFIGS)
     _one_of("mesh.name", str(config.mesh.name), MESHES)
     _one_of("optim.schedule", str(config.optim.schedule), SCHEDULES)
     _one_of("model.attention_impl", config.model.attention_impl, IMPLEMENTATIONS)

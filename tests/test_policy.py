@@ -30,14 +30,20 @@ def test_initial_params_come_from_model_hf_dir_onto_their_shards(tmp_path):
     from experiments import base
     from swerl_jax import sharding
     from swerl_jax.model.config import get_model_config
-    from swerl_jax.model.convert import load_hf
+    from swerl_jax.model.convert import CheckpointError, load_hf
     from swerl_jax.policy import initial_params, model_config_from
     from tests.model.hf_models import save_random_hf
 
     hf = save_random_hf(get_model_config("tiny"), tmp_path / "hf", seed=3)
     config = base.get_config()
-    config.model.name = "llama3.1-8b"  # ignored: the directory's config.json wins
+    config.model.name = "llama3.1-8b"  # another model than the checkpoint's: refused, naming the file and key
     config.model.hf_dir = str(tmp_path / "hf")
+    with pytest.raises(CheckpointError, match=r"hf/config.json: vocab_size=512, but model.name='llama3.1-8b' has "
+                                              r"128256.*set model.name to its entry \(tiny\)"):
+        model_config_from(config)
+    config.model.name = "hf"  # whatever the folder holds
+    assert model_config_from(config).hidden_size == 64
+    config.model.name = "tiny"
     model_config = model_config_from(config)
     assert model_config.replace(rms_norm_eps=1e-5) == get_model_config("tiny").replace(rms_norm_eps=1e-5)
     mesh = sharding.create_mesh(config, model_config=model_config)

@@ -41,6 +41,7 @@ def _policy_config(c: Any) -> Any:
     policy = load_experiment_config(str(c.policy))
     if str(c.hf_dir):
         policy.model.hf_dir = policy.model.tokenizer = str(c.hf_dir)
+        policy.model.name = "hf"  # FROM_CHECKPOINT: the folder evaluated is whatever model it holds
     policy.data.max_prompt_len = int(c.max_context)
     policy.sampler.max_new_tokens = max(int(c.max_new_tokens), int(c.test_max_new_tokens))
     policy.sampler.max_batch = max(int(c.k), int(c.reproduction_tests), 1)

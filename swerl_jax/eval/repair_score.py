@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> RepairScore:
         flag={f: f"--{f}" for f in ("weights", "version", "hf_dir", "address", "random_init")}).check()
     if args.hf_dir:
         config.model.hf_dir = config.model.tokenizer = args.hf_dir
+        config.model.name = "hf"  # FROM_CHECKPOINT: the folder evaluated is whatever model it holds
     from swerl_jax.sampler.client import SamplerError
 
     if args.samples < 1:

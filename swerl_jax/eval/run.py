@@ -36,6 +36,7 @@ def build_chat(c, instances: list[dict], evaluated: dict):
     policy = load_experiment_config(c.policy)
     if c.hf_dir:
         policy.model.hf_dir = policy.model.tokenizer = c.hf_dir
+        policy.model.name = "hf"  # FROM_CHECKPOINT: the folder evaluated is whatever model it holds
     policy.data.max_prompt_len, policy.sampler.max_new_tokens = int(c.max_prompt_len), int(c.max_new_tokens)
     policy.sampler.max_batch = max(1, min(int(policy.sampler.max_batch), int(c.agentless.num_samples)))
     policy = resolve_config(policy, check_files=True)
