@@ -204,14 +204,19 @@ def test_a_checkpoint_of_another_family_than_the_experiments_is_refused(tmp_path
     with pytest.raises(CheckpointError, match=rf"^{tmp_path / 'qwen3' / 'config.json'}: model_type='qwen3'.*"
                                               r"model.name='tiny' is a llama model; set model.name to a qwen3 entry"):
         model_config_from(c)
-    # DeepSWE's experiment (model.name qwen3-32b) reads a Qwen3 directory, and refuses a Llama one
+    # DeepSWE's experiment (model.name qwen3-32b) reads a Qwen3 directory of its shape (here a tiny one, named so),
+    # refuses one of another shape naming the key, and refuses a Llama one
     d = deepswe_agent.get_config()
     d.model.hf_dir = str(tmp_path / "qwen3")
+    with pytest.raises(CheckpointError, match=r"qwen3/config.json: vocab_size=911, but model.name='qwen3-32b' has "
+                                              r"151936.*set model.name to its entry \(tiny-qwen3\)"):
+        model_config_from(d)
+    d.model.name = "tiny-qwen3"
     assert model_config_from(d) == get_model_config("tiny-qwen3", param_dtype=d.model.param_dtype,
                                                     dtype=d.model.dtype, remat=d.model.remat,
                                                     attention_impl=d.model.attention_impl)
     d.model.hf_dir = str(tmp_path / "llama")
-    with pytest.raises(CheckpointError, match="model.name='qwen3-32b' is a qwen3 model"):
+    with pytest.raises(CheckpointError, match="model.name='tiny-qwen3' is a qwen3 model"):
         model_config_from(d)
     # a sliding-window checkpoint fails at the same point, naming its file and key
     hf = json.loads((tmp_path / "qwen3" / "config.json").read_text())
