@@ -29,11 +29,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from experiments.base import get_config  # noqa: E402
-from swerl_jax.checkpoint import Checkpointer, abstract_like  # noqa: E402
-from swerl_jax.integrity import verify_manifest, write_manifest  # noqa: E402
 from swerl_jax.model.config import get_model_config  # noqa: E402
 from swerl_jax.model.llama import init_params  # noqa: E402
 from swerl_jax.optim import make_optimizer  # noqa: E402
+from swerl_jax.runs.checkpoint import Checkpointer, abstract_like  # noqa: E402
+from swerl_jax.runs.integrity import verify_manifest, write_manifest  # noqa: E402
 from swerl_jax.train_step import TrainState  # noqa: E402
 
 

@@ -53,7 +53,7 @@ def load_config(path: str, overrides: dict):
 
 def run_variant(config_path: str, steps: int, prompts_per_request: int, sft_from: str | None) -> list[dict]:
     """Train `steps` GRPO steps in a fresh workdir; returns the metrics rows."""
-    from swerl_jax.metrics import read_metrics
+    from swerl_jax.runs.metrics import read_metrics
     from swerl_jax.train import run_experiment
 
     workdir = pathlib.Path(tempfile.mkdtemp(prefix="grpo_step_"))

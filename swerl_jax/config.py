@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any
 
-from swerl_jax.rundir import flatten
+from swerl_jax.runs.rundir import flatten
 
 _OVERRIDE = re.compile(r"^--(?:no)?config\.([A-Za-z0-9_.]+)(?:=|$)")
 

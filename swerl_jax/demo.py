@@ -44,7 +44,7 @@ def train_demo(args: argparse.Namespace) -> int:
     sys.path.insert(0, str(REPO_ROOT))  # the experiments package sits at the repository root
     # Each mode imports only what it runs (after JAX_PLATFORMS is set above): training here, torch for --parity.
     from experiments import tiny_cpu
-    from swerl_jax.metrics import read_metrics
+    from swerl_jax.runs.metrics import read_metrics
     from swerl_jax.train import run_experiment
 
     workdir = pathlib.Path(args.workdir).resolve()

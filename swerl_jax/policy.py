@@ -21,11 +21,11 @@ import optax
 from jax.sharding import Mesh
 
 from swerl_jax import sharding
-from swerl_jax.checkpoint import abstract_like
 from swerl_jax.model.config import MODEL_CONFIGS, LlamaConfig, get_model_config
 from swerl_jax.model.convert import CheckpointError, hf_config_to_llama, load_hf
 from swerl_jax.model.smollm2 import resolve_hf_dir
 from swerl_jax.optim import make_optimizer
+from swerl_jax.runs.checkpoint import abstract_like
 from swerl_jax.train_step import TrainState, create_train_state, make_train_step
 
 # The fields that make a checkpoint another model than the experiment's (ours -> config.json's key).

@@ -49,10 +49,11 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from swerl_jax import rundir, sweepdir
+from swerl_jax import sweepdir
 from swerl_jax.cli import run_cli
 from swerl_jax.config import OVERRIDE_HELP, load_experiment_config, parse_value, set_key, split_overrides
 from swerl_jax.resolve import resolve_config
+from swerl_jax.runs import rundir
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PROG = "python -m swerl_jax.sweep"

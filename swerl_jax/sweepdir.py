@@ -22,8 +22,8 @@ import pathlib
 import sys
 from typing import Any
 
-from swerl_jax import rundir
-from swerl_jax.metrics import read_metrics
+from swerl_jax.runs import rundir
+from swerl_jax.runs.metrics import read_metrics
 
 
 def is_operational(key: str) -> bool:

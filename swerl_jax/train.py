@@ -6,9 +6,9 @@ where the run stopped: an SFT stage that finished is not repeated (GRPO starts f
 The workdir (default `workdirs/NAME[-arg]`) gets config.json (the resolved config; `configs/NNNN.json` keeps
 every start's), metrics.jsonl, tensorboard/, rollouts/, checkpoints/, policy/ (weights published to the sampler)
 and sampler/ (its log). Resuming with a config that differs in a field that changes results is refused unless
-`--allow_config_change` (recorded in config_changes.jsonl; see `swerl_jax.rundir`). A config key that does not
+`--allow_config_change` (recorded in config_changes.jsonl; see `swerl_jax.runs.rundir`). A config key that does not
 exist ends the program with one line naming it and the closest valid key. Libraries log warnings only
-(`--verbose` shows their INFO lines); the run ends with a short summary (`swerl_jax.run_summary`).
+(`--verbose` shows their INFO lines); the run ends with a short summary (`swerl_jax.runs.summary`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import sys
 import time
 from typing import Any
 
-from swerl_jax import rundir, sharding
+from swerl_jax import sharding
 from swerl_jax.config import load_experiment_config, unknown_config_keys
 from swerl_jax.resolve import ensure_resolved, resolve_config
 from swerl_jax.rl.build import build_grpo_trainer
-from swerl_jax.run_summary import summarize_run
+from swerl_jax.runs import rundir
+from swerl_jax.runs.summary import summarize_run
 from swerl_jax.sft.trainer import SFTTrainer
 
 log = logging.getLogger("swerl_jax.train")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from swerl_jax.demo import reward_change
-from swerl_jax.metrics import read_metrics
+from swerl_jax.runs.metrics import read_metrics
 
 # Measured on this 2-core machine: first 2 steps -0.38, last 2 of 16 +0.44 (BENCHMARKS.md "GRPO demo");
 # per-step rewards of 16 samples move by ~0.3 on their own, so the test asks for a rise well above that.

@@ -9,7 +9,7 @@ import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "swerl_jax"
 CONFIG_LAYER = ("swerl_jax.config", "swerl_jax.sections")
-BELOW_CONFIG = ("swerl_jax.rundir",)  # run-directory helpers the config layer may use (no domain code)
+BELOW_CONFIG = ("swerl_jax.runs.rundir",)  # run-directory helpers the config layer may use (no domain code)
 
 
 def _modules(root: pathlib.Path) -> dict[str, ast.Module]:

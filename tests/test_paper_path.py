@@ -8,7 +8,7 @@ import sys
 
 from swerl_jax.curate.config import CurateConfig
 from swerl_jax.curate.runner import run_curation
-from swerl_jax.metrics import read_metrics
+from swerl_jax.runs.metrics import read_metrics
 from tests.curate.builders import build_world
 
 from .conftest import REPO_ROOT

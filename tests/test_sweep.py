@@ -16,9 +16,10 @@ import time
 
 import pytest
 
-from swerl_jax import rundir, sweep
+from swerl_jax import sweep
 from swerl_jax.config import load_experiment_config, parse_value, set_key
 from swerl_jax.resolve import resolve_config
+from swerl_jax.runs import rundir
 
 CONFIG = "experiments/tiny_cpu.py"
 CHEAP = {"sft.num_steps": 1, "rl.num_steps": 1, "sampler.mode": "inline", "sampler.max_new_tokens": 8,

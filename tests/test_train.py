@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from swerl_jax import train
-from swerl_jax.metrics import read_metrics
 from swerl_jax.rl import trainer as rl_trainer
 from swerl_jax.rl.build import build_grpo_trainer
+from swerl_jax.runs.metrics import read_metrics
 from tests.rl.test_trainer_inprocess import tiny_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ from swerl_jax.eval.agentless.backends import EngineChat
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings
 from swerl_jax.eval.sandbox import SandboxLimits
 from swerl_jax.resolve import resolve_config
-from swerl_jax.rundir import refuse_other_config
+from swerl_jax.runs.rundir import refuse_other_config
 from swerl_jax.sampler.sessions import KeptKV
 from swerl_jax.sampler.types import SamplingParams
 

@@ -29,7 +29,7 @@ import numpy as np
 from scipy import stats
 
 from swerl_jax.config import load_experiment_config, parse_value
-from swerl_jax.metrics import read_metrics
+from swerl_jax.runs.metrics import read_metrics
 
 
 @dataclasses.dataclass(frozen=True)

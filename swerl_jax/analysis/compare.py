@@ -12,7 +12,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 
 from swerl_jax.analysis.runs import Run, load_run
-from swerl_jax.run_summary import stage_summary
+from swerl_jax.runs.summary import stage_summary
 
 # Config fields shown beside each run in the table: what an ablation usually changes.
 CONFIG_COLUMNS = ("rl.advantage", "rl.loss_agg", "rl.kl_coef", "reward.kind", "optim.learning_rate", "seed")

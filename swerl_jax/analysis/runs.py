@@ -1,6 +1,6 @@
 """Loading a training run's workdir: ``metrics.jsonl`` and ``rollouts/step_XXXXXX.jsonl``.
 
-The trainer writes them through `swerl_jax.metrics.MetricsWriter`: one metrics row per step and one rollouts
+The trainer writes them through `swerl_jax.runs.metrics.MetricsWriter`: one metrics row per step and one rollouts
 file per step (one row per rollout). The
 loader is strict about the keys every analysis needs (a clear error naming file, line and key) and
 tolerant of optional ones (filled with None), so runs from older or newer trainers still load.
@@ -15,7 +15,7 @@ import os
 import pathlib
 import re
 
-from swerl_jax.metrics import METRICS_FILE, ROLLOUTS_DIR, rollout_path
+from swerl_jax.runs.metrics import METRICS_FILE, ROLLOUTS_DIR, rollout_path
 
 REQUIRED_METRIC_KEYS = ("step",)
 REQUIRED_ROLLOUT_KEYS = ("step", "prompt_id", "group", "sample", "reward")

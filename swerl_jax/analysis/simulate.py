@@ -26,8 +26,8 @@ from swerl_jax.analysis.edits import perturb_answer
 from swerl_jax.answer import ANSWER_END, ANSWER_START, THINK_END, THINK_START
 from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.data.targets import oracle_solution
-from swerl_jax.metrics import MetricsWriter
 from swerl_jax.reward import calculate_search_replace_reward, compact_info
+from swerl_jax.runs.metrics import MetricsWriter
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 DAMAGE_KINDS = ("edits", "truncate", "drop_thought", "prose", "search_edit")

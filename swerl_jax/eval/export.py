@@ -25,12 +25,12 @@ import orbax.checkpoint as ocp
 from jax.sharding import Mesh
 
 from swerl_jax import sharding
-from swerl_jax.integrity import has_manifest, verify_manifest
 from swerl_jax.meshes import AXES
 from swerl_jax.model.config import LlamaConfig
 from swerl_jax.model.convert import save_hf
 from swerl_jax.policy import model_config_from
 from swerl_jax.resolve import load_run_config
+from swerl_jax.runs.integrity import has_manifest, verify_manifest
 from swerl_jax.sampler import weights
 from swerl_jax.tokenizer import tokenizer_for
 

@@ -85,7 +85,7 @@ def evaluated_model(c) -> dict:
 
 def check_out_dir(out: pathlib.Path, c) -> None:
     """Refuse an --out that holds a run of another config (its predictions would be reused), listing the keys."""
-    from swerl_jax.rundir import refuse_other_config
+    from swerl_jax.runs.rundir import refuse_other_config
 
     refuse_other_config(out / "eval_config.json", json.loads(c.to_json()), OPERATIONAL_KEYS)
 

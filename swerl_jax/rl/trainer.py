@@ -36,8 +36,6 @@ import numpy as np
 
 from swerl_jax import sharding
 from swerl_jax.batching import row_shape
-from swerl_jax.checkpoint import Checkpointer
-from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, micro_batches
 from swerl_jax.resolve import ensure_resolved
@@ -45,6 +43,8 @@ from swerl_jax.rl.collect import InlineSampler
 from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, rollout_metrics
+from swerl_jax.runs.checkpoint import Checkpointer
+from swerl_jax.runs.loop import TrainLoop
 from swerl_jax.sampler import weights
 from swerl_jax.sampler.client import SamplerClient
 from swerl_jax.sampler.factory import build_engine
@@ -231,7 +231,7 @@ class GRPOTrainer(TrainLoop):
         """The evaluator's metrics of policy `version` (published to the sampler); {} without an evaluator."""
         return self.evaluator(self.sampler, version) if self.evaluator is not None else {}
 
-    # --- the loop (swerl_jax.loop.TrainLoop) -----------------------------------------------------------------
+    # --- the loop (swerl_jax.runs.loop.TrainLoop) -----------------------------------------------------------------
 
     def host_state(self) -> dict:
         """The collector's state (e.g. the reward service's counters), checkpointed with each step."""

@@ -6,7 +6,7 @@ Layout of a weights directory (local disk, NFS or a gs:// path; Orbax/tensorstor
     <dir>/LATEST     {"version": n, "path": "v_<n>", "published_at": unix time}, written last
 
 A reader trusts only LATEST, so it never sees a half-written version; the marker itself is written to a
-temporary name and renamed. Each version carries a per-file CRC-32 manifest (`swerl_jax.integrity`, written
+temporary name and renamed. Each version carries a per-file CRC-32 manifest (`swerl_jax.runs.integrity`, written
 before LATEST moves); `load` verifies it and refuses a corrupt version with an error naming the file, and
 `WeightWatcher` then keeps serving the version it has.
 """
@@ -23,7 +23,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
-from swerl_jax.integrity import CorruptCheckpointError, has_manifest, verify_manifest, write_manifest
+from swerl_jax.runs.integrity import CorruptCheckpointError, has_manifest, verify_manifest, write_manifest
 
 log = logging.getLogger(__name__)
 LATEST = "LATEST"

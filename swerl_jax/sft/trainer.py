@@ -7,7 +7,7 @@ Batches come from the Grain SFT loader (unpadded prompt and target + end-of-turn
 together) and are laid out by `swerl_jax.batching` exactly like GRPO rows: the prompt left-padded to a bucketed
 length P, the target right-padded to a bucketed C, so the vocabulary projection runs on the C target positions
 only (`token_logprobs(start=P-1)`), not on the whole padded sequence. Metrics go to `workdir/metrics.jsonl` and
-TensorBoard, checkpoints to `workdir/checkpoints` (the loop both trainers share: `swerl_jax.loop`).
+TensorBoard, checkpoints to `workdir/checkpoints` (the loop both trainers share: `swerl_jax.runs.loop`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import numpy as np
 
 from swerl_jax import sharding
 from swerl_jax.batching import pack_rows, row_shape, score_positions
-from swerl_jax.checkpoint import Checkpointer
 from swerl_jax.data.loader import data_metrics, sft_dataset_from_config
-from swerl_jax.loop import TrainLoop
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, micro_batches
 from swerl_jax.resolve import ensure_resolved
+from swerl_jax.runs.checkpoint import Checkpointer
+from swerl_jax.runs.loop import TrainLoop
 
 PROMPT_BUCKET, TARGET_BUCKET = 64, 48
 

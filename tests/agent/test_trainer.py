@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from swerl_jax.agent.trainer import episode_metrics, mask_after_first_error, task_iterator
-from swerl_jax.metrics import read_metrics
 from swerl_jax.rl.rollouts import Rollout, build_train_batch
+from swerl_jax.runs.metrics import read_metrics
 from tests.conftest import JAX_CACHE, REPO_ROOT, requires_smollm2
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from swerl_jax.analysis import load_run
 from swerl_jax.analysis.compare import compare_table, load_runs, overlay
-from swerl_jax.metrics import MetricsWriter
+from swerl_jax.runs.metrics import MetricsWriter
 
 
 def _run(workdir, rewards, advantage="grpo"):

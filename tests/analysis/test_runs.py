@@ -6,7 +6,7 @@ import math
 import pytest
 
 from swerl_jax.analysis.runs import RunFormatError, load_metrics, load_rollouts, load_run, rollout_path
-from swerl_jax.metrics import MetricsWriter
+from swerl_jax.runs.metrics import MetricsWriter
 
 rollouts_path = rollout_path
 

@@ -164,10 +164,10 @@ def test_restore_mid_epoch_gives_the_uninterrupted_batches(tmp_path, workers):
 
 
 def test_restore_through_the_training_checkpointer(tmp_path):
-    """The iterator inside swerl_jax.checkpoint's async Orbax save: the state is taken at save time."""
+    """The iterator inside swerl_jax.runs.checkpoint's async Orbax save: the state is taken at save time."""
     import jax.numpy as jnp
 
-    from swerl_jax.checkpoint import Checkpointer, abstract_like
+    from swerl_jax.runs.checkpoint import Checkpointer, abstract_like
 
     records = synthetic_records(7, seed=8)
 

@@ -8,11 +8,11 @@ import numpy as np
 
 from experiments.base import get_config
 from swerl_jax import sharding
-from swerl_jax.checkpoint import Checkpointer, abstract_like
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import init_params
 from swerl_jax.optim import make_optimizer
 from swerl_jax.rl.trainer import make_rl_loss
+from swerl_jax.runs.checkpoint import Checkpointer, abstract_like
 from swerl_jax.train_step import create_train_state, make_train_step
 from tests.rl.loss_configs import loss_config
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from swerl_jax.metrics import read_metrics
+from swerl_jax.runs.metrics import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SMALL = ["--config=experiments/tiny_cpu.py", "--config.sft.num_steps=0", "--config.rl.num_steps=6",

@@ -11,8 +11,8 @@ import pytest
 
 from experiments import base
 from swerl_jax.data.synthetic import synthetic_records
-from swerl_jax.metrics import read_metrics
 from swerl_jax.rl.build import build_grpo_trainer
+from swerl_jax.runs.metrics import read_metrics
 
 
 def tiny_config(**rl):

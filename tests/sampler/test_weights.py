@@ -76,7 +76,7 @@ def _data_file(version_dir):
 
 
 def test_corrupt_version_is_refused_and_the_watcher_keeps_its_version(tmp_path, params, caplog):
-    from swerl_jax.integrity import CorruptCheckpointError
+    from swerl_jax.runs.integrity import CorruptCheckpointError
 
     weights.publish(tmp_path, params, 1)
     assert (tmp_path / "v_1" / "INTEGRITY.json").is_file()

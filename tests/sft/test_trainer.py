@@ -64,7 +64,7 @@ def test_sft_trainer_runs_in_process(tmp_path):
     """SFTTrainer.run itself (not a subprocess): 2 steps of tiny_cpu's SFT stage on the suite's 8 fake devices,
     metrics and a final checkpoint written, the loss falling on the repeated oracle answers."""
     from experiments import tiny_cpu
-    from swerl_jax.metrics import read_metrics
+    from swerl_jax.runs.metrics import read_metrics
     from swerl_jax.sft.trainer import SFTTrainer
 
     config = tiny_cpu.get_config()

@@ -11,7 +11,7 @@ import os
 import pathlib
 from typing import Any
 
-from swerl_jax.metrics import METRICS_FILE, read_metrics
+from swerl_jax.runs.metrics import METRICS_FILE, read_metrics
 
 
 def _mean(rows: list[dict], key: str) -> float | None:

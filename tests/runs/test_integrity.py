@@ -2,7 +2,7 @@
 
 import pytest
 
-from swerl_jax.integrity import MANIFEST, CorruptCheckpointError, has_manifest, verify_manifest, write_manifest
+from swerl_jax.runs.integrity import MANIFEST, CorruptCheckpointError, has_manifest, verify_manifest, write_manifest
 
 
 def _tree(root):

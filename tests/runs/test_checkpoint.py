@@ -18,8 +18,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from experiments.base import get_config
-from swerl_jax.checkpoint import Checkpointer, abstract_like
-from swerl_jax.integrity import CorruptCheckpointError
+from swerl_jax.runs.checkpoint import Checkpointer, abstract_like
+from swerl_jax.runs.integrity import CorruptCheckpointError
 from swerl_jax.train_step import TrainState
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def test_retention_interval_and_errors(tmp_path):
 CHILD = textwrap.dedent("""
     import pathlib, sys, time
     import grain, jax.numpy as jnp
-    from swerl_jax.checkpoint import Checkpointer
+    from swerl_jax.runs.checkpoint import Checkpointer
 
     class Stuck(grain.DatasetIterator):  # its state capture hangs: the save is mid-way when killed
         def __next__(self):
@@ -196,7 +196,7 @@ def test_corrupt_newest_step_falls_back_with_a_warning_naming_the_file(tmp_path,
     assert all((ckdir / str(s) / "INTEGRITY.json").is_file() for s in (1, 2, 3))
     bad = _biggest_file(ckdir / "3")
     damage(bad)
-    with caplog.at_level("WARNING", logger="swerl_jax.checkpoint"), Checkpointer(tmp_path, every_steps=1) as ck:
+    with caplog.at_level("WARNING", logger="swerl_jax.runs.checkpoint"), Checkpointer(tmp_path, every_steps=1) as ck:
         r = ck.restore_latest(abstract_like({"w": jnp.zeros(4096)}))
         assert r.step == 2 and r.host_state == {"n": 2}
         np.testing.assert_array_equal(r.state["w"], np.arange(4096.0) + 2)
@@ -243,7 +243,7 @@ def test_step_without_manifest_restores_unverified_with_a_note(tmp_path, caplog)
     manifest = step3 / "INTEGRITY.json"
     (step3 / ".INTEGRITY.json.tmp123").write_text(manifest.read_text()[:40])  # killed mid-write
     manifest.unlink()
-    with caplog.at_level("INFO", logger="swerl_jax.checkpoint"), Checkpointer(tmp_path, every_steps=1) as ck:
+    with caplog.at_level("INFO", logger="swerl_jax.runs.checkpoint"), Checkpointer(tmp_path, every_steps=1) as ck:
         r = ck.restore_latest(abstract_like({"w": jnp.zeros(4096)}))
     assert r.step == 3
     np.testing.assert_array_equal(r.state["w"], np.arange(4096.0) + 3)
@@ -251,13 +251,13 @@ def test_step_without_manifest_restores_unverified_with_a_note(tmp_path, caplog)
 
 
 def test_failed_manifest_write_leaves_an_unverified_step_not_a_dead_run(tmp_path, caplog, monkeypatch):
-    import swerl_jax.checkpoint as checkpoint
+    import swerl_jax.runs.checkpoint as checkpoint
 
     def disk_full(path):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(checkpoint, "write_manifest", disk_full)
-    with caplog.at_level("WARNING", logger="swerl_jax.checkpoint"), Checkpointer(tmp_path, every_steps=1) as ck:
+    with caplog.at_level("WARNING", logger="swerl_jax.runs.checkpoint"), Checkpointer(tmp_path, every_steps=1) as ck:
         ck.save(1, {"w": jnp.ones(8)})
         ck.wait_until_finished()
         assert not (tmp_path / "checkpoints" / "1" / "INTEGRITY.json").exists()

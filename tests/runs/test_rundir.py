@@ -5,7 +5,7 @@ import json
 import pytest
 
 from experiments import base
-from swerl_jax import rundir
+from swerl_jax.runs import rundir
 
 
 def _config(**rl):
@@ -85,7 +85,7 @@ def test_an_sft_key_changed_after_the_sft_stage_finished_says_it_changes_nothing
     with pytest.raises(rundir.ConfigChangeError, match=r"sft.learning_rate: 1e-05 -> 2e-05 \(changes nothing: the "
                                                        r"SFT stage finished at step \d+ and is not re-run\)"):
         rundir.record_config(tmp_path, changed.to_json())
-    with caplog.at_level("WARNING", logger="swerl_jax.rundir"):
+    with caplog.at_level("WARNING", logger="swerl_jax.runs.rundir"):
         rundir.record_config(tmp_path, changed.to_json(), allow_change=True)
     assert "changes nothing" in caplog.text
     # before the SFT stage finished, the same change is an ordinary one

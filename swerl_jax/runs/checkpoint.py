@@ -12,7 +12,7 @@ state comes back sharded, each process reading only its shards. `data` is writte
 every item is finalized, so a crash mid-save leaves no step behind (and `cleanup_tmp_directories` removes the
 debris on the next start). Policy snapshots for the sampler are `swerl_jax.sampler.weights`, not this module.
 
-Integrity (`swerl_jax.integrity`): once a step is finalized, process 0 checksums every file of it on a background
+Integrity (`swerl_jax.runs.integrity`): once a step is finalized, process 0 checksums every file of it on a background
 thread and writes `<step>/INTEGRITY.json` atomically. Every restore verifies the step first; `restore_latest`
 falls back from a corrupt step to the previous one with a warning naming the bad file (the corrupt step is
 moved aside to `corrupt-<step>-<time>` so the run can save that step again) and raises `CorruptCheckpointError`
@@ -32,7 +32,7 @@ import grain
 import jax
 import orbax.checkpoint as ocp
 
-from swerl_jax.integrity import CorruptCheckpointError, has_manifest, verify_manifest, write_manifest
+from swerl_jax.runs.integrity import CorruptCheckpointError, has_manifest, verify_manifest, write_manifest
 
 log = logging.getLogger(__name__)
 STATE, RNG, HOST, DATA = "state", "rng", "host", "data"

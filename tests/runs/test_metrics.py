@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from tensorboardX.proto import event_pb2
 
-from swerl_jax.metrics import MetricsWriter, flatten_metrics, read_metrics, rollout_path
+from swerl_jax.runs.metrics import MetricsWriter, flatten_metrics, read_metrics, rollout_path
 
 
 def _events(logdir):
@@ -86,7 +86,7 @@ def test_non_main_process_writes_nothing(tmp_path):
 
 _KILLED_WRITER = """
 import os, signal, sys
-from swerl_jax.metrics import MetricsWriter
+from swerl_jax.runs.metrics import MetricsWriter
 w = MetricsWriter(sys.argv[1], total_steps=6, progress=False)
 for s in range(5):
     w.write(s, {"loss": s * 0.5, "reward_mean": s / 10, "format_error": {"no_solution": s / 100}})

@@ -20,10 +20,10 @@ import logging
 import pathlib
 from typing import Any
 
-from swerl_jax.checkpoint import Checkpointer
-from swerl_jax.metrics import MetricsWriter
+from swerl_jax.runs.checkpoint import Checkpointer
+from swerl_jax.runs.metrics import MetricsWriter
 
-log = logging.getLogger("swerl_jax.loop")
+log = logging.getLogger("swerl_jax.runs.loop")
 
 
 class TrainLoop:

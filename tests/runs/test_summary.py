@@ -4,7 +4,7 @@ single-turn run's malformed and exact-fix rates (issue 31.10: an agent run repor
 
 import json
 
-from swerl_jax.run_summary import summarize_run
+from swerl_jax.runs.summary import summarize_run
 
 
 def write_rows(path, rows):

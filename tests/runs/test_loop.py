@@ -1,4 +1,4 @@
-"""The trainers' shared loop (swerl_jax/loop.py) on a real Orbax checkpointer and a real Grain iterator: the step
+"""The trainers' shared loop (swerl_jax/runs/loop.py) on a real Orbax checkpointer and a real Grain iterator: the step
 order (metrics, rollouts, checkpoint), resume after a crash without repeating a checkpointed step or skipping data,
 host state round trip, and cleanup on failure."""
 
@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import ml_collections
 import pytest
 
-from swerl_jax.checkpoint import Checkpointer, abstract_like
-from swerl_jax.loop import TrainLoop
+from swerl_jax.runs.checkpoint import Checkpointer, abstract_like
+from swerl_jax.runs.loop import TrainLoop
 
 
 class _Crash(RuntimeError):
