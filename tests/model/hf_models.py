@@ -50,3 +50,10 @@ def hf_greedy(hf_model: PreTrainedModel, prompt: list[int], n: int) -> list[int]
     out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
                             min_new_tokens=n, pad_token_id=0, eos_token_id=None)
     return out[0, len(prompt):].tolist()
+
+
+def hf_logits(hf_model: PreTrainedModel, tokens: np.ndarray, mask: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """transformers' fp32 logits of a (left-padded) batch at the given positions: the parity tests' reference."""
+    with torch.no_grad():
+        return hf_model(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(mask.astype(np.int64)),
+                        position_ids=torch.tensor(positions, dtype=torch.long)).logits.numpy()

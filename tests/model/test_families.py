@@ -28,7 +28,7 @@ from swerl_jax.model.convert import (
 from swerl_jax.model.llama import forward, init_params, positions_from_mask
 from swerl_jax.optim import make_optimizer
 from swerl_jax.policy import model_config_from
-from tests.model.hf_models import left_padded_batch, random_hf_model, save_random_hf
+from tests.model.hf_models import hf_logits, left_padded_batch, random_hf_model, save_random_hf
 
 FAMILIES = ["tiny-qwen3", "tiny-qwen3-tied", "tiny-qwen2"]  # untied / tied / tied with biases; all GQA
 TOL = 1e-4  # max |logit diff| fp32 vs transformers (the Llama bound of tests/model/test_llama.py)
@@ -49,9 +49,7 @@ def test_logits_match_transformers_left_padded(family_dir):
     assert cfg == get_model_config(name) and type(model).__name__ == HF_CLASS[cfg.family]
     tokens, mask = left_padded_batch(cfg.vocab_size)
     positions = np.asarray(positions_from_mask(jnp.asarray(mask)))
-    with torch.no_grad():
-        ref = model(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(mask.astype(np.int64)),
-                    position_ids=torch.tensor(positions, dtype=torch.long)).logits.numpy()
+    ref = hf_logits(model, tokens, mask, positions)
     ours = np.asarray(forward(cfg, params, jnp.asarray(tokens), jnp.asarray(mask)))
     diff = float(np.abs(ours - ref)[mask].max())  # padded query positions are undefined in both
     print(f"{name}: max |logit diff| vs {type(model).__name__} = {diff:.2e}")

@@ -4,12 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import torch
 
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.convert import load_hf
 from swerl_jax.model.llama import KVCache, Llama, forward, init_params, positions_from_mask, token_logprobs
-from tests.model.hf_models import left_padded_batch, save_random_hf
+from tests.model.hf_models import hf_logits, left_padded_batch, save_random_hf
 
 TINY = ["tiny", "tiny-gqa-untied", "tiny-tied"]
 TOL = 1e-4  # max |logit diff| fp32 vs transformers (the bound; observed ~1e-6)
@@ -30,9 +29,7 @@ def test_logits_match_transformers_left_padded(converted):
     cfg, params, model = converted
     tokens, mask = left_padded_batch(cfg.vocab_size)
     positions = np.asarray(positions_from_mask(jnp.asarray(mask)))
-    with torch.no_grad():
-        ref = model(input_ids=torch.tensor(tokens), attention_mask=torch.tensor(mask.astype(np.int64)),
-                    position_ids=torch.tensor(positions, dtype=torch.long)).logits.numpy()
+    ref = hf_logits(model, tokens, mask, positions)
     ours = np.asarray(forward(cfg, params, jnp.asarray(tokens), jnp.asarray(mask)))
     assert ours.shape == (2, 24, cfg.vocab_size) and ours.dtype == np.float32
     diff = np.abs(ours - ref)[mask]  # padded query positions are undefined in both
