@@ -56,6 +56,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.train_files = ""  # comma-separated JSONL/ArrayRecord files; empty: synthetic records
     c.data.synthetic_num_records = 256
     c.data.synthetic_repos = ""  # comma-separated owner/name the synthetic records come from; empty: six made-up
+    # Which generator makes the synthetic records: "synthetic" (data/synthetic.py: 7 single-file bug kinds, the
+    # demo's) or "testbed" (swerl_jax/testbed: 20 bug families over generated multi-file packages, hidden tests).
+    c.data.generator = "synthetic"
+    c.data.testbed_families = ""  # comma-separated testbed families to train on; empty: every family
+    c.data.testbed_max_distractors = 2  # unrelated modules per testbed task (0-2 keep compact prompts < 512 tokens)
     c.data.max_prompt_len = 1024
     # GRPO on the first N records only (0: all); the SFT stage still uses every record. A set no larger than
     # rl.prompts_per_step x a few steps makes each step revisit the same prompts (the CPU demo).
@@ -177,6 +182,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.eval.records = ""  # PR record files (paths as data.train_files); empty: synthetic records of another seed
     c.eval.num_records = 16  # the first N of them
     c.eval.heldout_seed = 1000  # synthetic held-out records use seed + this (never the training records' seed)
+    # testbed: the held-out tasks' families (comma-separated); empty: data.testbed_families (the same families,
+    # unseen instances). Families the run never trained on ask whether a fix transfers to a new kind of bug.
+    c.eval.families = ""
 
     # Checkpoints.
     c.checkpoint = ml_collections.ConfigDict()

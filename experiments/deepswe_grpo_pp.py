@@ -11,12 +11,17 @@ from experiments import base, swerl_llama3_70b
 
 
 def get_config(arg: str | None = None):
-    """GRPO++ on the 70B setup; `arg="tiny"` applies the same switches to tiny_cpu."""
-    base.check_variant(arg, ("tiny",), "deepswe_grpo_pp.py")
+    """GRPO++ on the 70B setup; `arg="tiny"` applies the same switches to tiny_cpu, `arg="testbed"` to the CPU
+    testbed (experiments/testbed_cpu.py)."""
+    base.check_variant(arg, ("tiny", "testbed"), "deepswe_grpo_pp.py")
     if arg == "tiny":
         from experiments import tiny_cpu
 
         c = tiny_cpu.get_config()
+    elif arg == "testbed":
+        from experiments import testbed_cpu
+
+        c = testbed_cpu.get_config()
     else:
         c = swerl_llama3_70b.get_config()
     c.rl.clip_eps_low = 0.2

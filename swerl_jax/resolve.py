@@ -32,6 +32,7 @@ from swerl_jax.policy import micro_batches
 from swerl_jax.reward.functions import get_reward_fn
 from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
 from swerl_jax.sections import Experiment, read_sections
+from swerl_jax.testbed.tasks import parse_families
 
 
 def resolve_config(config: Any, check_files: bool = True) -> Experiment:
@@ -133,6 +134,9 @@ def _check_names(config: Any) -> None:
     _one_of("model.attention_impl", config.model.attention_impl, IMPLEMENTATIONS)
     if int(config.rl.num_steps) > 0:
         get_reward_fn(str(config.reward.kind))  # ValueError names reward.kind (python: targets are imported)
+    if str(config.data.generator) == "testbed" and not str(config.data.train_files).strip():
+        parse_families(str(config.data.testbed_families), "data.testbed_families")  # ValueError: did you mean
+        parse_families(str(config.eval.families), "eval.families")
 
 
 def _check_files(config: Any) -> None:

@@ -58,12 +58,15 @@ class DataSection:
     train_files: str
     synthetic_num_records: int
     synthetic_repos: str
+    testbed_families: str
+    testbed_max_distractors: int
     max_prompt_len: int
     rl_num_records: int
     shuffle: bool
     num_epochs: int
     worker_count: int
     prompt_style: str = _choices("swe_rl", "compact")
+    generator: str = _choices("synthetic", "testbed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +159,7 @@ class EvalSection:
     records: str
     num_records: int
     heldout_seed: int
+    families: str
 
 
 @dataclasses.dataclass(frozen=True)

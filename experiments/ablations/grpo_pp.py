@@ -2,6 +2,7 @@
 the paper's GRPO setting while the others stay on.
 
     python -m swerl_jax.sweep --config=experiments/ablations/grpo_pp.py:cpu --seeds 0,1,2 --workdir W
+    python -m swerl_jax.sweep --config=experiments/ablations/grpo_pp.py:testbed --seeds 0,1,2 --share-sft ...
 """
 
 from experiments import base, deepswe_grpo_pp, swerl_llama3_70b
@@ -17,14 +18,14 @@ SWITCHES_OFF = {
 
 
 def get_config(arg: str | None = None):
-    """GRPO++ on the 70B run, or with `:cpu` on tiny_cpu."""
-    base.check_variant(arg, ("cpu",), "ablations/grpo_pp.py")
-    return deepswe_grpo_pp.get_config("tiny" if arg == "cpu" else None)
+    """GRPO++ on the 70B run, with `:cpu` on tiny_cpu, with `:testbed` on the CPU testbed."""
+    base.check_variant(arg, ("cpu", "testbed"), "ablations/grpo_pp.py")
+    return deepswe_grpo_pp.get_config({"cpu": "tiny", "testbed": "testbed"}.get(arg))
 
 
 def get_sweep(arg: str | None = None) -> list[dict]:
     """All on, then one switch off at a time."""
-    base.check_variant(arg, ("cpu",), "ablations/grpo_pp.py")
+    base.check_variant(arg, ("cpu", "testbed"), "ablations/grpo_pp.py")
     paper = swerl_llama3_70b.get_config()
     assert paper.rl.clip_eps_high == 0.2 and paper.rl.advantage == "grpo"  # what "off" restores
     return [{}] + [dict(off) for off in SWITCHES_OFF.values()]

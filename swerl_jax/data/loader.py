@@ -31,7 +31,7 @@ import numpy as np
 from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import RecordError, decode_record, validate_record
-from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.data.synthetic import config_records
 from swerl_jax.data.targets import oracle_solution
 from swerl_jax.tokenizer import load_tokenizer, tokenizer_path
 
@@ -306,11 +306,10 @@ def sft_dataset(source, *, tokenizer: str = "", batch_size: int, max_len: int, m
 
 def source_from_config(config) -> Sequence:
     """`config.data.train_files` (comma-separated files, directories or globs: `paths.expand_record_paths`) as
-    a record source, or synthetic records when empty."""
+    a record source, or synthetic records (`data.generator`) when empty."""
     if str(config.data.train_files).strip():
         return record_source(expand_record_paths(str(config.data.train_files)))
-    repos = [r.strip() for r in str(config.data.synthetic_repos).split(",") if r.strip()]
-    return synthetic_records(int(config.data.synthetic_num_records), seed=int(config.seed), repos=repos or None)
+    return config_records(config.data, int(config.data.synthetic_num_records), int(config.seed))
 
 
 class FirstRecords(Sequence):

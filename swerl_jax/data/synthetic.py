@@ -13,6 +13,7 @@ import random
 from collections.abc import Sequence
 
 from swerl_jax.data.records import validate_record
+from swerl_jax.testbed.tasks import generate_tasks, parse_families
 
 # Each bug: (module template, buggy snippet, fixed snippet, issue title, issue body). Names in {braces} are
 # filled from the word lists below so records differ in identifiers, not only in the bug kind.
@@ -124,3 +125,16 @@ def synthetic_records(n: int, seed: int = 0, repos: Sequence[str] | None = None)
         }
         records.append(validate_record(record, where=f"synthetic[{i}]"))
     return records
+
+
+def config_records(data, n: int, seed: int, families: str = "") -> list[dict]:
+    """`n` synthetic records of seed `seed` from the generator `data.generator` names (a `data.*` config section):
+    "synthetic" (`synthetic_records` over data.synthetic_repos) or "testbed" (`swerl_jax.testbed.tasks`, the
+    families `families` names, else data.testbed_families; empty: every family). The training records and the
+    held-out ones (`eval.repair_score.heldout_records`, another seed) both come from here."""
+    if str(data.generator) == "testbed":
+        names = parse_families(families, "eval.families") if str(families).strip() else parse_families(
+            str(data.testbed_families), "data.testbed_families")
+        return generate_tasks(n, seed, names, max_distractors=int(data.testbed_max_distractors))
+    repos = [r.strip() for r in str(data.synthetic_repos).split(",") if r.strip()]
+    return synthetic_records(n, seed=seed, repos=repos or None)

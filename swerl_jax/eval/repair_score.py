@@ -9,6 +9,8 @@ RL 95.6 / 34.8; discrete-reward RL 94.2 / 29.0).
     score        100 x the mean reward with malformed answers counted 0 (the paper's base model: 12.2% format,
                  score 5.4, so malformed answers cannot count -1 there); `mean_reward` keeps the -1s
     exact_rate   share of answers whose edits reproduce the PR (reward 1)
+    resolved_rate  share of answers whose edit passes the record's hidden unit tests, for records that carry them
+                 (the testbed's, swerl_jax/testbed: run in the sandbox); None when no record has hidden tests
 
 The policy is the config's model (random init or `model.hf_dir`) or, with `--weights`, a published policy
 version (the newest unless `--version`); `--address HOST:PORT` asks a running sampler server instead. Records whose
@@ -30,7 +32,7 @@ import numpy as np
 from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import read_records
-from swerl_jax.data.synthetic import synthetic_records
+from swerl_jax.data.synthetic import config_records
 from swerl_jax.reward import get_reward_fn
 from swerl_jax.sampler.types import SamplingParams, sampling_params
 
@@ -50,11 +52,22 @@ class RepairScore:
     mean_reward: float
     exact_rate: float
     skipped: dict[str, int]
+    resolved_rate: float | None = None
 
     def line(self) -> str:
         """One line: what the paper's table shows, plus the counts."""
+        resolved = "" if self.resolved_rate is None else f" resolved {100 * self.resolved_rate:.1f}%"
         return (f"repair: format {100 * self.format_rate:.1f}% score {self.score:.1f} exact "
-                f"{100 * self.exact_rate:.1f}% ({self.answers} answers to {self.scored} of {self.records} records)")
+                f"{100 * self.exact_rate:.1f}%{resolved} ({self.answers} answers to {self.scored} of "
+                f"{self.records} records)")
+
+    def metrics(self) -> dict[str, float]:
+        """The `eval/*` scalars a trainer logs (eval/resolved_rate only when the records have hidden tests)."""
+        out = {"eval/format_rate": self.format_rate, "eval/score": self.score, "eval/exact_rate": self.exact_rate,
+               "eval/mean_reward": self.mean_reward, "eval/answers": self.answers}
+        if self.resolved_rate is not None:
+            out["eval/resolved_rate"] = self.resolved_rate
+        return out
 
 
 def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_prompt_len: int,
@@ -72,19 +85,41 @@ def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_pro
             continue
         prompts.append(np.asarray(prompt.ids, np.int32))
         kept.append(record)
-    rewards = []
+    rewards, rows, executed = [], [], []
     for record, answers in zip(kept, generate(prompts) if prompts else [], strict=True):
         for sample, answer in enumerate(answers):
             reward, info = reward_fn(record["code_context"], record["oracle_new_content"], answer)
             rewards.append(float(reward))
-            if rows_out is not None:
-                rows_out.append({"instance_id": record["instance_id"], "sample": sample, "reward": float(reward),
-                                 "format_error": info.get("reason") if reward == -1.0 else None, "answer": answer})
+            rows.append({"instance_id": record["instance_id"], "sample": sample, "reward": float(reward),
+                         "format_error": info.get("reason") if reward == -1.0 else None, "answer": answer})
+            if "hidden_tests" in record:
+                executed.append((len(rows) - 1, record, answer))
+    resolved_rate = _execute(executed, rows) if executed else None
+    if rows_out is not None:
+        rows_out.extend(rows)
     r = np.asarray(rewards, np.float64)
     n = max(1, len(r))
     return RepairScore(records=len(records), scored=len(kept), answers=len(r),
                        format_rate=float((r != -1.0).sum() / n), score=float(100 * np.maximum(r, 0.0).sum() / n),
-                       mean_reward=float(r.sum() / n), exact_rate=float((r >= 1.0).sum() / n), skipped=skipped)
+                       mean_reward=float(r.sum() / n), exact_rate=float((r >= 1.0).sum() / n), skipped=skipped,
+                       resolved_rate=resolved_rate)
+
+
+def _execute(executed: list[tuple[int, dict, str]], rows: list[dict]) -> float:
+    """Run the hidden tests of every (row, record, answer) in the sandbox (batched; a malformed answer is
+    unresolved without running), mark each row `resolved` / `test_status`, and return the resolved share of all
+    answers to records with hidden tests."""
+    from swerl_jax.testbed.hidden_tests import answer_content, run_hidden_tests_many
+
+    contents = [answer_content(record, answer) for _, record, answer in executed]
+    runnable = [k for k, content in enumerate(contents) if content is not None]
+    outcomes = run_hidden_tests_many([(executed[k][1], contents[k]) for k in runnable])
+    by_row = {executed[k][0]: outcome for k, outcome in zip(runnable, outcomes, strict=True)}
+    for row_index, _, _ in executed:
+        outcome = by_row.get(row_index)
+        rows[row_index]["resolved"] = bool(outcome and outcome.resolved)
+        rows[row_index]["test_status"] = outcome.status if outcome else "malformed"
+    return sum(rows[i]["resolved"] for i, _, _ in executed) / len(executed)
 
 
 def heldout_records(config) -> list[dict]:
@@ -98,8 +133,7 @@ def heldout_records(config) -> list[dict]:
             if len(records) >= e.num_records:
                 break
         return records[:e.num_records]
-    repos = [r.strip() for r in str(config.data.synthetic_repos).split(",") if r.strip()]
-    return synthetic_records(int(e.num_records), seed=int(config.seed) + int(e.heldout_seed), repos=repos or None)
+    return config_records(config.data, int(e.num_records), int(config.seed) + int(e.heldout_seed), str(e.families))
 
 
 def evaluate_params(config, params: dict) -> dict:
@@ -114,8 +148,7 @@ def evaluate_params(config, params: dict) -> dict:
     d = config.data
     result = repair_score(heldout_records(config), engine_generate(engine, greedy, 1), tokenizer_for(config.model),
                           d.max_prompt_len, d.prompt_style, config.reward.kind)
-    return {"eval/format_rate": result.format_rate, "eval/score": result.score, "eval/exact_rate": result.exact_rate,
-            "eval/mean_reward": result.mean_reward, "eval/answers": result.answers}
+    return result.metrics()
 
 
 def engine_generate(engine, sampling: SamplingParams, num_samples: int, seed: int = 0) -> Generate:

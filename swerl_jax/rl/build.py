@@ -28,7 +28,8 @@ from swerl_jax.tokenizer import tokenizer_for
 
 class RepairEvaluator:
     """The repair metric of a sampler's policy on held-out records, greedy (`eval.repair_score`): eval/format_rate,
-    eval/score, eval/exact_rate, eval/mean_reward, eval/answers. An `Evaluator`."""
+    eval/score, eval/exact_rate, eval/mean_reward, eval/answers (and eval/resolved_rate: records with hidden
+    tests). An `Evaluator`."""
 
     def __init__(self, config: Any, records: list[dict]) -> None:
         """Evaluate on `records` (`eval.repair_score.heldout_records`: records the run never trains on)."""
@@ -52,9 +53,7 @@ class RepairEvaluator:
         d = self.config.data
         result = repair_score(self.records, generate, tokenizer_for(self.config.model), d.max_prompt_len,
                               d.prompt_style, self.config.reward.kind)
-        return {"eval/format_rate": result.format_rate, "eval/score": result.score,
-                "eval/exact_rate": result.exact_rate, "eval/mean_reward": result.mean_reward,
-                "eval/answers": result.answers}
+        return result.metrics()
 
 
 def build_collector(config: Any, workdir: str | pathlib.Path) -> tuple[Collector, Evaluator | None]:

@@ -59,6 +59,31 @@ def test_mixed_answers_by_hand():
     assert rows[1]["format_error"] == "no_blocks"
 
 
+def test_testbed_records_get_the_execution_resolved_rate_from_their_hidden_tests():
+    """Records with hidden tests (the testbed's) are also run: gold resolves, a malformed answer is unresolved
+    without running, and a well-formed edit that leaves the bug in fails its tests; records without hidden tests
+    report no resolved rate (None, not 0)."""
+    from swerl_jax.testbed.tasks import generate_tasks
+
+    tasks = generate_tasks(3, seed=5, max_distractors=0)
+
+    def answers(i):
+        if i == 0:
+            return [oracle_solution(tasks[0]), "no tags"]
+        path = next(p for p in tasks[i]["oracle_new_content"])
+        line = tasks[i]["code_context"][path].splitlines()[0]
+        return [f"<think>t</think>\n<solution>\n```python\n### {path}\n<<<<<<< SEARCH\n{line}\n=======\n"
+                f"{line}  # touched\n>>>>>>> REPLACE\n```\n</solution>", oracle_solution(tasks[i])]
+    rows: list = []
+    got = rs.repair_score(tasks, _scripted(answers), load_tokenizer(), 1024, "compact", rows_out=rows)
+    assert [r["resolved"] for r in rows] == [True, False, False, True, False, True]
+    assert [r["test_status"] for r in rows][:3] == ["resolved", "malformed", "failed"]
+    assert got.resolved_rate == 0.5 and got.metrics()["eval/resolved_rate"] == 0.5
+    assert "resolved 50.0%" in got.line()
+    plain = rs.repair_score(RECORDS, _scripted(lambda i: [oracle_solution(RECORDS[i])]), load_tokenizer(), 1024)
+    assert plain.resolved_rate is None and "eval/resolved_rate" not in plain.metrics()
+
+
 def test_prompts_over_budget_are_skipped_and_counted():
     got = rs.repair_score(RECORDS, _scripted(lambda i: [oracle_solution(RECORDS[i])]), load_tokenizer(), 8)
     assert got.scored == 0 and got.skipped == {"prompt longer than data.max_prompt_len": 4}

@@ -19,8 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 # (module, variant): every experiment file and every variant its get_config accepts
 EXPERIMENTS = [("tiny_cpu", None), ("tiny_cpu", "short"), ("smollm2_cpu", None), ("swerl_llama3_70b", None),
                ("sft_llama3_70b", None), ("ablation_discrete_reward", None), ("deepswe_grpo_pp", None),
-               ("deepswe_grpo_pp", "tiny"), ("agent_tiny_cpu", None), ("agent_tiny_cpu", "short"),
-               ("deepswe_agent", None), ("base", None)]
+               ("deepswe_grpo_pp", "tiny"), ("deepswe_grpo_pp", "testbed"), ("agent_tiny_cpu", None),
+               ("agent_tiny_cpu", "short"),
+               ("deepswe_agent", None), ("testbed_cpu", None), ("testbed_cpu", "heldout_families"), ("base", None)]
 # evaluation configs (`python -m swerl_jax.eval run --config=...`, `python -m swerl_jax.agent.tts --config=...`): not
 # training runs, they name the policy's file
 EVAL_EXPERIMENTS = [("eval_agentless_mini", None), ("eval_agentless_mini", "cpu"), ("agent_tts", None),
@@ -62,6 +63,23 @@ def test_experiment_loads_validates_and_plans(name, arg):
 def test_unknown_variant_is_refused_listing_the_valid_ones(name, bad):
     with pytest.raises(ValueError, match=rf"unknown variant {bad!r}; valid: "):
         _load(name, bad)
+
+
+def test_testbed_trains_and_evaluates_on_the_families_it_names_and_a_typo_is_named():
+    from swerl_jax.data.loader import source_from_config
+    from swerl_jax.eval.repair_score import heldout_records
+
+    c = _load("testbed_cpu", "heldout_families")
+    c.data.synthetic_num_records, c.eval.num_records = 40, 12
+    train = {r["family"] for r in source_from_config(c)}
+    heldout = {r["family"] for r in heldout_records(c)}
+    assert heldout == set(c.eval.families.split(",")) and len(train) == 16 and not train & heldout
+    same = _load("testbed_cpu")  # eval.families empty: the training families, instances of another seed
+    same.data.synthetic_num_records, same.eval.num_records = 40, 40
+    assert {r["family"] for r in heldout_records(same)} == {r["family"] for r in source_from_config(same)}
+    c.data.testbed_families = "off_by_one,wrong_retrun"
+    with pytest.raises(ValueError, match=r"data.testbed_families=.*did you mean 'wrong_return'"):
+        validate_config(c, check_files=False)
 
 
 def test_one_sample_per_prompt_fails_validation_naming_the_key():
@@ -254,7 +272,7 @@ def test_every_ablation_file_is_listed():
 
 
 @pytest.mark.parametrize("name", ABLATIONS)
-@pytest.mark.parametrize("arg", [None, "cpu"])
+@pytest.mark.parametrize("arg", [None, "cpu", "testbed"])
 def test_ablation_sweep_variants_resolve_and_plan(name, arg, tmp_path):
     from swerl_jax import sweep
 

@@ -1,0 +1,61 @@
+"""The CPU testbed: SWE-RL on procedurally generated repair tasks, where an idea can show on held-out tasks in an hour.
+
+The tasks come from `swerl_jax/testbed` (20 bug families over generated Python packages: identifiers, helpers,
+distractor modules and issue wording drawn per task; each with an oracle edit and hidden unit tests). The policy is
+`make demo`'s ~7M-parameter Llama (SmolLM2's tokenizer). An SFT stage on the oracle answers of
+`data.synthetic_num_records` training tasks (seed `seed`) teaches the answer format and part of the fixes; GRPO then
+samples `rl.prompts_per_step` x `rl.num_samples` answers per step over the same training tasks (a fresh draw every
+step: the policy must learn fixes, not instances). The held-out metric is the paper's repair score plus the
+execution-resolved rate (hidden tests, run in the sandbox), greedy, on `eval.num_records` tasks of seed
+`seed + 1000`: instances never trained on (`testbed.tasks.task_key` checks that none equals a training task).
+
+    python -m swerl_jax.train --config=experiments/testbed_cpu.py --workdir=runs/testbed/s0
+    python -m swerl_jax.train --config=experiments/testbed_cpu.py --workdir=runs/testbed/s0 \\
+        --config.eval.families=api_misuse,missing_copy --config.data.testbed_families=...   # transfer to new bugs
+    python -m swerl_jax.sweep --config=experiments/ablations/testbed.py:rl_vs_sft --seeds 0,1,2 --share-sft ...
+
+The run scores the SFT stage's policy on the same held-out tasks before GRPO starts (WORKDIR/sft/eval.json), so
+one run gives both sides of RL vs SFT, paired. Variant `:heldout_families` trains on 16 families and evaluates on
+the other 4 (does a fix transfer to a bug family never seen?).
+Measured choices (ABLATIONS.md "The CPU testbed"): see the comments below.
+"""
+
+from experiments import base, tiny_cpu
+
+# Families kept out of training by the `heldout_families` variant: one per kind of skill (a two-file change, a
+# copy-before-mutate, a boolean operator, an index).
+HELDOUT_FAMILIES = "api_misuse,missing_copy,wrong_bool_op,wrong_index"
+
+
+def get_config(arg: str | None = None):
+    """testbed_cpu; `arg="heldout_families"`: train on 16 families, evaluate on the other 4."""
+    base.check_variant(arg, ("heldout_families",), "testbed_cpu.py")
+    c = tiny_cpu.get_config()  # demo-7m, compact prompt, the separate sampler process, continuous reward
+    c.data.generator = "testbed"
+    c.data.testbed_max_distractors = 1  # compact prompts of 175-385 tokens (2 distractors: up to ~485)
+    c.data.synthetic_num_records = 1000  # the training tasks (SFT's records; GRPO draws from the same)
+    c.data.rl_num_records = 0  # every training task: each GRPO step draws fresh prompts
+    c.data.max_prompt_len = 400
+    c.sampler.max_new_tokens = 224  # oracle answers are 101-198 tokens
+    c.sampler.temperature = 0.7
+    c.sft.max_len = 640  # prompt + oracle answer <= 583 tokens
+    c.sft.batch_size = 8
+    c.sft.num_steps = 200
+    c.sft.learning_rate = 2e-3
+    c.rl.prompts_per_step = 4
+    c.rl.num_samples = 8
+    c.rl.num_steps = 40
+    c.optim.learning_rate = 2e-4
+    c.checkpoint.every_steps = 20
+    c.eval.num_records = 200
+    c.eval.every_steps = 40
+    if arg == "heldout_families":
+        c.data.testbed_families = ",".join(f for f in _all_families() if f not in HELDOUT_FAMILIES.split(","))
+        c.eval.families = HELDOUT_FAMILIES
+    return c
+
+
+def _all_families() -> tuple[str, ...]:
+    from swerl_jax.testbed.tasks import FAMILY_NAMES
+
+    return FAMILY_NAMES
