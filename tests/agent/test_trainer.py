@@ -4,17 +4,13 @@ and the task batches' iterator."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from swerl_jax.agent.trainer import episode_metrics, mask_after_first_error, task_iterator
 from swerl_jax.rl.rollouts import Rollout, build_train_batch
 from swerl_jax.runs.metrics import read_metrics
-from tests.conftest import JAX_CACHE, REPO_ROOT, requires_smollm2
+from tests.conftest import requires_smollm2
 
 
 def test_task_iterator_shards_and_covers_every_task_each_epoch():
@@ -67,20 +63,15 @@ def test_until_error_credit_drops_only_a_below_baseline_episodes_tokens_after_it
 
 @requires_smollm2
 @pytest.mark.slow
-def test_agent_tiny_cpu_short_runs_sft_then_grpo_end_to_end(tmp_path):
+def test_agent_tiny_cpu_short_runs_sft_then_grpo_end_to_end(agent_tiny_cpu_short_run):
     """The CLI path of an agent run: SFT on scripted gold episodes, then the config's first 8 GRPO steps on
     sandboxed episodes, with the agent metrics, and the resolved rate rising (seeded: the run is deterministic on
     one machine). Whether each update points the right way is tests/agent/test_update.py; full runs at 3 seeds
-    are in BENCHMARKS.md ("Agentic GRPO")."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-           "PYTHONPATH": str(REPO_ROOT), "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
-    out = subprocess.run([sys.executable, "-m", "swerl_jax.train", "--config=experiments/agent_tiny_cpu.py:short",
-                          f"--workdir={tmp_path}", "--config.logging.progress_bar=false"],
-                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=2400)
-    assert out.returncode == 0, out.stderr[-4000:]
-    sft = read_metrics(tmp_path / "sft" / "metrics.jsonl")
+    are in BENCHMARKS.md ("Agentic GRPO"). The run is the suite's background run (tests/conftest.py)."""
+    workdir, _ = agent_tiny_cpu_short_run
+    sft = read_metrics(workdir / "sft" / "metrics.jsonl")
     assert sft[-1]["loss"] < 0.05 < sft[0]["loss"]
-    rows = read_metrics(tmp_path / "metrics.jsonl")
+    rows = read_metrics(workdir / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, len(rows) + 1)) and len(rows) >= 2
     for key in ("agent/turns_mean", "agent/tool_error_rate", "agent/termination/finish",
                 "agent/termination/max_turns", "agent/resolved_rate", "time/generate_s", "time/env_wait_s",
