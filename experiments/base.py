@@ -61,6 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.data.generator = "synthetic"
     c.data.testbed_families = ""  # comma-separated testbed families to train on; empty: every family
     c.data.testbed_max_distractors = 2  # unrelated modules per testbed task (0-2 keep compact prompts < 512 tokens)
+    c.data.testbed_package = ""  # one package name for every testbed task; empty: a generated name per task
     c.data.max_prompt_len = 1024
     # GRPO on the first N records only (0: all); the SFT stage still uses every record. A set no larger than
     # rl.prompts_per_step x a few steps makes each step revisit the same prompts (the CPU demo).

@@ -60,6 +60,7 @@ class DataSection:
     synthetic_repos: str
     testbed_families: str
     testbed_max_distractors: int
+    testbed_package: str
     max_prompt_len: int
     rl_num_records: int
     shuffle: bool

@@ -135,6 +135,7 @@ def config_records(data, n: int, seed: int, families: str = "") -> list[dict]:
     if str(data.generator) == "testbed":
         names = parse_families(families, "eval.families") if str(families).strip() else parse_families(
             str(data.testbed_families), "data.testbed_families")
-        return generate_tasks(n, seed, names, max_distractors=int(data.testbed_max_distractors))
+        return generate_tasks(n, seed, names, max_distractors=int(data.testbed_max_distractors),
+                              package=str(data.testbed_package) or None)
     repos = [r.strip() for r in str(data.synthetic_repos).split(",") if r.strip()]
     return synthetic_records(n, seed=seed, repos=repos or None)

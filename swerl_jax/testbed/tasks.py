@@ -30,6 +30,7 @@ import json
 import math
 import random
 import re
+import sys
 import types
 from collections.abc import Sequence
 
@@ -212,13 +213,15 @@ def _diff(path: str, before: str, after: str) -> str:
     return f"diff --git a/{path} b/{path}\n" + "".join(lines)
 
 
-def _task(family: str, rng: random.Random, seed: int, index: int, max_distractors: int) -> dict:
+def _task(family: str, rng: random.Random, seed: int, index: int, max_distractors: int, package: str | None
+          ) -> dict:
     """One record (see the module docstring)."""
     bug: Bug = FAMILIES[family](rng)
     # Names: the helpers' noun differs from every word in the bug's code, so no name is defined twice.
     code_text = " ".join(b for pair in bug.blocks for b in pair)
     noun = rng.choice([x for x in NOUNS if x not in code_text])
     pkg = rng.choice(NOUNS) + rng.choice(_SUFFIXES)  # never a stdlib module name, which the package would shadow
+    pkg = package or pkg  # drawn either way: a fixed package changes no other draw
     taken = {stem for stem, _ in bug.support}
     module = rng.choice([m for m in _MODULES if m not in taken])
     helpers = _helpers(rng, noun, rng.randint(1, 3))
@@ -296,7 +299,7 @@ def _task(family: str, rng: random.Random, seed: int, index: int, max_distractor
 
 
 def generate_tasks(n: int, seed: int, families: Sequence[str] | None = None, *,
-                   max_distractors: int = 2) -> list[dict]:
+                   max_distractors: int = 2, package: str | None = None) -> list[dict]:
     """`n` testbed records, deterministic in (n, seed, families, max_distractors) and prefix-stable
     (`generate_tasks(10, s)[:5] == generate_tasks(5, s)`).
 
@@ -304,13 +307,19 @@ def generate_tasks(n: int, seed: int, families: Sequence[str] | None = None, *,
     every family is equally represented. Evaluate on seed + HELDOUT_OFFSET: by the tasks' variety (names, values,
     helpers, layout; tens of bits per family) none equals a training task (`task_key`; the tests check 2,000 of
     each). `max_distractors` bounds the untouched modules added per task (0 to it, at most 12): the prompt-length
-    knob.
+    knob. `package` (a Python identifier) names every task's package instead of a generated name: the same tasks
+    otherwise (no other draw changes), with paths a small policy can memorise instead of copying a name it has
+    never seen (ABLATIONS.md, "The CPU testbed").
 
     Raises:
       ValueError: n or max_distractors negative, no families, or an unknown family (naming it, with close names).
     """
     if n < 0 or max_distractors < 0:
         raise ValueError(f"n and max_distractors must be >= 0, got n={n}, max_distractors={max_distractors}")
+    if package is not None and (not package.isidentifier() or package in sys.stdlib_module_names
+                                or package == "tests"):
+        raise ValueError(f"package={package!r}: must be a Python identifier that is neither a standard-library "
+                         "module (it would shadow it) nor 'tests' (the hidden tests' package)")
     if isinstance(families, str):
         families = [families]
     names = FAMILY_NAMES if families is None else tuple(dict.fromkeys(families))
@@ -326,7 +335,7 @@ def generate_tasks(n: int, seed: int, families: Sequence[str] | None = None, *,
         for attempt in range(_ATTEMPTS):
             try:
                 rng = random.Random(f"testbed:{seed}:{i}:{family}:{attempt}")
-                records.append(_task(family, rng, seed, i, max_distractors))
+                records.append(_task(family, rng, seed, i, max_distractors, package))
                 break
             except _Degenerate:
                 if attempt == _ATTEMPTS - 1:

@@ -96,6 +96,21 @@ def test_oracle_resolves_and_the_buggy_repository_fails_exactly_fail_to_pass(per
 
 
 @requires_bwrap
+def test_a_fixed_package_changes_only_the_paths_and_its_tasks_still_resolve():
+    generated = generate_tasks(len(FAMILY_NAMES), seed=3)
+    fixed = generate_tasks(len(FAMILY_NAMES), seed=3, package="app")
+    for g, f in zip(generated, fixed, strict=True):
+        pkg = next(iter(g["code_context"])).split("/")[0]
+        assert [p.replace(pkg + "/", "app/", 1) for p in g["code_context"]] == list(f["code_context"])
+        assert [c.replace(pkg, "app") for c in g["code_context"].values()] == list(f["code_context"].values())
+    assert all(o.resolved for o in run_hidden_tests_many([(r, r["oracle_new_content"]) for r in fixed]))
+    assert not any(o.resolved for o in run_hidden_tests_many([(r, None) for r in fixed]))
+    for bad in ("json", "tests", "a-b"):
+        with pytest.raises(ValueError, match="package="):
+            generate_tasks(1, 0, package=bad)
+
+
+@requires_bwrap
 def test_execution_reward_follows_the_swe_rl_convention(per_family):
     r = per_family[0]
     assert execution_reward(r, oracle_solution(r)) == 1.0
