@@ -32,7 +32,7 @@ from swerl_jax.policy import micro_batches
 from swerl_jax.reward.functions import get_reward_fn
 from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
 from swerl_jax.sections import Experiment, read_sections
-from swerl_jax.testbed.tasks import parse_families
+from swerl_jax.testbed.tasks import generate_tasks, parse_families
 
 
 def resolve_config(config: Any, check_files: bool = True) -> Experiment:
@@ -137,6 +137,11 @@ def _check_names(config: Any) -> None:
     if str(config.data.generator) == "testbed" and not str(config.data.train_files).strip():
         parse_families(str(config.data.testbed_families), "data.testbed_families")  # ValueError: did you mean
         parse_families(str(config.eval.families), "eval.families")
+        if str(config.data.testbed_package):
+            try:
+                generate_tasks(0, 0, package=str(config.data.testbed_package))  # validates the name only
+            except ValueError as e:
+                raise ValueError(f"data.testbed_package: {e}") from None
 
 
 def _check_files(config: Any) -> None:

@@ -80,6 +80,9 @@ def test_testbed_trains_and_evaluates_on_the_families_it_names_and_a_typo_is_nam
     c.data.testbed_families = "off_by_one,wrong_retrun"
     with pytest.raises(ValueError, match=r"data.testbed_families=.*did you mean 'wrong_return'"):
         validate_config(c, check_files=False)
+    same.data.testbed_package = "json"  # would shadow the standard library's json in the hidden tests
+    with pytest.raises(ValueError, match=r"data.testbed_package: package='json'"):
+        validate_config(same, check_files=False)
 
 
 def test_one_sample_per_prompt_fails_validation_naming_the_key():
