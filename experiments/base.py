@@ -92,6 +92,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # earlier groups while later ones are generated, at the cost of smaller decode batches.
     c.sampler.prompts_per_request = 0
     c.sampler.request_timeout_s = 600.0
+    c.sampler.cpus = ""  # cores the sampler process runs on, e.g. "0" ("": any), so it and the trainer don't share
     c.sampler.weights_dir = ""  # where policy versions are published; empty: workdir/policy
 
     # RL: GRPO and its ablations.
@@ -121,8 +122,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # trajectories get no final reward); False: their real rewards count in the group mean/std (ours).
     c.rl.baseline_excludes_filtered = False
     c.rl.old_logprobs = "sampler"  # sampler | recompute
+    c.rl.off_policy = "plain"  # plain: ratio vs old log-probs | decoupled: AReaL's decoupled PPO (stale batches)
+    c.rl.behav_weight_cap = 5.0  # decoupled: drop tokens with pi_prox / pi_behav above it (AReaL examples); 0: no cap
     c.rl.micro_batch_size = 0  # 0: the whole step's batch at once
     c.rl.update_epochs = 1  # optimizer updates on each step's batch (GRPO's mu; the paper: one per step)
+    # Asynchronous RL: 0 is the synchronous loop (the papers'); k >= 1 collects step t + 1 while step t trains,
+    # from policy versions >= t - k (swerl_jax/rl/producer.py; use rl.off_policy = "decoupled" with it).
+    c.rl.max_staleness = 0
+    c.rl.trainer_cpus = ""  # cores the trainer process runs on, e.g. "1" ("": any); see sampler.cpus
 
     # Optimiser (shared by RL and SFT).
     c.optim = ml_collections.ConfigDict()

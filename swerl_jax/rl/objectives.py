@@ -11,6 +11,8 @@ Formulas (DESIGN.md, "Reference facts"):
   KL           k1 logp - ref; k2 0.5 (logp - ref)^2; k3 exp(ref - logp) - (ref - logp) - 1
   policy loss  max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), r = exp(logp - old_logp);
                dual clip (A < 0): min(that, -A c)
+  decoupled    w * (policy loss with r = exp(logp - prox_logp)), w = exp(prox_logp - old_logp) (no gradient),
+               w = 0 where w > cap (rl.off_policy="decoupled"; old_logp: the behaviour policy's)
   aggregation  token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (token sum / norm)
 """
 
@@ -131,6 +133,48 @@ def policy_loss(logp: Array, old_logp: Array, advantages: Array, mask: Array, cl
     return loss, metrics
 
 
+OFF_POLICY = ("plain", "decoupled")
+
+
+def decoupled_policy_loss(logp: Array, prox_logp: Array, old_logp: Array, advantages: Array, mask: Array,
+                          clip_eps_low: float = 0.2, clip_eps_high: float = 0.2, dual_clip: float = 0.0,
+                          behav_weight_cap: float = 0.0, log_ratio_clamp: float = 20.0
+                          ) -> tuple[Array, dict[str, Array]]:
+    """AReaL's decoupled PPO loss (Fu et al. 2025; the proximal policy of Hilton et al. 2021), per token.
+
+    The trust region is centred on the proximal policy (the trainer's params before this update), not on the
+    possibly stale behaviour policy that sampled the tokens; the importance weight w = pi_prox / pi_behav corrects
+    for the sampling. Both `prox_logp` and `old_logp` are constants: the gradient flows through `logp` only.
+
+    Args:
+      logp, prox_logp, old_logp: [B, T] log-probs of the sampled tokens under the current, the proximal and the
+        behaviour (sampler's) policy.
+      behav_weight_cap: tokens with w > cap get weight 0 (they stay in the mask: see below); 0 means no cap.
+      The rest as `policy_loss`.
+
+    Returns (per-token loss [B, T]; metrics: `policy_loss`'s, on the proximal ratio, plus behav_weight_mean /
+    behav_weight_max (the weights before the cap) and behav_trunc_frac (tokens over the cap)).
+    """
+    prox_logp = jax.lax.stop_gradient(prox_logp)
+    old_logp = jax.lax.stop_gradient(old_logp)
+    loss, metrics = policy_loss(logp, prox_logp, advantages, mask, clip_eps_low, clip_eps_high, dual_clip,
+                                log_ratio_clamp)
+    mask = mask.astype(jnp.float32)
+    on = mask > 0
+    # Padding may carry arbitrary log-probs: zero them before exp; the clamp only keeps exp finite.
+    log_w = jnp.clip(jnp.where(on, prox_logp - old_logp, 0.0), -log_ratio_clamp, log_ratio_clamp)
+    weight = jnp.exp(log_w)
+    trunc = on & (weight > behav_weight_cap) if behav_weight_cap > 0 else jnp.zeros_like(on)
+    # As AReaL's `ppo_actor_loss_fn` (behav_mask = weight <= behav_imp_weight_cap): a token over the cap is
+    # dropped (weight 0), not clipped to the cap, and it stays in the loss mask, so the aggregate still divides by
+    # it and `aggregation_weight` (loss_weight for micro-batch accumulation) needs no change.
+    loss = loss * jnp.where(trunc, 0.0, weight)
+    metrics["behav_weight_mean"] = masked_mean(weight, mask)
+    metrics["behav_weight_max"] = jnp.max(jnp.where(on, weight, 0.0))
+    metrics["behav_trunc_frac"] = masked_mean(trunc.astype(jnp.float32), mask)
+    return loss, metrics
+
+
 # ------------------------------------------------------------------------------------------------ aggregation
 
 def masked_mean(x: Array, mask: Array) -> Array:
@@ -238,8 +282,9 @@ def compact_filter_mask(mask: Array, truncated: Array) -> Array:
 
 @dataclasses.dataclass(frozen=True)
 class GRPOLossConfig:
-    """The `rl` fields the loss reads (hashable, so it can be a static jit argument). No defaults: an experiment's
-    come from `experiments/base.py` through `from_config`, so the loss and the config cannot disagree."""
+    """The `rl` fields the loss reads (hashable, so it can be a static jit argument). No defaults (an experiment's
+    come from `experiments/base.py` through `from_config`, so the loss and the config cannot disagree), except the
+    two off-policy fields, which default to the synchronous loop's loss (plain, no cap) so direct callers keep it."""
 
     clip_eps_low: float
     clip_eps_high: float
@@ -251,6 +296,8 @@ class GRPOLossConfig:
     entropy_coef: float
     compact_filtering: bool
     seq_mean_rows: str
+    off_policy: str = "plain"
+    behav_weight_cap: float = 0.0
 
     @classmethod
     def from_config(cls, config: Any) -> GRPOLossConfig:
@@ -265,7 +312,8 @@ class GRPOLossConfig:
         cfg = cls(clip_eps_low=float(rl.clip_eps_low), clip_eps_high=float(rl.clip_eps_high),
                   dual_clip=float(rl.dual_clip), kl_coef=float(rl.kl_coef), kl_estimator=str(rl.kl_estimator),
                   loss_agg=str(rl.loss_agg), loss_norm=norm, entropy_coef=float(rl.entropy_coef),
-                  compact_filtering=bool(rl.compact_filtering), seq_mean_rows=str(rl.seq_mean_rows))
+                  compact_filtering=bool(rl.compact_filtering), seq_mean_rows=str(rl.seq_mean_rows),
+                  off_policy=str(rl.off_policy), behav_weight_cap=float(rl.behav_weight_cap))
         cfg.validate()
         return cfg
 
@@ -288,6 +336,10 @@ class GRPOLossConfig:
         if self.loss_agg == "seq-mean-token-sum-norm" and self.loss_norm <= 0:
             raise ValueError("rl.loss_agg='seq-mean-token-sum-norm' needs rl.loss_norm > 0 "
                              f"(or 0 with sampler.max_new_tokens set), got {self.loss_norm}")
+        if self.off_policy not in OFF_POLICY:
+            raise ValueError(f"rl.off_policy must be one of {OFF_POLICY}, got {self.off_policy!r}")
+        if self.behav_weight_cap < 0 or 0 < self.behav_weight_cap <= 1:
+            raise ValueError(f"rl.behav_weight_cap must be 0 (no cap) or > 1, got {self.behav_weight_cap}")
 
     @property
     def needs_reference(self) -> bool:
@@ -296,23 +348,25 @@ class GRPOLossConfig:
 
 
 def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: Array, mask: Array,
-              cfg: GRPOLossConfig | Any, entropy: Array | None = None, truncated: Array | None = None
-              ) -> tuple[Array, dict[str, Array]]:
+              cfg: GRPOLossConfig | Any, entropy: Array | None = None, truncated: Array | None = None,
+              prox_logp: Array | None = None) -> tuple[Array, dict[str, Array]]:
     """The GRPO objective: clipped surrogate + beta * KL(pi || ref) - entropy_coef * entropy, aggregated.
 
     Args:
       logp, old_logp: [B, T] sampled tokens' log-probs under the current / behaviour policy.
+      prox_logp: [B, T] under the proximal policy (no gradient), needed by rl.off_policy="decoupled"; "plain"
+        ignores it (its ratio is against old_logp, whatever the trainer passed as that).
       ref_logp: [B, T] under the reference policy, or None (required when cfg.kl_coef > 0).
       cfg: a GRPOLossConfig (hashable: a static jit argument), or a config converted by `from_config`.
       advantages: [B] or [B, T]. mask: [B, T] completion-token mask.
       entropy: [B, T] per-token policy entropy (needed when cfg.entropy_coef > 0; logged when given).
       truncated: [B] bool, completions that hit max_new_tokens (masked out when cfg.compact_filtering).
 
-    Returns (scalar loss, metrics): pg_loss, kl, entropy (token-means), the policy-loss metrics,
-    num_tokens, num_seqs, loss_weight (`aggregation_weight`, for exact micro-batch accumulation) and
-    filtered_frac. Under `accumulate_gradients(weight_key="loss_weight")` the loss is exact; the metrics are
-    loss_weight-weighted means of the micro-batches' values (exact for token-means in token-mean mode; maxima
-    and counts become averages).
+    Returns (scalar loss, metrics): pg_loss, kl, entropy (token-means), the policy-loss metrics (decoupled: on the
+    proximal ratio, plus the behav_* ones), num_tokens, num_seqs, loss_weight (`aggregation_weight`, for exact
+    micro-batch accumulation) and filtered_frac. Under `accumulate_gradients(weight_key="loss_weight")` the loss
+    is exact; the metrics are loss_weight-weighted means of the micro-batches' values (exact for token-means in
+    token-mean mode; maxima and counts become averages).
     """
     if not isinstance(cfg, GRPOLossConfig):  # a root config or its `rl` section
         cfg = GRPOLossConfig.from_config(cfg)
@@ -324,8 +378,15 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
         if truncated is None:
             raise ValueError("rl.compact_filtering=True needs the `truncated` flags of the completions")
         mask = compact_filter_mask(mask, truncated)
-    pg, pg_metrics = policy_loss(logp, old_logp, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high,
-                                 cfg.dual_clip)
+    if cfg.off_policy == "decoupled":
+        if prox_logp is None:
+            raise ValueError("rl.off_policy='decoupled' needs the proximal policy's log-probs (prox_logp); "
+                             "old_logp is the behaviour policy's")
+        pg, pg_metrics = decoupled_policy_loss(logp, prox_logp, old_logp, advantages, mask, cfg.clip_eps_low,
+                                               cfg.clip_eps_high, cfg.dual_clip, cfg.behav_weight_cap)
+    else:  # plain: the synchronous loop's loss, unchanged; a prox_logp passed anyway is ignored
+        pg, pg_metrics = policy_loss(logp, old_logp, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high,
+                                     cfg.dual_clip)
     per_token = pg
     metrics.update(pg_metrics)
     metrics["pg_loss"] = aggregate_loss(pg, mask, cfg.loss_agg, cfg.loss_norm, cfg.seq_mean_rows)

@@ -42,7 +42,9 @@ from swerl_jax.resolve import ensure_resolved
 from swerl_jax.rl.collect import InlineSampler
 from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
+from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, rollout_metrics
+from swerl_jax.runs.affinity import parse_cpus
 from swerl_jax.runs.checkpoint import Checkpointer
 from swerl_jax.runs.loop import TrainLoop
 from swerl_jax.sampler import weights
@@ -58,7 +60,8 @@ def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, c
                                        with_entropy=True, temperature=temperature, start=prompt_len - 1,
                                        length=completion_len, positions=batch.get("score_positions"))
         loss, metrics = grpo_loss(logp, batch["old_logp"], batch.get("ref_logp"), batch["advantages"],
-                                  batch["loss_mask"], loss_cfg, entropy=entropy, truncated=batch["truncated"])
+                                  batch["loss_mask"], loss_cfg, entropy=entropy, truncated=batch["truncated"],
+                                  prox_logp=batch.get("prox_logp"))
         metrics.update(logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"]))
         return loss, metrics
 
@@ -96,6 +99,11 @@ class GRPOTrainer(TrainLoop):
         self.checkpointer = Checkpointer.from_config(config, self.workdir)
         self.weights_dir = str(config.sampler.weights_dir or self.workdir / "policy")
         self.sampler = None
+        self.inline = str(config.sampler.mode) == "inline"
+        # rl.max_staleness = k: 0 is the synchronous loop; k >= 1 collects ahead (swerl_jax.rl.producer)
+        self.max_staleness = int(rl.max_staleness)
+        self.producer: AheadProducer | None = None
+        self._position = None  # at k >= 1: the data position after the last trained step's draw
         self._logprob_fns: dict = {}
         self.is_main = sharding.is_main_process()
         self.save_rollouts = bool(config.logging.save_rollouts)
@@ -103,8 +111,9 @@ class GRPOTrainer(TrainLoop):
 
     @property
     def data_iter(self) -> Any:
-        """The collector's data position (the loop checkpoints it with each step and restores it)."""
-        return self.collector.data_iter
+        """The collector's data position (the loop checkpoints it with each step and restores it); at k >= 1 the
+        position after the last trained step's draw, not the producer's, which is ahead."""
+        return self._position if self.producer is not None else self.collector.data_iter
 
     @data_iter.setter
     def data_iter(self, value: Any) -> None:
@@ -114,8 +123,7 @@ class GRPOTrainer(TrainLoop):
 
     def _start_sampler(self, version: int) -> None:
         """Publish the current params as `version` and start (or refresh) the sampler on them."""
-        mode = str(self.config.sampler.mode)
-        if mode == "inline":
+        if self.inline:
             if jax.process_count() > 1:
                 raise ValueError("sampler.mode='inline' is single-process only; use sampler.mode='process'")
             engine = build_engine(self.config)
@@ -131,13 +139,16 @@ class GRPOTrainer(TrainLoop):
         sharding_sync("config written")
         self.sampler = SamplerClient(config_json=str(config_path), weights_dir=self.weights_dir,
                                      log_dir=str(self.workdir / "sampler" / f"process_{jax.process_index()}"),
-                                     timeout_s=float(self.config.sampler.request_timeout_s))
+                                     timeout_s=float(self.config.sampler.request_timeout_s),
+                                     cpus=parse_cpus(str(self.config.sampler.cpus), "sampler.cpus"))
 
     def _publish(self, version: int) -> None:
-        if isinstance(self.sampler, InlineSampler):
+        if self.inline:
             self.sampler.update(self.policy.host_params(), version)
-        else:
-            weights.publish(self.weights_dir, self.policy.state.params, version, keep_last=2)
+        else:  # a collection ahead may still be loading one of the k versions before this one
+            weights.publish(self.weights_dir, self.policy.state.params, version, keep_last=2 + self.max_staleness)
+        if self.producer is not None:
+            self.producer.publish(version)
 
     # --- one step ---------------------------------------------------------------------------------------------
 
@@ -157,7 +168,19 @@ class GRPOTrainer(TrainLoop):
         """Run step `step` (1-based) and return (metrics, rollout rows to write)."""
         rl = self.config.rl
         t_step = time.perf_counter()
-        groups = self.collector.collect(self.sampler, step, step - 1)
+        async_metrics: dict = {}
+        if self.producer is None:
+            groups = self.collector.collect(self.sampler, step, step - 1)
+            version = step - 1
+        else:
+            item, waited, depth = self.producer.take(step)
+            groups, version, self._position = item.groups, item.version, item.position
+            mean_age, max_age = staleness(groups, step)
+            async_metrics = {"staleness_mean": mean_age, "staleness_max": max_age, "async/queue_depth": depth,
+                             "async/trainer_wait_s": waited, "async/producer_blocked_s": item.blocked_s,
+                             "async/producer_collect_s": item.collect_s,
+                             "async/producer_idle_frac": item.blocked_s / max(item.blocked_s + item.collect_s,
+                                                                              1e-9)}
         rewards = groups.rewards  # [P, G]
         # DeepSWE (rl.compact_filtering and rl.baseline_excludes_filtered): truncated samples leave the baselines
         valid = groups.baseline_mask(exclude_truncated=bool(rl.compact_filtering and rl.baseline_excludes_filtered))
@@ -177,6 +200,8 @@ class GRPOTrainer(TrainLoop):
         t0 = time.perf_counter()
         if str(rl.old_logprobs) == "recompute":
             batch_np["old_logp"] = self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len)
+        if self.loss_cfg.off_policy == "decoupled":  # the proximal policy: these params, before this update
+            batch_np["prox_logp"] = self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len)
         if self.reference is not None:
             batch_np["ref_logp"] = self._logprobs(self.reference, batch_np, prompt_len, completion_len)
         t_logprobs = time.perf_counter() - t0
@@ -210,7 +235,7 @@ class GRPOTrainer(TrainLoop):
         metrics = {k: float(v) for k, v in train_metrics.items()}
         metrics.update({k: float(v) for k, v in advantage_stats(all_rewards, all_adv).items()})
         metrics.update(rollout_metrics(rollouts))
-        metrics["policy_version"] = step - 1
+        metrics["policy_version"] = version
         metrics["nonfinite_update"] = int(not finite)
         metrics.update(groups.metrics)  # e.g. records skipped as invalid or too long, the reward service's counters
         metrics.update(credit_metrics)
@@ -221,6 +246,10 @@ class GRPOTrainer(TrainLoop):
             t_eval = time.perf_counter() - t0
         metrics["time"] = {**groups.times, "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
                            "step_s": time.perf_counter() - t_step}
+        if async_metrics:
+            async_metrics["async/trainer_idle_frac"] = async_metrics["async/trainer_wait_s"] / max(
+                metrics["time"]["step_s"], 1e-9)
+            metrics.update(async_metrics)
         if t_eval is not None:
             metrics["time"]["eval_s"] = t_eval
         rows = [r.to_json(step, advantage=advantages[p, r.sample])
@@ -243,8 +272,14 @@ class GRPOTrainer(TrainLoop):
             self.collector.load_state_dict(state)
 
     def before_steps(self, start: int) -> None:
-        """Start the sampler on the restored (or initial) params as policy version `start`."""
+        """Start the sampler on the restored (or initial) params as policy version `start`; at k >= 1 start
+        collecting ahead (the producer and the evaluator then share the sampler one request at a time)."""
         self._start_sampler(version=start)
+        if self.max_staleness > 0:
+            self.sampler = SerialSampler(self.sampler)
+            self._position = self.collector.data_iter  # until the first step is taken
+            self.producer = AheadProducer(self.collector, self.sampler, max_staleness=self.max_staleness,
+                                          first_step=start + 1, last_step=self.num_steps, published=start)
 
     def run(self) -> dict:
         """Train from the latest checkpoint (or from scratch) to rl.num_steps, then publish the final policy as
@@ -269,6 +304,8 @@ class GRPOTrainer(TrainLoop):
     def close(self) -> None:
         """Stop the sampler and the collector (reward workers, environment pool); finish pending checkpoint
         writes."""
+        if self.producer is not None:
+            self.producer.close()
         if self.sampler is not None:
             self.sampler.close()
             self.sampler = None
