@@ -105,6 +105,10 @@ def _check_staleness(config: Any) -> None:
         raise ValueError(f"rl.old_logprobs='recompute' with rl.max_staleness={k} / rl.off_policy="
                          f"{str(rl.off_policy)!r}: a stale batch's ratio must use the behaviour log-probs the "
                          "sampler recorded; set rl.old_logprobs='sampler'")
+    if k > 0 and str(rl.task) == "agent" and str(config.agent.kv_cache) == "kept":
+        raise ValueError(f"agent.kv_cache='kept' with rl.max_staleness={k}: kept K/V drives the trainer's inline "
+                         "engine directly, which the trainer updates while the producer collects; set "
+                         "agent.kv_cache='reprefill' or rl.max_staleness=0")
     parse_cpus(str(rl.trainer_cpus), "rl.trainer_cpus")
     parse_cpus(str(config.sampler.cpus), "sampler.cpus")
 

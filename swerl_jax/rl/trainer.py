@@ -44,7 +44,6 @@ from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, 
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
 from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, rollout_metrics
-from swerl_jax.runs.affinity import parse_cpus
 from swerl_jax.runs.checkpoint import Checkpointer
 from swerl_jax.runs.loop import TrainLoop
 from swerl_jax.sampler import weights
@@ -139,8 +138,7 @@ class GRPOTrainer(TrainLoop):
         sharding_sync("config written")
         self.sampler = SamplerClient(config_json=str(config_path), weights_dir=self.weights_dir,
                                      log_dir=str(self.workdir / "sampler" / f"process_{jax.process_index()}"),
-                                     timeout_s=float(self.config.sampler.request_timeout_s),
-                                     cpus=parse_cpus(str(self.config.sampler.cpus), "sampler.cpus"))
+                                     timeout_s=float(self.config.sampler.request_timeout_s))
 
     def _publish(self, version: int) -> None:
         if self.inline:

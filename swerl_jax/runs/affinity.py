@@ -5,17 +5,19 @@
 
 Why before the backend starts: XLA's CPU client sizes its thread pool from the cores the process may run on
 (`sched_getaffinity`), so a trainer pinned to one core then runs one compute thread, not one per machine core
-fighting the sampler's. A child process (the sampler server) is pinned between fork and exec (`preexec`), so it
-never runs a line on other cores.
+fighting the sampler's. Each role pins itself at its entry point (`swerl_jax.train`, the sampler server), after
+reading its config and before its first JAX computation; threads and processes it starts later (Grain and
+reward workers) inherit its cores. A pinned trainer's sampler may still go to other cores: a process may widen
+its own mask within the machine's online cores (unless a cgroup cpuset forbids it, which `pin` reports).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
-# The cores this process could run on when it started: a pinned trainer still places its sampler on another.
-STARTUP_CPUS = frozenset(os.sched_getaffinity(0))
+# The machine's online cores: a child inherits its parent's mask (a sampler started by a trainer pinned to core 1
+# starts on core 1) and may still move to another of these.
+ONLINE_CPUS = frozenset(range(os.cpu_count() or 1))
 
 
 def parse_cpus(text: str, key: str) -> frozenset[int] | None:
@@ -35,24 +37,19 @@ def parse_cpus(text: str, key: str) -> frozenset[int] | None:
         if b < a:
             raise ValueError(f"{key}={text!r}: range {part.strip()!r} runs backwards")
         cpus.update(range(a, b + 1))
-    allowed = STARTUP_CPUS
-    if not cpus <= allowed:
-        raise ValueError(f"{key}={text!r}: cores {sorted(cpus - allowed)} are not available to this process "
-                         f"(it may run on {_ranges(allowed)})")
+    if not cpus <= ONLINE_CPUS:
+        raise ValueError(f"{key}={text!r}: cores {sorted(cpus - ONLINE_CPUS)} do not exist (this machine has "
+                         f"{_ranges(ONLINE_CPUS)})")
     return frozenset(cpus)
 
 
 def pin(cpus: frozenset[int] | None, key: str) -> None:
     """Restrict this process to `cpus` (no-op for None); call before JAX initialises its backend."""
     if cpus is not None:
-        os.sched_setaffinity(0, cpus)
-
-
-def preexec(cpus: frozenset[int] | None) -> Callable[[], None] | None:
-    """A `subprocess.Popen(preexec_fn=...)` pinning the child to `cpus` before it execs (None: no pinning)."""
-    if cpus is None:
-        return None
-    return lambda: os.sched_setaffinity(0, cpus)
+        try:
+            os.sched_setaffinity(0, cpus)
+        except OSError as e:  # e.g. a cgroup cpuset without these cores
+            raise ValueError(f"{key}: cannot run on cores {_ranges(cpus)}: {e}") from None
 
 
 def _ranges(cpus: frozenset[int]) -> str:

@@ -23,7 +23,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from swerl_jax.runs.affinity import preexec
 from swerl_jax.sampler import protocol
 from swerl_jax.sampler.types import SECRET_ENV, Completion, SamplingParams
 
@@ -56,7 +55,7 @@ class SamplerClient:
     def __init__(self, address: tuple[str, int] | None = None, *, config_path: str = "",
                  overrides: Sequence[str] = (), secret: bytes | None = None, timeout_s: float = 600.0,
                  start_timeout_s: float = 300.0, max_restarts: int = 1, weights_dir: str = "",
-                 log_dir: str = "", config_json: str = "", cpus: frozenset[int] | None = None) -> None:
+                 log_dir: str = "", config_json: str = "") -> None:
         """Args:
           address: (host, port) of a running server; None starts one with `config_path` + `overrides`, or with
             `config_json` (a config saved as JSON, e.g. by the trainer). A started server exits with this process.
@@ -68,7 +67,6 @@ class SamplerClient:
           max_restarts: how many times a started server is restarted after dying or hanging (0: fail at once).
           weights_dir: passed to a started server as --weights_dir.
           log_dir: where a started server's stdout/stderr go (default: a temporary folder).
-          cpus: the cores a started server runs on (`sampler.cpus`, pinned before it execs); None: any.
         """
         if address is None and not (config_path or config_json):
             raise ValueError("SamplerClient needs an address, or a config_path / config_json to start a server with")
@@ -81,7 +79,6 @@ class SamplerClient:
         self._cmd_args = [*source, "--exit_with_parent"] + ([f"--weights_dir={weights_dir}"] if weights_dir else [])
         self._log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="swerl_sampler_"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
-        self.cpus = cpus
         self.proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
         self._channel: protocol.Channel | None = None
@@ -113,8 +110,7 @@ class SamplerClient:
         cmd = [sys.executable, "-m", "swerl_jax.sampler.server", *self._cmd_args, "--port=0",
                f"--port_file={port_file}"]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         preexec_fn=preexec(self.cpus))
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + self.start_timeout_s
         while not port_file.exists():
             if self.proc.poll() is not None:

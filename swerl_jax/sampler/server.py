@@ -30,6 +30,7 @@ import sys
 import threading
 
 from swerl_jax.resolve import resolve_config
+from swerl_jax.runs import affinity
 from swerl_jax.sampler import protocol
 from swerl_jax.sampler.engine import SamplingEngine
 from swerl_jax.sampler.factory import load_engine
@@ -286,6 +287,8 @@ def main(argv: list[str]) -> None:
         raise app_usage_error("give exactly one of --config (an experiment file) and --config_json (a saved config)")
     # the typed sections (swerl_jax.config): a bad key or value fails here, naming it, before any weights load
     config = resolve_config(f.config or json.loads(open(f.config_json).read()))
+    # sampler.cpus: before the engine starts JAX's CPU backend (its thread pool is sized from these cores)
+    affinity.pin(affinity.parse_cpus(str(config.sampler.cpus), "sampler.cpus"), "sampler.cpus")
     if f.exit_with_parent:
         _exit_with_parent()
     host = f.host or config.sampler.host

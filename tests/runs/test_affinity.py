@@ -1,0 +1,55 @@
+"""CPU lists for `sampler.cpus` / `rl.trainer_cpus`, and the settings that must not meet rl.max_staleness > 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from experiments import base
+from swerl_jax.resolve import resolve_config
+from swerl_jax.runs.affinity import ONLINE_CPUS, parse_cpus, pin
+
+
+def test_parse_cpus():
+    assert parse_cpus("", "k") is None and parse_cpus("  ", "k") is None
+    assert parse_cpus("0", "k") == {0}
+    if len(ONLINE_CPUS) >= 2 and {0, 1} <= ONLINE_CPUS:
+        assert parse_cpus("0-1", "k") == {0, 1} and parse_cpus("1,0", "k") == {0, 1}
+    for bad, why in (("0-x", "not a CPU list"), ("a", "not a CPU list"), ("1-0", "runs backwards"),
+                     (str(max(ONLINE_CPUS) + 1), "do not exist")):
+        with pytest.raises(ValueError, match=rf"sampler.cpus='{bad}': .*{why}"):
+            parse_cpus(bad, "sampler.cpus")
+
+
+def test_pin_then_widen_in_a_child():
+    """A process pins itself; a child it starts inherits that and may move to another core (the sampler of a
+    trainer pinned to core 1 runs on core 0)."""
+    first, last = min(ONLINE_CPUS), max(ONLINE_CPUS)
+    code = ("import os\nfrom swerl_jax.runs.affinity import pin\n"
+            f"pin(frozenset({{{first}}}), 'rl.trainer_cpus')\nprint(sorted(os.sched_getaffinity(0)))\n"
+            "import subprocess, sys\n"
+            f"print(subprocess.run([sys.executable, '-c', 'import os; from swerl_jax.runs.affinity import pin; "
+            f"pin(frozenset({{{last}}}), \\'sampler.cpus\\'); print(sorted(os.sched_getaffinity(0)))'], "
+            "capture_output=True, text=True, check=True).stdout.strip())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str([first]), str([last])]
+    assert pin(None, "k") is None and os.sched_getaffinity(0) >= {first}  # None pins nothing
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"rl.max_staleness": -1}, "rl.max_staleness must be >= 0"),
+    ({"rl.max_staleness": 1, "rl.old_logprobs": "recompute"}, "rl.old_logprobs='recompute' with rl.max_staleness=1"),
+    ({"rl.off_policy": "decoupled", "rl.old_logprobs": "recompute"}, "rl.off_policy='decoupled'"),
+    ({"rl.max_staleness": 1, "rl.task": "agent", "agent.kv_cache": "kept"}, "agent.kv_cache='kept' with"),
+    ({"rl.trainer_cpus": "0-x"}, "rl.trainer_cpus='0-x': not a CPU list"),
+])
+def test_resolve_names_the_key(overrides, message):
+    c = base.get_config()
+    for key, value in overrides.items():
+        section, field = key.split(".")
+        c[section][field] = value
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        resolve_config(c)
