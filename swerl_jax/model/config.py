@@ -146,6 +146,14 @@ MODEL_CONFIGS: dict[str, LlamaConfig] = {
     "demo-7m": LlamaConfig(vocab_size=49152, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
                            num_kv_heads=2, rope_theta=10000.0, tie_word_embeddings=True,
                            max_position_embeddings=4096),
+    # The CPU testbed's policies (experiments/testbed_cpu.py): the testbed's 2,048-token vocabulary
+    # (model.tokenizer="testbed"), so the decoder, not the head, holds the parameters and the FLOPs.
+    "testbed-128x4": LlamaConfig(vocab_size=2048, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
+                                 num_kv_heads=2, rope_theta=10000.0, tie_word_embeddings=True,
+                                 max_position_embeddings=4096),
+    "testbed-256x6": LlamaConfig(vocab_size=2048, hidden_size=256, intermediate_size=768, num_layers=6, num_heads=8,
+                                 num_kv_heads=4, rope_theta=10000.0, tie_word_embeddings=True,
+                                 max_position_embeddings=4096),
     # Test configs: GQA, llama3 scaling, tied and untied heads, odd vocab sizes.
     "tiny": LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                         num_kv_heads=2, rope_theta=10000.0, max_position_embeddings=2048),
