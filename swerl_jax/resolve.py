@@ -83,6 +83,9 @@ def validate_config(config: Any, check_files: bool = True) -> None:
                              "compact-filtered samples)")
         _check_staleness(config)
     micro_batches(int(config.sft.batch_size), int(config.sft.micro_batch_size), "sft.micro_batch_size")
+    if not 0 <= float(config.sft.prompt_loss_weight) <= 1:
+        raise ValueError(f"sft.prompt_loss_weight must be in [0, 1] (0: the answer only), got "
+                         f"{config.sft.prompt_loss_weight}")
     if int(config.eval.every_steps) < 0 or (int(config.eval.every_steps) > 0 and int(config.eval.num_records) < 1):
         raise ValueError(f"eval.every_steps={config.eval.every_steps} / eval.num_records={config.eval.num_records}: "
                          "evaluation needs every_steps >= 0 and, when on, num_records >= 1")

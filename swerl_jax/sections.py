@@ -155,6 +155,7 @@ class SFTSection:
     max_len: int
     learning_rate: float
     micro_batch_size: int
+    prompt_loss_weight: float
 
 
 @dataclasses.dataclass(frozen=True)

@@ -138,9 +138,16 @@ class SFTPrepare(grain.transforms.Map):
     max_len: int
     max_prompt_len: int
     prompt_style: str = "swe_rl"
+    prompt_loss_weight: float = 0.0
 
     def map(self, raw: Any) -> dict:
-        """Decode, validate, build prompt and target; a drop marker with the reason when unusable."""
+        """Decode, validate, build prompt and target; a drop marker with the reason when unusable.
+
+        With `prompt_loss_weight` w > 0 the prompt's tokens after the first join the target, weighted w in
+        `target_mask` (the answer's weigh 1): the next-token loss then also runs over the issue and the code, where
+        identifiers recur (the issue names a function the code defines), which is where a small policy learns to
+        copy from its context.
+        """
         try:
             record = decode_any(raw)
             target = oracle_solution(record)
@@ -153,8 +160,14 @@ class SFTPrepare(grain.transforms.Map):
         prompt = build_prompt(record, tok, budget, self.prompt_style) if budget > 0 else None
         if prompt is None or not prompt.fits:
             return {DROP: "prompt + target longer than max_len", "error": record["instance_id"]}
-        return {"prompt_ids": np.asarray(prompt.ids, np.int32), "target_ids": target_ids,
-                "prompt_len": np.int32(prompt.num_tokens), "instance_id": record["instance_id"]}
+        prompt_ids = np.asarray(prompt.ids, np.int32)
+        out = {"prompt_ids": prompt_ids, "target_ids": target_ids, "prompt_len": np.int32(prompt.num_tokens),
+               "instance_id": record["instance_id"]}
+        if self.prompt_loss_weight > 0:
+            out["prompt_ids"], out["target_ids"] = prompt_ids[:1], np.concatenate([prompt_ids[1:], target_ids])
+            out["target_mask"] = np.concatenate([np.full(len(prompt_ids) - 1, self.prompt_loss_weight, np.float32),
+                                                 np.ones(len(target_ids), np.float32)])
+        return out
 
 
 class _CountingFilterIterator(grain.DatasetIterator):
@@ -296,9 +309,10 @@ def rl_dataset(source, *, tokenizer: str = "", batch_size: int, max_prompt_len: 
 def sft_dataset(source, *, tokenizer: str = "", batch_size: int, max_len: int, max_prompt_len: int | None = None,
                 seed: int = 0, shuffle: bool = True, num_epochs: int = -1, shard_index: int | None = None,
                 shard_count: int | None = None, worker_count: int = 0, drop_remainder: bool = True,
-                prompt_style: str = "swe_rl") -> grain.IterDataset:
-    """SFT batches: prompt and oracle answer token ids (the loss scores the answer), at most `max_len` together."""
-    prepare = SFTPrepare(tokenizer, max_len, max_prompt_len or max_len, prompt_style)
+                prompt_style: str = "swe_rl", prompt_loss_weight: float = 0.0) -> grain.IterDataset:
+    """SFT batches: prompt and oracle answer token ids (the loss scores the answer, and the prompt too with weight
+    `prompt_loss_weight` > 0: `SFTPrepare`), at most `max_len` together."""
+    prepare = SFTPrepare(tokenizer, max_len, max_prompt_len or max_len, prompt_style, float(prompt_loss_weight))
     return _pipeline(source, prepare, batch_size=batch_size, seed=seed, shuffle=shuffle, num_epochs=num_epochs,
                      shard_index=shard_index, shard_count=shard_count, worker_count=worker_count,
                      drop_remainder=drop_remainder)
@@ -356,7 +370,7 @@ def sft_dataset_from_config(config, batch_size: int | None = None) -> grain.Iter
     return sft_dataset(source_from_config(config), tokenizer=tokenizer_path(config.model), batch_size=per_process,
                        max_len=int(config.sft.max_len), max_prompt_len=int(d.max_prompt_len), seed=int(config.seed),
                        shuffle=bool(d.shuffle), num_epochs=int(d.num_epochs), worker_count=int(d.worker_count),
-                       prompt_style=str(d.prompt_style))
+                       prompt_style=str(d.prompt_style), prompt_loss_weight=float(config.sft.prompt_loss_weight))
 
 
 def save_iterator(iterator: grain.DatasetIterator, directory: str | os.PathLike) -> None:

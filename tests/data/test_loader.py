@@ -81,6 +81,25 @@ def test_sft_batch_loss_on_target_only():
         assert len(prompt) + len(target) <= 1024 and prompt.dtype == target.dtype == np.int32
 
 
+def test_sft_prompt_loss_weight_moves_the_prompt_into_the_weighted_target():
+    from swerl_jax.sft.trainer import sft_rows
+
+    records = synthetic_records(2, seed=1)
+    plain = next(iter(sft_dataset(records, batch_size=2, max_len=1024, shuffle=False, **ONE)))
+    both = next(iter(sft_dataset(records, batch_size=2, max_len=1024, shuffle=False, prompt_loss_weight=0.25,
+                                 **ONE)))
+    for row in range(2):
+        prompt, target = plain["prompt_ids"][row], plain["target_ids"][row]
+        assert np.array_equal(both["prompt_ids"][row], prompt[:1])  # the same sequence, cut after its first token
+        assert np.array_equal(both["target_ids"][row], np.concatenate([prompt[1:], target]))
+        np.testing.assert_array_equal(both["target_mask"][row], [0.25] * (len(prompt) - 1) + [1.0] * len(target))
+    rows, _, _ = sft_rows(both, 1024)  # the weights reach the loss mask; padding stays 0
+    n = len(both["target_ids"][0])
+    assert rows["loss_mask"][0, :n].sum() == pytest.approx(0.25 * (len(plain["prompt_ids"][0]) - 1)
+                                                           + len(plain["target_ids"][0]))
+    assert not rows["loss_mask"][0, n:].any()
+
+
 def test_filter_counts_reasons_and_streams_the_rest(tmp_path, caplog):
     records = synthetic_records(8, seed=2)
     records[3] = dict(records[3], problem_statement="very long issue " * 400)
