@@ -92,6 +92,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # earlier groups while later ones are generated, at the cost of smaller decode batches.
     c.sampler.prompts_per_request = 0
     c.sampler.request_timeout_s = 600.0
+    c.sampler.num_processes = 1  # > 1: a fleet of sampler processes, each on its share of sampler.cpus
     c.sampler.cpus = ""  # cores the sampler process runs on, e.g. "0" ("": any), so it and the trainer don't share
     c.sampler.weights_dir = ""  # where policy versions are published; empty: workdir/policy
 

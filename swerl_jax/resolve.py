@@ -31,7 +31,7 @@ from swerl_jax.optim import SCHEDULES
 from swerl_jax.policy import micro_batches
 from swerl_jax.reward.functions import get_reward_fn
 from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
-from swerl_jax.runs.affinity import parse_cpus
+from swerl_jax.runs.affinity import cpu_shares, parse_cpus
 from swerl_jax.sections import Experiment, read_sections
 from swerl_jax.testbed.tasks import generate_tasks, parse_families
 from swerl_jax.tokenizer import NAMED_TOKENIZERS
@@ -113,7 +113,11 @@ def _check_staleness(config: Any) -> None:
                          "engine directly, which the trainer updates while the producer collects; set "
                          "agent.kv_cache='reprefill' or rl.max_staleness=0")
     parse_cpus(str(rl.trainer_cpus), "rl.trainer_cpus")
-    parse_cpus(str(config.sampler.cpus), "sampler.cpus")
+    n = int(config.sampler.num_processes)
+    if n < 1 or (n > 1 and str(config.sampler.mode) == "inline"):
+        raise ValueError(f"sampler.num_processes={n}: must be >= 1, and 1 with sampler.mode='inline' (a fleet is "
+                         "of sampler processes)")
+    cpu_shares(parse_cpus(str(config.sampler.cpus), "sampler.cpus"), n)
 
 
 def _check_agent(config: Any) -> None:

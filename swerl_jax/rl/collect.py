@@ -56,12 +56,13 @@ class InlineSampler:
         self.engine.update_params(params, version)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = SamplingParams(),
-                 num_samples: int = 1, seed: int = 0, min_policy_version: int = 0) -> list[list[Completion]]:
+                 num_samples: int = 1, seed: int = 0, min_policy_version: int = 0, *,
+                 prompt_offset: int = 0) -> list[list[Completion]]:
         """As `SamplerClient.generate`; the version must already be loaded (there is nothing to wait for)."""
         if self.engine.policy_version < min_policy_version:
             raise RuntimeError(f"inline sampler has policy version {self.engine.policy_version}, the step needs "
                                f"{min_policy_version}: the trainer did not hand over its params")
-        return self.engine.generate(prompts, sampling, num_samples, seed)
+        return self.engine.generate(prompts, sampling, num_samples, seed, prompt_offset=prompt_offset)
 
     def close(self) -> None:
         """Nothing to stop (the engine lives in this process)."""

@@ -20,6 +20,13 @@ One step s (1-based; checkpoint s holds the state after s updates):
   5. params published as policy version s (`sampler.weights`), the evaluator when due, metrics + rollouts written,
      then checkpoint s (with the collector's data position and state).
 
+rl.max_staleness = k >= 1 (asynchronous RL): step 1 comes from `rl.producer.AheadProducer`, a thread that
+collects step s + 1 from the newest published version while step s trains (versions >= s - k), and step 5 also
+tells it that version s exists. Everything else is the same step; `staleness_mean/max` and `async/*` (queue depth,
+the trainer's wait and idle fraction, the producer's blocked time and idle fraction) are logged. At k = 0 no thread
+exists: the loop above, bit for bit. rl.off_policy = "decoupled" adds the proximal log-probs (these params, before
+the update) to step 3 and uses AReaL's decoupled objective (`objectives.decoupled_policy_loss`).
+
 Timings per step (`time/*`): the collector's (e.g. data, generate, reward_wait, reward_wall), logprobs, train,
 sync (publish), eval, step. They are the only metrics a resumed run does not repeat.
 """
@@ -44,11 +51,13 @@ from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, 
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
 from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, rollout_metrics
+from swerl_jax.runs.affinity import cpu_shares, parse_cpus
 from swerl_jax.runs.checkpoint import Checkpointer
 from swerl_jax.runs.loop import TrainLoop
 from swerl_jax.sampler import weights
 from swerl_jax.sampler.client import SamplerClient
 from swerl_jax.sampler.factory import build_engine
+from swerl_jax.sampler.fleet import SamplerFleet
 
 
 def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, completion_len: int,
@@ -136,9 +145,19 @@ class GRPOTrainer(TrainLoop):
             self.workdir.mkdir(parents=True, exist_ok=True)
             config_path.write_text(self.config.to_json(indent=1))
         sharding_sync("config written")
-        self.sampler = SamplerClient(config_json=str(config_path), weights_dir=self.weights_dir,
-                                     log_dir=str(self.workdir / "sampler" / f"process_{jax.process_index()}"),
-                                     timeout_s=float(self.config.sampler.request_timeout_s))
+        log_dir = self.workdir / "sampler" / f"process_{jax.process_index()}"
+        n = int(self.config.sampler.num_processes)
+
+        def client(log: pathlib.Path, cpus: str) -> SamplerClient:
+            return SamplerClient(config_json=str(config_path), weights_dir=self.weights_dir, log_dir=str(log),
+                                 timeout_s=float(self.config.sampler.request_timeout_s),
+                                 server_args=[f"--cpus={cpus}"] if cpus else [])
+
+        if n == 1:  # one server, pinned (if at all) by its config's sampler.cpus
+            self.sampler = client(log_dir, "")
+        else:  # sampler.num_processes servers, each on its share of sampler.cpus; every one loads each version
+            shares = cpu_shares(parse_cpus(str(self.config.sampler.cpus), "sampler.cpus"), n)
+            self.sampler = SamplerFleet([client(log_dir / f"server_{i}", s) for i, s in enumerate(shares)])
 
     def _publish(self, version: int) -> None:
         if self.inline:

@@ -52,5 +52,20 @@ def pin(cpus: frozenset[int] | None, key: str) -> None:
             raise ValueError(f"{key}: cannot run on cores {_ranges(cpus)}: {e}") from None
 
 
+def cpu_shares(cpus: frozenset[int] | None, n: int, key: str = "sampler.cpus") -> list[str]:
+    """`n` CPU lists (one per sampler process of a fleet: its `--cpus`) splitting `cpus` into contiguous runs as
+    equal as possible, the first ones one core longer; n empty strings (no pinning) when `cpus` is None. Raises
+    ValueError naming `key` if there are fewer cores than processes."""
+    if cpus is None:
+        return [""] * n
+    ordered = sorted(cpus)
+    if len(ordered) < n:
+        raise ValueError(f"{key} has {len(ordered)} cores for sampler.num_processes={n} processes: give each at "
+                         "least one")
+    q, r = divmod(len(ordered), n)
+    bounds = [k * q + min(k, r) for k in range(n + 1)]
+    return [",".join(map(str, ordered[bounds[k]:bounds[k + 1]])) for k in range(n)]
+
+
 def _ranges(cpus: frozenset[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))

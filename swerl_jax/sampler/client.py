@@ -55,7 +55,7 @@ class SamplerClient:
     def __init__(self, address: tuple[str, int] | None = None, *, config_path: str = "",
                  overrides: Sequence[str] = (), secret: bytes | None = None, timeout_s: float = 600.0,
                  start_timeout_s: float = 300.0, max_restarts: int = 1, weights_dir: str = "",
-                 log_dir: str = "", config_json: str = "") -> None:
+                 log_dir: str = "", config_json: str = "", server_args: Sequence[str] = ()) -> None:
         """Args:
           address: (host, port) of a running server; None starts one with `config_path` + `overrides`, or with
             `config_json` (a config saved as JSON, e.g. by the trainer). A started server exits with this process.
@@ -67,6 +67,8 @@ class SamplerClient:
           max_restarts: how many times a started server is restarted after dying or hanging (0: fail at once).
           weights_dir: passed to a started server as --weights_dir.
           log_dir: where a started server's stdout/stderr go (default: a temporary folder).
+          server_args: more flags for a started server's command line (e.g. ["--cpus=2-3"]: the cores of one
+            member of a sampler fleet, instead of sampler.cpus); kept for its restarts.
         """
         if address is None and not (config_path or config_json):
             raise ValueError("SamplerClient needs an address, or a config_path / config_json to start a server with")
@@ -76,7 +78,8 @@ class SamplerClient:
         self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
         self.max_restarts, self.restarts = max_restarts, 0
         source = [f"--config_json={config_json}"] if config_json else [f"--config={config_path}", *overrides]
-        self._cmd_args = [*source, "--exit_with_parent"] + ([f"--weights_dir={weights_dir}"] if weights_dir else [])
+        self._cmd_args = [*source, "--exit_with_parent"] + ([f"--weights_dir={weights_dir}"] if weights_dir else []) \
+            + list(server_args)
         self._log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="swerl_sampler_"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None
@@ -214,9 +217,17 @@ class SamplerClient:
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = SamplingParams(),
                  num_samples: int = 1, seed: int = 0, min_policy_version: int = 0,
-                 wait_timeout_s: float = 60.0) -> list[list[Completion]]:
-        """Sample `num_samples` completions per prompt with a policy version >= `min_policy_version`."""
+                 wait_timeout_s: float = 60.0, *, prompt_offset: int = 0) -> list[list[Completion]]:
+        """Sample `num_samples` completions per prompt with a policy version >= `min_policy_version`.
+
+        `prompt_offset`: the prompts are prompts `prompt_offset`, `prompt_offset + 1`, ... of a larger request
+        (their random keys and `prompt_index`), so a request split across servers samples what the whole would.
+        """
         fields, arrays = protocol.generate_request(list(prompts), sampling, num_samples, seed, min_policy_version,
-                                                   wait_timeout_s)
+                                                   wait_timeout_s, prompt_offset)
         reply = self._request("generate", fields, arrays, self.timeout_s + wait_timeout_s)
+        if prompts and reply.fields.get("prompt_offset", 0) != prompt_offset:
+            raise SamplerRequestError("bad_request", f"the sampler at {self.address} answered for prompt_offset "
+                                      f"{reply.fields.get('prompt_offset', 0)}, not {prompt_offset} (a server "
+                                      "older than prompt_offset?)")
         return protocol.parse_result(reply)

@@ -39,7 +39,7 @@ from swerl_jax.sampler.core import (
     uses_filters,
 )
 from swerl_jax.sampler.decode import decode_step_rows, decode_weights, zeros_cache
-from swerl_jax.sampler.engine import SamplingEngine
+from swerl_jax.sampler.engine import SamplingEngine, check_prompt_offset
 from swerl_jax.sampler.sampling import sample_tokens
 from swerl_jax.sampler.types import Completion, RequestTooLarge, SamplingParams
 
@@ -128,10 +128,11 @@ class ContinuousEngine(SamplingEngine):
                      z(jnp.float32), z(jnp.int32), jnp.zeros((rows, n), jnp.int32), jnp.zeros((rows, n), jnp.float32))
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = SamplingParams(),
-                 num_samples: int = 1, seed: int = 0, max_new_tokens: Sequence[int] | None = None
-                 ) -> list[list[Completion]]:
-        """As `SamplingEngine.generate`, decoding through the refilled pool."""
+                 num_samples: int = 1, seed: int = 0, max_new_tokens: Sequence[int] | None = None, *,
+                 prompt_offset: int = 0) -> list[list[Completion]]:
+        """As `SamplingEngine.generate` (`prompt_offset` included), decoding through the refilled pool."""
         sampling.validate()
+        check_prompt_offset(prompt_offset)
         prompts = [np.asarray(p, np.int32).reshape(-1) for p in prompts]
         caps = [sampling.max_new_tokens] * len(prompts) if max_new_tokens is None else list(max_new_tokens)
         if num_samples < 1:
@@ -152,7 +153,7 @@ class ContinuousEngine(SamplingEngine):
             free = [r for r in range(self.max_batch) if r not in owner]
             if pending and free:
                 admitted = [pending.popleft() for _ in range(min(len(free), len(pending)))]
-                state = self._admit(state, prompts, caps, admitted, free, base, sampling)
+                state = self._admit(state, prompts, caps, admitted, free, base, sampling, prompt_offset)
                 owner.update(zip(free, admitted))
             state = self.programs["segment"](weights, state, stop, steps=self.segment, use_filters=use_filters)
             active, step, stopped = jax.device_get((state.active, state.step, state.stopped))
@@ -162,13 +163,14 @@ class ContinuousEngine(SamplingEngine):
                 for r in finished:
                     i, j = owner.pop(r)
                     n = int(step[r])
-                    done[(i, j)] = finish(self.tokenizer, self.policy_version, i, j, prompts[i].size,
+                    done[(i, j)] = finish(self.tokenizer, self.policy_version, prompt_offset + i, j, prompts[i].size,
                                           out_tok[r, :n], out_lp[r, :n], bool(stopped[r]), sampling)
         return [[done[(i, j)] for j in range(num_samples)] for i in range(len(prompts))]
 
     def _admit(self, state: State, prompts: list[np.ndarray], caps: list[int], admitted: list[tuple[int, int]],
-               free: list[int], base: jax.Array, sampling: SamplingParams) -> State:
-        """Prefill the admitted requests' prompts (each once) into their rows."""
+               free: list[int], base: jax.Array, sampling: SamplingParams, prompt_offset: int = 0) -> State:
+        """Prefill the admitted requests' prompts (each once) into their rows (prompt i's keys are those of
+        prompt `prompt_offset + i`)."""
         unique = list(dict.fromkeys(i for i, _ in admitted))
         n_p = bucket(len(unique), self.batch_buckets, "prompts per insert")
         t = bucket(max(prompts[i].size for i in unique), self.prompt_buckets, "prompt length")
@@ -180,6 +182,6 @@ class ContinuousEngine(SamplingEngine):
         keys = [base] * n_rows
         for k, ((i, j), row) in enumerate(zip(admitted, free)):
             row_src[k], dest[k], max_new[k] = unique.index(i), row, caps[i]
-            keys[k] = row_key(base, i, j)
+            keys[k] = row_key(base, prompt_offset + i, j)
         return self.programs["insert"](self.params, state, tokens, mask, row_src, dest,
                                        row_params(sampling, keys, max_new))

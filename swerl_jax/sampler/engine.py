@@ -103,6 +103,12 @@ def _generate_shared(config: LlamaConfig, params: dict, prompt_tokens: jax.Array
     return out_tok, out_lp, length, stopped
 
 
+def check_prompt_offset(prompt_offset: int) -> None:
+    """A request's `prompt_offset` must be an int >= 0."""
+    if isinstance(prompt_offset, bool) or not isinstance(prompt_offset, (int, np.integer)) or prompt_offset < 0:
+        raise ValueError(f"prompt_offset must be an int >= 0, got {prompt_offset!r}")
+
+
 class SamplingEngine:
     """Batched sampling from a Llama policy; holds the params, the compiled programs and the KV cache."""
 
@@ -174,14 +180,18 @@ class SamplingEngine:
         return zeros_cache(self.config, rows, slots)
 
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = SamplingParams(),
-                 num_samples: int = 1, seed: int = 0, max_new_tokens: Sequence[int] | None = None
-                 ) -> list[list[Completion]]:
+                 num_samples: int = 1, seed: int = 0, max_new_tokens: Sequence[int] | None = None, *,
+                 prompt_offset: int = 0) -> list[list[Completion]]:
         """Sample `num_samples` completions for each prompt (token ids).
 
         `max_new_tokens` optionally caps each prompt's completions (default: sampling.max_new_tokens).
+        `prompt_offset`: prompt i is prompt `prompt_offset + i` of a larger request, for its PRNG keys and its
+        Completions' `prompt_index`, so that a request split in parts (`fleet.SamplerFleet`) samples what the
+        whole request would.
         Returns one list of `num_samples` Completions per prompt, in order.
         """
         sampling.validate()
+        check_prompt_offset(prompt_offset)
         if num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         if num_samples > self.max_batch:
@@ -207,8 +217,8 @@ class SamplingEngine:
         out: list[list[Completion]] = []
         for start in range(0, len(prompts), per_chunk):
             idx = range(start, min(start + per_chunk, len(prompts)))
-            out.extend(self._run_chunk([prompts[i] for i in idx], [caps[i] for i in idx], list(idx), sampling,
-                                       num_samples, seed))
+            out.extend(self._run_chunk([prompts[i] for i in idx], [caps[i] for i in idx],
+                                       [prompt_offset + i for i in idx], sampling, num_samples, seed))
         return out
 
     def _run_chunk(self, prompts: list[np.ndarray], caps: list[int], indices: list[int], sampling: SamplingParams,

@@ -21,10 +21,13 @@ stop such a server with a signal (or, when SamplerClient started it, by ending t
 
 Message types:
   ping            -> pong {policy_version, pid, max_prompt_len, max_new_tokens, max_batch}
-  generate        {sampling, num_samples, seed, min_policy_version, wait_timeout_s}
+  generate        {sampling, num_samples, seed, min_policy_version, wait_timeout_s[, prompt_offset]}
                   arrays prompt_tokens (all prompts concatenated), prompt_lengths
-                  -> result {policy_version, texts, finish_reasons, prompt_lengths}
+                  -> result {policy_version, texts, finish_reasons, prompt_lengths, prompt_offset}
                      arrays tokens, logprobs (all completions concatenated, prompt-major), completion_lengths
+                  prompt_offset (absent: 0): prompt i is prompt prompt_offset + i of a larger request, for its
+                  random keys and its completions' prompt_index (a request split across servers samples what the
+                  whole would); the result echoes it, so a client sees a server that ignored it.
   shutdown        -> bye (only with a secret)
   any             -> error {code: bad_request|too_large|auth|timeout|internal, message}
 After an error about the frame itself (bad framing, authentication, size, timeout) the server closes the
@@ -264,14 +267,15 @@ _SAMPLING_FIELDS = {"temperature": float, "top_p": float, "top_k": int, "max_new
 
 
 def generate_request(prompts: list, sampling: SamplingParams, num_samples: int = 1, seed: int = 0,
-                     min_policy_version: int = 0, wait_timeout_s: float = 60.0) -> tuple[dict, dict]:
+                     min_policy_version: int = 0, wait_timeout_s: float = 60.0, prompt_offset: int = 0
+                     ) -> tuple[dict, dict]:
     """(fields, arrays) of a generate message."""
     flat = [np.asarray(p, np.int32).reshape(-1) for p in prompts]
     s = dataclasses.asdict(sampling)
     s["stop_strings"] = list(s["stop_strings"])
     s["stop_token_ids"] = None if s["stop_token_ids"] is None else list(s["stop_token_ids"])
     fields = {"sampling": s, "num_samples": num_samples, "seed": seed, "min_policy_version": min_policy_version,
-              "wait_timeout_s": wait_timeout_s}
+              "wait_timeout_s": wait_timeout_s, "prompt_offset": prompt_offset}
     arrays = {"prompt_tokens": np.concatenate(flat) if flat else np.zeros(0, np.int32),
               "prompt_lengths": np.asarray([p.size for p in flat], np.int32)}
     return fields, arrays
@@ -298,6 +302,7 @@ class GenerateRequest:
     seed: int
     min_policy_version: int
     wait_timeout_s: float
+    prompt_offset: int = 0
 
 
 def parse_generate(msg: Message) -> GenerateRequest:
@@ -328,15 +333,20 @@ def parse_generate(msg: Message) -> GenerateRequest:
     num_samples = _field(f, "num_samples", int, "generate")
     if num_samples < 1:
         raise ProtocolError(f"generate.num_samples must be >= 1, got {num_samples}")
+    prompt_offset = _field(f, "prompt_offset", int, "generate") if "prompt_offset" in f else 0
+    if prompt_offset < 0:
+        raise ProtocolError(f"generate.prompt_offset must be >= 0, got {prompt_offset}")
     return GenerateRequest(prompts, sampling, num_samples, _field(f, "seed", int, "generate"),
                            _field(f, "min_policy_version", int, "generate"),
-                           _field(f, "wait_timeout_s", float, "generate"))
+                           _field(f, "wait_timeout_s", float, "generate"), prompt_offset)
 
 
 def result_message(groups: list[list[Completion]], policy_version: int) -> tuple[dict, dict]:
-    """(fields, arrays) of a result message for completions grouped per prompt."""
+    """(fields, arrays) of a result message for completions grouped per prompt (consecutive prompt indices,
+    from the first group's: the request's prompt_offset)."""
     flat = [c for g in groups for c in g]
     fields = {"policy_version": policy_version, "num_samples": len(groups[0]) if groups else 0,
+              "prompt_offset": int(flat[0].prompt_index) if flat else 0,
               "texts": [c.text for c in flat], "finish_reasons": [c.finish_reason for c in flat],
               "prompt_lengths": [c.prompt_length for c in flat]}
     arrays = {"tokens": np.concatenate([c.tokens for c in flat]) if flat else np.zeros(0, np.int32),
@@ -349,10 +359,10 @@ def parse_result(msg: Message) -> list[list[Completion]]:
     """Completions grouped per prompt from a result message (the inverse of `result_message`)."""
     f, a = msg.fields, msg.arrays
     lengths = a["completion_lengths"]
-    n = int(f["num_samples"])
+    n, offset = int(f["num_samples"]), int(f.get("prompt_offset", 0))
     tokens = np.split(a["tokens"], np.cumsum(lengths)[:-1]) if lengths.size else []
     logprobs = np.split(a["logprobs"], np.cumsum(lengths)[:-1]) if lengths.size else []
-    flat = [Completion(i // n, i % n, tokens[i], logprobs[i], f["texts"][i], f["finish_reasons"][i],
+    flat = [Completion(offset + i // n, i % n, tokens[i], logprobs[i], f["texts"][i], f["finish_reasons"][i],
                        int(f["prompt_lengths"][i]), int(lengths[i]), int(f["policy_version"]))
             for i in range(lengths.size)]
     return [flat[i:i + n] for i in range(0, len(flat), n)]

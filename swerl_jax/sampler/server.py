@@ -263,7 +263,8 @@ class SamplerServer:
             got = self.watcher.wait_for(req.min_policy_version, req.wait_timeout_s)
             if got is not None:
                 self.engine.update_params(got[1], got[0])
-        groups = self.engine.generate(req.prompts, req.sampling, req.num_samples, req.seed)
+        groups = self.engine.generate(req.prompts, req.sampling, req.num_samples, req.seed,
+                                      prompt_offset=req.prompt_offset)
         fields, arrays = protocol.result_message(groups, self.engine.policy_version)
         return "result", fields, arrays
 
@@ -287,8 +288,10 @@ def main(argv: list[str]) -> None:
         raise app_usage_error("give exactly one of --config (an experiment file) and --config_json (a saved config)")
     # the typed sections (swerl_jax.config): a bad key or value fails here, naming it, before any weights load
     config = resolve_config(f.config or json.loads(open(f.config_json).read()))
-    # sampler.cpus: before the engine starts JAX's CPU backend (its thread pool is sized from these cores)
-    affinity.pin(affinity.parse_cpus(str(config.sampler.cpus), "sampler.cpus"), "sampler.cpus")
+    # sampler.cpus (or --cpus, one fleet member's share): before the engine starts JAX's CPU backend (its thread
+    # pool is sized from these cores)
+    cpus, key = (f.cpus, "--cpus") if f.cpus else (str(config.sampler.cpus), "sampler.cpus")
+    affinity.pin(affinity.parse_cpus(cpus, key), key)
     if f.exit_with_parent:
         _exit_with_parent()
     host = f.host or config.sampler.host
@@ -341,6 +344,8 @@ def _define_flags() -> None:
     flags.DEFINE_string("secret_env", SECRET_ENV, "env var holding the shared secret")
     flags.DEFINE_string("weights_dir", "", "published policy versions (default: sampler.weights_dir)")
     flags.DEFINE_bool("tokenizer", True, "load the tokenizer (texts and stop strings)")
+    flags.DEFINE_string("cpus", "", "cores to pin this process to, as sampler.cpus (e.g. '0-3'); overrides "
+                        "sampler.cpus (each member of a sampler fleet gets its own share)")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import pytest
 
 from experiments import base
 from swerl_jax.resolve import resolve_config
-from swerl_jax.runs.affinity import ONLINE_CPUS, parse_cpus, pin
+from swerl_jax.runs.affinity import ONLINE_CPUS, cpu_shares, parse_cpus, pin
 
 
 def test_parse_cpus():
@@ -53,3 +53,11 @@ def test_resolve_names_the_key(overrides, message):
         c[section][field] = value
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         resolve_config(c)
+
+
+def test_cpu_shares_split_the_cores_of_a_fleet():
+    assert cpu_shares(None, 3) == ["", "", ""]
+    assert cpu_shares(frozenset({0}), 1) == ["0"]
+    assert cpu_shares(frozenset({4, 5, 6, 7, 9}), 2) == ["4,5,6", "7,9"]
+    with pytest.raises(ValueError, match="sampler.cpus has 1 cores for sampler.num_processes=2"):
+        cpu_shares(frozenset({0}), 2)

@@ -167,3 +167,25 @@ def test_shared_prompt_cache_equals_copied_rows(tiny, engine, temperature):
     assert [[c.tokens.tolist() for c in g] for g in a] == [[c.tokens.tolist() for c in g] for g in b]
     worst = max(float(np.abs(x.logprobs - y.logprobs).max()) for ga, gb in zip(a, b) for x, y in zip(ga, gb))
     assert worst <= 1e-5, worst
+
+
+def test_prompt_offset_continues_a_larger_request(tiny, engine):
+    """generate(prompts[2:], prompt_offset=2) samples the last groups of generate(prompts): the same keys and
+    prompt indices. Cut at the engine's own batch boundary (16 rows // 8 samples = 2 prompts) it runs the same
+    batch, so the log-probs are bit-identical too; the continuous pool (other rows beside them) within 1e-5."""
+    from swerl_jax.sampler.continuous import ContinuousEngine
+    config, params, _ = tiny
+    sp = SamplingParams(temperature=1.0, max_new_tokens=12)
+    pool = ContinuousEngine(config, params, max_batch=6, max_prompt_len=32, max_new_tokens=24, segment=4)
+    for eng, samples, tol in ((engine, 8, 0.0), (pool, 3, 1e-5)):
+        whole = eng.generate(PROMPTS, sp, num_samples=samples, seed=4)
+        part = eng.generate(PROMPTS[2:], sp, num_samples=samples, seed=4, prompt_offset=2)
+        assert [[(c.prompt_index, c.sample_index) for c in g] for g in part] == \
+               [[(i, j) for j in range(samples)] for i in (2, 3)]
+        assert [[c.tokens.tolist() for c in g] for g in part] == [[c.tokens.tolist() for c in g] for g in whole[2:]]
+        worst = max(float(np.abs(x.logprobs - y.logprobs).max()) for g, h in zip(part, whole[2:]) for x, y in zip(g, h))
+        assert worst <= tol, (type(eng).__name__, worst)
+        assert eng.generate(PROMPTS[2:], sp, num_samples=samples, seed=4)[0][0].tokens.tolist() != \
+               whole[2][0].tokens.tolist()  # without the offset: prompt 0's keys
+    with pytest.raises(ValueError, match="prompt_offset"):
+        engine.generate(PROMPTS, sp, prompt_offset=-1)

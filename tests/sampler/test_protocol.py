@@ -168,3 +168,19 @@ def test_result_round_trip():
                    (d.prompt_index, d.sample_index, d.text, d.finish_reason, d.policy_version)
             np.testing.assert_array_equal(c.tokens, d.tokens)
             np.testing.assert_array_equal(c.logprobs, d.logprobs)
+
+
+def test_prompt_offset_is_optional_validated_and_echoed():
+    sp = SamplingParams(max_new_tokens=4)
+    fields, arrays = protocol.generate_request([[1, 2], [3]], sp, prompt_offset=5)
+    assert protocol.parse_generate(protocol.Message("generate", fields, arrays)).prompt_offset == 5
+    old = {k: v for k, v in fields.items() if k != "prompt_offset"}  # a client from before prompt_offset
+    assert protocol.parse_generate(protocol.Message("generate", old, arrays)).prompt_offset == 0
+    for bad in (-1, 1.5, "2", True, None):
+        with pytest.raises(protocol.ProtocolError, match="generate.prompt_offset"):
+            protocol.parse_generate(protocol.Message("generate", dict(fields, prompt_offset=bad), arrays))
+    # the result carries the offset: prompt indices come back as the server numbered them
+    groups = [[Completion(5 + i, 0, np.arange(2, dtype=np.int32), np.zeros(2, np.float32), "", "length", 2, 2, 0)]
+              for i in range(2)]
+    back = protocol.parse_result(protocol.decode(*protocol.encode_parts("result", *protocol.result_message(groups, 0))))
+    assert [g[0].prompt_index for g in back] == [5, 6]
