@@ -14,7 +14,9 @@ and prints the mean seconds per step over steps 3..N (1-2 compile), the trainer'
 batch), the producer's idle fraction (held by the bound), the staleness, the reward, and each variant's speed-up
 over k0-any and k0-pinned.
 
-    nice -n 5 .venv/bin/python benchmarks/async_rl.py --config=experiments/tiny_cpu.py --steps=12
+    .venv/bin/python benchmarks/async_rl.py --config=experiments/tiny_cpu.py --steps=10
+    .venv/bin/python benchmarks/async_rl.py --config=experiments/agent_tiny_cpu.py --steps=8 \
+        --set=--config.sampler.mode=process --set=--config.agent.kv_cache=reprefill   # every variant
 """
 
 from __future__ import annotations
@@ -40,14 +42,15 @@ VARIANTS = {
 }
 
 
-def run_variant(name: str, config: str, steps: int, root: pathlib.Path, sft_from: pathlib.Path | None) -> list[dict]:
+def run_variant(name: str, config: str, steps: int, root: pathlib.Path, sft_from: pathlib.Path | None,
+                common: list[str]) -> list[dict]:
     """Train one variant in root/name; returns its GRPO metrics rows."""
     workdir = root / name
     if sft_from is not None:
         shutil.copytree(sft_from / "sft", workdir / "sft")  # finished: restored, not retrained
     cmd = [sys.executable, "-m", "swerl_jax.train", f"--config={config}", f"--workdir={workdir}",
            f"--config.rl.num_steps={steps}", "--config.logging.progress_bar=False", "--config.eval.every_steps=0",
-           "--config.checkpoint.every_steps=1000", "--config.logging.every_steps=1", *VARIANTS[name]]
+           "--config.checkpoint.every_steps=1000", "--config.logging.every_steps=1", *common, *VARIANTS[name]]
     print("$", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL, env={**os.environ, "JAX_PLATFORMS": "cpu"})
     return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
@@ -70,6 +73,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--keep", default="", help="keep the run folders here (default: a temporary folder)")
+    ap.add_argument("--set", action="append", default=[], help="a --config.X=V flag for every variant")
     args = ap.parse_args()
     if os.cpu_count() < 2:
         raise SystemExit("async_rl.py pins the sampler and the trainer to cores 0 and 1: it needs 2 cores")
@@ -81,12 +85,13 @@ def main() -> None:
     results, sft = {}, None
     try:
         for name in names:
-            results[name] = summarize(run_variant(name, args.config, args.steps, root, sft))
+            results[name] = summarize(run_variant(name, args.config, args.steps, root, sft, args.set))
             sft = sft or root / name
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    print(f"\n{args.config}: {args.steps} GRPO steps, means over steps 3..{args.steps}; {os.cpu_count()} cores")
+    print(f"\n{args.config} {' '.join(args.set)}: {args.steps} GRPO steps, means over steps 3..{args.steps}; "
+          f"{os.cpu_count()} cores")
     head = ("variant", "s/step", "train_s", "gen_s", "trainer idle", "producer idle", "staleness", "reward",
             "vs k0-any", "vs k0-pinned")
     print("".join(f"{h:>14}" for h in head))
