@@ -51,6 +51,12 @@ def stage_summary(rows: list[dict], stage: str) -> dict[str, Any]:
             out[f"{extra}_last"] = value
     if (step_s := _mean(rows, "time/step_s")) is not None:
         out["seconds_per_step"] = step_s
+    # asynchronous runs (rl.max_staleness > 0): how stale the batches were and which side waited
+    for extra in ("staleness_mean", "async/trainer_idle_frac", "async/producer_idle_frac"):
+        if (value := _mean(rows, extra)) is not None:
+            out[extra] = value
+    if (worst := _best(rows, "staleness_max")) is not None:
+        out["staleness_max"] = worst[0]
     return out
 
 
@@ -81,6 +87,9 @@ def summarize_run(workdir: str | os.PathLike) -> str:
                     parts.append(f"{what} {c}")
         if "seconds_per_step" in s:
             parts.append(f"{s['seconds_per_step']:.2f} s/step")
+        if "staleness_mean" in s:
+            parts.append(f"staleness {s['staleness_mean']:.2f} (max {s['staleness_max']:.0f})  idle: trainer "
+                         f"{s['async/trainer_idle_frac']:.0%}, producer {s['async/producer_idle_frac']:.0%}")
         lines.append("  ".join(parts))
     if lines:
         lines.append("(first -> last: means over the first and last 10% of logged steps, at least one)")

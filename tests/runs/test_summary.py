@@ -27,3 +27,13 @@ def test_a_single_turn_run_reports_malformed_and_exact_fixes(tmp_path):
         for s, r, f, x in ((1, -0.5, 0.6, 0.0), (2, 0.3, 0.2, 0.1))])
     line = summarize_run(tmp_path).splitlines()[0]
     assert "malformed 60% -> 20%" in line and "exact fixes 0% -> 10%" in line and "resolved" not in line
+
+
+def test_an_asynchronous_run_reports_staleness_and_who_waited(tmp_path):
+    write_rows(tmp_path / "metrics.jsonl", [
+        {"step": s, "reward_mean": 0.0, "staleness_mean": m, "staleness_max": x, "async/trainer_idle_frac": t,
+         "async/producer_idle_frac": p} for s, m, x, t, p in ((1, 0.0, 0, 0.5, 0.0), (2, 1.0, 1, 0.0, 0.8))])
+    line = summarize_run(tmp_path).splitlines()[0]
+    assert "staleness 0.50 (max 1)  idle: trainer 25%, producer 40%" in line
+    write_rows(tmp_path / "metrics.jsonl", [{"step": 1, "reward_mean": 0.0}])
+    assert "staleness" not in summarize_run(tmp_path)  # a synchronous run says nothing of it
