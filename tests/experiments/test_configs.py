@@ -267,7 +267,7 @@ def test_no_config_section_is_read_with_a_default_outside_the_config_module():
 
 # ------------------------------------------------------------------- the ablation sweeps (experiments/ablations/)
 
-ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp"]
+ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp", "staleness"]
 
 
 def test_every_ablation_file_is_listed():
