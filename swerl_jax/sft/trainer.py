@@ -52,6 +52,17 @@ def sft_rows(batch: dict, max_len: int, prompt_bucket: int = PROMPT_BUCKET, targ
     return rows, p, c
 
 
+def check_token_ids(tokens: np.ndarray, vocab_size: int, model: Any) -> None:
+    """Raise ValueError naming model.name and model.tokenizer when a token id is past the model's vocabulary: the
+    embedding lookup would clamp it to the last row and train on a wrong token without a word."""
+    top = int(tokens.max(initial=0))
+    if top >= vocab_size:
+        raise ValueError(f"token id {top} is outside model.name={model.name!r}'s vocabulary of {vocab_size}: "
+                         f"model.tokenizer={model.tokenizer or 'smollm2'!r} writes ids the model has no row for; "
+                         "pick a model whose vocab_size covers the tokenizer (e.g. testbed-* with 'testbed', "
+                         "demo-7m or smollm2-135m with SmolLM2's)")
+
+
 def make_sft_loss(model_config: Any, prompt_len: int, target_len: int):
     """Token-mean negative log-likelihood of the target tokens (`loss_weight` = their count, for micro-batches)."""
     def loss_fn(params: Any, batch: dict) -> tuple[jax.Array, dict]:
@@ -95,6 +106,7 @@ class SFTTrainer(TrainLoop):
         raw = next(self.data_iter)
         t_data = time.perf_counter() - t0
         batch, p, c = sft_rows(raw, self.max_len)
+        check_token_ids(batch["tokens"], self.policy.model_config.vocab_size, self.config.model)
         loss_fn = make_sft_loss(self.policy.model_config, p, c)
         step_fn = self.policy.train_step(loss_fn, batch, self.num_micro, key=("sft", p, c))
         self.policy.state, m = step_fn(self.policy.state, self.policy.shard(batch))

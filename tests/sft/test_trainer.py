@@ -78,3 +78,18 @@ def test_sft_trainer_runs_in_process(tmp_path):
     assert rows[-1]["data/kept"] == 24 and np.isfinite(rows[-1]["grad_norm"])
     assert (tmp_path / "checkpoints" / "3").is_dir()
     assert jax.tree.leaves(params)[0].shape == jax.tree.leaves(trainer.policy.state.params)[0].shape
+
+
+def test_a_token_past_the_vocabulary_is_an_error_not_a_clamp():
+    import types
+
+    import numpy as np
+    import pytest
+
+    from swerl_jax.sft.trainer import check_token_ids
+
+    model = types.SimpleNamespace(name="tiny", tokenizer="")
+    check_token_ids(np.asarray([[0, 511]]), 512, model)
+    with pytest.raises(ValueError, match=r"token id 512 is outside model.name='tiny'.*vocabulary of 512.*"
+                                         r"model.tokenizer='smollm2'"):
+        check_token_ids(np.asarray([[3, 512]]), 512, model)
