@@ -171,6 +171,14 @@ def _check_names(config: Any) -> None:
                 generate_tasks(0, 0, package=str(config.data.testbed_package))  # validates the name only
             except ValueError as e:
                 raise ValueError(f"data.testbed_package: {e}") from None
+    else:  # a testbed key set where no testbed task is generated would be ignored without a word
+        for key, value in (("data.testbed_families", config.data.testbed_families),
+                           ("data.testbed_package", config.data.testbed_package), ("eval.families", config.eval.families)):
+            if str(value).strip():
+                why = ("data.train_files is set: the records come from it" if str(config.data.train_files).strip()
+                       else f"data.generator={str(config.data.generator)!r}")
+                raise ValueError(f"{key}={str(value)!r} applies to testbed tasks only, and {why}; set "
+                                 "data.generator='testbed' (and data.train_files='') or clear it")
 
 
 def _check_files(config: Any) -> None:

@@ -83,6 +83,10 @@ def test_testbed_trains_and_evaluates_on_the_families_it_names_and_a_typo_is_nam
     same.data.testbed_package = "json"  # would shadow the standard library's json in the hidden tests
     with pytest.raises(ValueError, match=r"data.testbed_package: package='json'"):
         validate_config(same, check_files=False)
+    demo = _load("tiny_cpu")  # synthetic records: a testbed key would be ignored, so it is refused
+    demo.eval.families = "wrong_index"
+    with pytest.raises(ValueError, match=r"eval.families='wrong_index' applies to testbed tasks only.*synthetic"):
+        validate_config(demo, check_files=False)
 
 
 def test_one_sample_per_prompt_fails_validation_naming_the_key():
