@@ -173,7 +173,8 @@ def _check_names(config: Any) -> None:
                 raise ValueError(f"data.testbed_package: {e}") from None
     else:  # a testbed key set where no testbed task is generated would be ignored without a word
         for key, value in (("data.testbed_families", config.data.testbed_families),
-                           ("data.testbed_package", config.data.testbed_package), ("eval.families", config.eval.families)):
+                           ("data.testbed_package", config.data.testbed_package),
+                           ("eval.families", config.eval.families)):
             if str(value).strip():
                 why = ("data.train_files is set: the records come from it" if str(config.data.train_files).strip()
                        else f"data.generator={str(config.data.generator)!r}")
