@@ -291,7 +291,10 @@ def main(argv: list[str]) -> None:
     # sampler.cpus (or --cpus, one fleet member's share): before the engine starts JAX's CPU backend (its thread
     # pool is sized from these cores)
     cpus, key = (f.cpus, "--cpus") if f.cpus else (str(config.sampler.cpus), "sampler.cpus")
-    affinity.pin(affinity.parse_cpus(cpus, key), key)
+    try:
+        affinity.pin(affinity.parse_cpus(cpus, key), key)
+    except ValueError as e:  # one line naming the flag or key, not a traceback in the trainer's error
+        raise SystemExit(f"swerl_jax.sampler.server: {e}") from None
     if f.exit_with_parent:
         _exit_with_parent()
     host = f.host or config.sampler.host

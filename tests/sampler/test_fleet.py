@@ -123,3 +123,14 @@ def test_failover_and_bad_requests_without_processes(caplog):
     with pytest.raises(SamplerRequestError, match="too_large"):
         bad.generate(prompts, num_samples=2)
     assert len(bad) == 2
+
+
+def test_a_bad_cpus_flag_fails_the_server_start_naming_it(tmp_path, monkeypatch):
+    """A fleet member's `--cpus` share that is not a CPU list stops its server before any weights load, and the
+    client's error carries the server's one line naming the flag (no hang, no retry loop)."""
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    one_line = r"(?s)exited with code 1.*log tail:\nswerl_jax.sampler.server: --cpus='0-x': not a CPU list"
+    with pytest.raises(SamplerError, match=one_line):
+        SamplerClient(config_path="experiments/tiny_cpu.py", overrides=OVERRIDES, server_args=["--cpus=0-x"],
+                      weights_dir=str(tmp_path / "policy"), log_dir=str(tmp_path / "log"), timeout_s=60,
+                      max_restarts=0)
