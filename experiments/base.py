@@ -92,8 +92,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # earlier groups while later ones are generated, at the cost of smaller decode batches.
     c.sampler.prompts_per_request = 0
     c.sampler.request_timeout_s = 600.0
-    c.sampler.num_processes = 1  # > 1: a fleet of sampler processes, each on its share of sampler.cpus
+    c.sampler.num_processes = 1  # > 1: a fleet of sampler processes, each on its share of sampler.cpus/devices
     c.sampler.cpus = ""  # cores the sampler process runs on, e.g. "0" ("": any), so it and the trainer don't share
+    # GPUs the sampler processes run on (CUDA_VISIBLE_DEVICES, physical ids), split like sampler.cpus: e.g. "6-7"
+    # with the trainer launched on 0-5 ("": the trainer's own, shared). launch/gpu_node_async.sh places both.
+    c.sampler.devices = ""
     c.sampler.weights_dir = ""  # where policy versions are published; empty: workdir/policy
 
     # RL: GRPO and its ablations.

@@ -95,6 +95,7 @@ class SamplerSection:
     prompts_per_request: int
     request_timeout_s: float
     cpus: str
+    devices: str
     num_processes: int
     weights_dir: str
 

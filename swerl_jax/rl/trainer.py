@@ -51,7 +51,7 @@ from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, 
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
 from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, rollout_metrics
-from swerl_jax.runs.affinity import cpu_shares, parse_cpus
+from swerl_jax.runs.affinity import device_env, fleet_placement
 from swerl_jax.runs.checkpoint import Checkpointer
 from swerl_jax.runs.loop import TrainLoop
 from swerl_jax.sampler import weights
@@ -148,16 +148,18 @@ class GRPOTrainer(TrainLoop):
         log_dir = self.workdir / "sampler" / f"process_{jax.process_index()}"
         n = int(self.config.sampler.num_processes)
 
-        def client(log: pathlib.Path, cpus: str) -> SamplerClient:
+        def client(log: pathlib.Path, cpus: str, devices: str) -> SamplerClient:
             return SamplerClient(config_json=str(config_path), weights_dir=self.weights_dir, log_dir=str(log),
                                  timeout_s=float(self.config.sampler.request_timeout_s),
-                                 server_args=[f"--cpus={cpus}"] if cpus else [])
+                                 server_args=[f"--cpus={cpus}"] if cpus else [], server_env=device_env(devices))
 
-        if n == 1:  # one server, pinned (if at all) by its config's sampler.cpus
-            self.sampler = client(log_dir, "")
-        else:  # sampler.num_processes servers, each on its share of sampler.cpus; every one loads each version
-            shares = cpu_shares(parse_cpus(str(self.config.sampler.cpus), "sampler.cpus"), n)
-            self.sampler = SamplerFleet([client(log_dir / f"server_{i}", s) for i, s in enumerate(shares)])
+        # sampler.num_processes servers, each on its share of sampler.cpus and sampler.devices; every one loads
+        # each version
+        places = fleet_placement(str(self.config.sampler.cpus), str(self.config.sampler.devices), n)
+        if n == 1:
+            self.sampler = client(log_dir, *places[0])
+        else:
+            self.sampler = SamplerFleet([client(log_dir / f"server_{i}", *p) for i, p in enumerate(places)])
 
     def _publish(self, version: int) -> None:
         if self.inline:

@@ -1,7 +1,9 @@
-"""Placing a role on CPU cores: `sampler.cpus` (the sampler process) and `rl.trainer_cpus` (the trainer).
+"""Placing a role on CPU cores (`sampler.cpus`, `rl.trainer_cpus`) and on accelerators (`sampler.devices`).
 
     cpus = parse_cpus("0-3,8", "sampler.cpus")    # {0, 1, 2, 3, 8}; "" -> None (no pinning)
     pin(cpus, "rl.trainer_cpus")                   # this process, before JAX starts its CPU backend
+    fleet_placement("", "6-7", 2)                  # [("", "6"), ("", "7")]: (cores, GPUs) of each fleet member
+    device_env("6")                                # {"CUDA_VISIBLE_DEVICES": "6"} for a started sampler process
 
 Why before the backend starts: XLA's CPU client sizes its thread pool from the cores the process may run on
 (`sched_getaffinity`), so a trainer pinned to one core then runs one compute thread, not one per machine core
@@ -9,6 +11,12 @@ fighting the sampler's. Each role pins itself at its entry point (`swerl_jax.tra
 reading its config and before its first JAX computation; threads and processes it starts later (Grain and
 reward workers) inherit its cores. A pinned trainer's sampler may still go to other cores: a process may widen
 its own mask within the machine's online cores (unless a cgroup cpuset forbids it, which `pin` reports).
+
+Accelerators go by the environment of the process that is started: a sampler process of a fleet gets its share of
+`sampler.devices` as CUDA_VISIBLE_DEVICES (physical ids, whatever its parent's own setting), so the trainer and
+each sampler process hold disjoint GPUs of a node and neither preallocates the other's memory. The trainer's own
+GPUs are the launcher's business (CUDA_VISIBLE_DEVICES before `python -m swerl_jax.train`, e.g.
+launch/gpu_node_async.sh), since only the environment is sure to act before a backend starts.
 """
 
 from __future__ import annotations
@@ -20,23 +28,31 @@ import os
 ONLINE_CPUS = frozenset(range(os.cpu_count() or 1))
 
 
+def parse_ids(text: str, key: str, what: str = "an id list") -> frozenset[int] | None:
+    """An id list ("0", "0-3", "0,2,4-5") as a set; empty means none given (None). ValueError naming `key`."""
+    text = str(text or "").strip()
+    if not text:
+        return None
+    ids: set[int] = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"{key}={text!r}: not {what} (e.g. '0', '0-3' or '0,2,4-5')")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise ValueError(f"{key}={text!r}: range {part.strip()!r} runs backwards")
+        ids.update(range(a, b + 1))
+    return frozenset(ids)
+
+
 def parse_cpus(text: str, key: str) -> frozenset[int] | None:
     """A CPU list ("0", "0-3", "0,2,4-5") as a set of core ids; empty means no pinning (None).
 
     Raises ValueError naming `key` for a malformed list or a core this process may not run on.
     """
-    text = str(text or "").strip()
-    if not text:
+    cpus = parse_ids(text, key, "a CPU list")
+    if cpus is None:
         return None
-    cpus: set[int] = set()
-    for part in text.split(","):
-        lo, sep, hi = part.strip().partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"{key}={text!r}: not a CPU list (e.g. '0', '0-3' or '0,2,4-5')")
-        a, b = int(lo), int(hi) if sep else int(lo)
-        if b < a:
-            raise ValueError(f"{key}={text!r}: range {part.strip()!r} runs backwards")
-        cpus.update(range(a, b + 1))
     if not cpus <= ONLINE_CPUS:
         raise ValueError(f"{key}={text!r}: cores {sorted(cpus - ONLINE_CPUS)} do not exist (this machine has "
                          f"{_ranges(ONLINE_CPUS)})")
@@ -52,19 +68,38 @@ def pin(cpus: frozenset[int] | None, key: str) -> None:
             raise ValueError(f"{key}: cannot run on cores {_ranges(cpus)}: {e}") from None
 
 
-def cpu_shares(cpus: frozenset[int] | None, n: int, key: str = "sampler.cpus") -> list[str]:
-    """`n` CPU lists (one per sampler process of a fleet: its `--cpus`) splitting `cpus` into contiguous runs as
-    equal as possible, the first ones one core longer; n empty strings (no pinning) when `cpus` is None. Raises
-    ValueError naming `key` if there are fewer cores than processes."""
-    if cpus is None:
+def shares(ids: frozenset[int] | None, n: int, key: str, unit: str = "ids") -> list[str]:
+    """`n` id lists (one per sampler process of a fleet) splitting `ids` into contiguous runs as equal as
+    possible, the first ones one longer; n empty strings when `ids` is None. Raises ValueError naming `key` if
+    there are fewer ids than processes."""
+    if ids is None:
         return [""] * n
-    ordered = sorted(cpus)
+    ordered = sorted(ids)
     if len(ordered) < n:
-        raise ValueError(f"{key} has {len(ordered)} cores for sampler.num_processes={n} processes: give each at "
+        raise ValueError(f"{key} has {len(ordered)} {unit} for sampler.num_processes={n} processes: give each at "
                          "least one")
     q, r = divmod(len(ordered), n)
     bounds = [k * q + min(k, r) for k in range(n + 1)]
     return [",".join(map(str, ordered[bounds[k]:bounds[k + 1]])) for k in range(n)]
+
+
+def cpu_shares(cpus: frozenset[int] | None, n: int, key: str = "sampler.cpus") -> list[str]:
+    """`shares` of CPU cores: each fleet member's `--cpus`."""
+    return shares(cpus, n, key, "cores")
+
+
+def fleet_placement(cpus: str, devices: str, n: int) -> list[tuple[str, str]]:
+    """(`--cpus`, CUDA_VISIBLE_DEVICES) of each of a fleet's `n` sampler processes, from `sampler.cpus` and
+    `sampler.devices` ("" where the process keeps its own). One process keeps its config's sampler.cpus (it pins
+    itself); a fleet's members get their shares on the command line."""
+    cores = cpu_shares(parse_cpus(cpus, "sampler.cpus"), n) if n > 1 else [""]
+    gpus = shares(parse_ids(devices, "sampler.devices", "a device list"), n, "sampler.devices", "devices")
+    return list(zip(cores, gpus))
+
+
+def device_env(share: str) -> dict[str, str]:
+    """The environment that puts a started process on the accelerators `share` ("" -> {}: its parent's)."""
+    return {"CUDA_VISIBLE_DEVICES": share} if share else {}
 
 
 def _ranges(cpus: frozenset[int]) -> str:

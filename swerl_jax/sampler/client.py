@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from swerl_jax.sampler import protocol
 from swerl_jax.sampler.types import SECRET_ENV, Completion, SamplingParams
@@ -55,7 +55,8 @@ class SamplerClient:
     def __init__(self, address: tuple[str, int] | None = None, *, config_path: str = "",
                  overrides: Sequence[str] = (), secret: bytes | None = None, timeout_s: float = 600.0,
                  start_timeout_s: float = 300.0, max_restarts: int = 1, weights_dir: str = "",
-                 log_dir: str = "", config_json: str = "", server_args: Sequence[str] = ()) -> None:
+                 log_dir: str = "", config_json: str = "", server_args: Sequence[str] = (),
+                 server_env: Mapping[str, str] | None = None) -> None:
         """Args:
           address: (host, port) of a running server; None starts one with `config_path` + `overrides`, or with
             `config_json` (a config saved as JSON, e.g. by the trainer). A started server exits with this process.
@@ -69,6 +70,8 @@ class SamplerClient:
           log_dir: where a started server's stdout/stderr go (default: a temporary folder).
           server_args: more flags for a started server's command line (e.g. ["--cpus=2-3"]: the cores of one
             member of a sampler fleet, instead of sampler.cpus); kept for its restarts.
+          server_env: environment variables set for a started server over this process's (e.g.
+            {"CUDA_VISIBLE_DEVICES": "6"}: a fleet member's GPUs, `runs.affinity.device_env`); kept for restarts.
         """
         if address is None and not (config_path or config_json):
             raise ValueError("SamplerClient needs an address, or a config_path / config_json to start a server with")
@@ -80,6 +83,7 @@ class SamplerClient:
         source = [f"--config_json={config_json}"] if config_json else [f"--config={config_path}", *overrides]
         self._cmd_args = [*source, "--exit_with_parent"] + ([f"--weights_dir={weights_dir}"] if weights_dir else []) \
             + list(server_args)
+        self._server_env = dict(server_env or {})
         self._log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="swerl_sampler_"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None
@@ -107,7 +111,7 @@ class SamplerClient:
     def _start(self) -> None:
         port_file = self._log_dir / "port.json"
         port_file.unlink(missing_ok=True)
-        env = dict(os.environ)
+        env = {**os.environ, **self._server_env}
         if self.secret:
             env[SECRET_ENV] = self.secret.decode()
         cmd = [sys.executable, "-m", "swerl_jax.sampler.server", *self._cmd_args, "--port=0",

@@ -260,6 +260,8 @@ class SamplerServer:
             if self.watcher is None:
                 raise TimeoutError(f"min_policy_version={req.min_policy_version} but the sampler has version "
                                    f"{self.engine.policy_version} and no sampler.weights_dir")
+            log.info("waiting for policy version %d (have %d, up to %.0fs)", req.min_policy_version,
+                     self.engine.policy_version, req.wait_timeout_s)
             got = self.watcher.wait_for(req.min_policy_version, req.wait_timeout_s)
             if got is not None:
                 self.engine.update_params(got[1], got[0])
@@ -308,6 +310,11 @@ def main(argv: list[str]) -> None:
         with open(tmp, "w") as fh:
             json.dump({"host": server.address[0], "port": server.address[1], "pid": os.getpid()}, fh)
         os.replace(tmp, f.port_file)  # the client polls for this file: never let it see half of it
+    # where this role runs, in its log: the devices JAX gave it and the cores it may use
+    import jax
+    print(f"sampler placement: devices {[str(d) for d in jax.local_devices()]} "
+          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}), cores "
+          f"{sorted(os.sched_getaffinity(0))}", flush=True)
     print(f"sampler listening on {server.address[0]}:{server.address[1]} (pid {os.getpid()})", flush=True)
     server.serve_forever()
 

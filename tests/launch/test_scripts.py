@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = ["local.sh", "multiprocess_cpu.sh", "tpu_pod.sh", "slurm_h100.sbatch"]
+SCRIPTS = ["local.sh", "multiprocess_cpu.sh", "tpu_pod.sh", "slurm_h100.sbatch", "async_node.sh"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -132,3 +132,44 @@ def test_slurm_plans_then_sruns_the_trainer(tmp_path):
     text = (REPO / "launch" / "slurm_h100.sbatch").read_text()
     assert "#SBATCH --nodes=64" in text and "#SBATCH --ntasks-per-node=1" in text
     assert "JAX_LOCAL_DEVICE_IDS=0,1,2,3,4,5,6,7" in text
+
+
+def test_async_node_places_each_role_and_its_flags_resolve(tmp_path):
+    """launch/async_node.sh on an 8-GPU node and on this machine's cores: the trainer's CUDA_VISIBLE_DEVICES and
+    the flags that place the sampler fleet, recorded by a stand-in python; the flags then resolve as the real
+    trainer resolves them."""
+    from swerl_jax.config import load_experiment_config, parse_value, set_key, split_overrides
+    from swerl_jax.resolve import resolve_config
+
+    log = tmp_path / "argv.log"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/usr/bin/env bash\necho "CUDA_VISIBLE_DEVICES=${{CUDA_VISIBLE_DEVICES:-unset}}" > {log}\n'
+                    f'printf "%s\\n" "$@" >> {log}\n')
+    fake.chmod(0o755)
+
+    def launch(**env: str) -> tuple[str, list[str]]:
+        out = subprocess.run(["bash", "launch/async_node.sh", "experiments/tiny_cpu.py", "--config.rl.num_steps=3"],
+                             cwd=REPO, env={**{k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"},
+                                                   "PY": str(fake), **env}, capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        lines = log.read_text().splitlines()
+        return out.stdout + lines[0], lines[1:]
+
+    said, argv = launch(TRAINER_GPUS="0-5", SAMPLER_GPUS="6-7", SAMPLERS="2")
+    assert "trainer on GPUs 0-5, cores any; 2 sampler process(es) on GPUs 6-7" in said
+    assert said.endswith("CUDA_VISIBLE_DEVICES=0,1,2,3,4,5")
+    rest, overrides = split_overrides(argv)
+    assert rest == ["-m", "swerl_jax.train", "--config=experiments/tiny_cpu.py"]
+    config = load_experiment_config("experiments/tiny_cpu.py")
+    for key, text in overrides:
+        set_key(config, key, parse_value(config, key, text))
+    config = resolve_config(config)
+    assert (config.sampler.devices, config.sampler.num_processes, config.rl.max_staleness) == ("6-7", 2, 1)
+    assert config.sampler.mode == "process" and config.rl.num_steps == 3  # the user's flags come last and win
+
+    said, argv = launch(STALENESS="0")  # no placement given: the cores split in two (on a machine of 2 or more)
+    n = os.cpu_count() or 1
+    if n >= 2:
+        assert f"--config.sampler.cpus=0-{n // 2 - 1}" in argv and f"--config.rl.trainer_cpus={n // 2}-{n - 1}" in argv
+    assert "--config.rl.max_staleness=0" in argv and said.endswith("CUDA_VISIBLE_DEVICES=unset")

@@ -47,19 +47,13 @@ def _rollouts(workdir: pathlib.Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
-    full = tmp_path / "full"
-    out = _train(full, SMALL)
-    summary = json.loads(out.stdout[out.stdout.index("{"):])
-    assert summary["rl"]["resumed_from"] == 0
-    expected = read_metrics(full / "metrics.jsonl")
-    assert [r["step"] for r in expected] == [1, 2, 3, 4, 5, 6]
-    assert len({r["reward_mean"] for r in expected}) > 1 and all(r["grad_norm"] > 0 for r in expected)
-    # rl.update_epochs=2: the second update on the same batch sees a ratio away from 1
-    assert all(r["ratio_max"] < 1 + 1e-3 for r in expected)
-    assert any(abs(r["last_epoch/ratio_mean"] - 1) > 1e-4 for r in expected)
-
-    killed, gate = tmp_path / "killed", tmp_path / "gate"
+    full, killed, gate = tmp_path / "full", tmp_path / "killed", tmp_path / "gate"
     gate.mkdir()
+    # The uninterrupted run and the run to kill go side by side (one core each on CI's two).
+    out_file, err_file = tmp_path / "full.stdout", tmp_path / "full.stderr"  # files: a full pipe would block it
+    with open(out_file, "w") as out, open(err_file, "w") as err:
+        uninterrupted = subprocess.Popen([sys.executable, "-m", "swerl_jax.train", f"--workdir={full}", *SMALL],
+                                         cwd=REPO, env=_env(), stdout=out, stderr=err)
     # The reward hook blocks the first reward of step 5 (after 4 steps x 2 prompts x 4 samples): the run cannot
     # get past it, so the kill lands inside step 5 whatever the machine's load; wait on that event, not a clock.
     env = _env(SWERL_TEST_GATE=str(gate), SWERL_TEST_GATE_AFTER=str(4 * 2 * 4))
@@ -74,7 +68,19 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted_run(tmp_path):
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=60)
+        uninterrupted.wait(timeout=600)
     assert proc.returncode == -signal.SIGKILL
+    assert uninterrupted.returncode == 0, err_file.read_text()[-4000:]
+    stdout = out_file.read_text()
+    summary = json.loads(stdout[stdout.index("{"):])
+    assert summary["rl"]["resumed_from"] == 0
+    expected = read_metrics(full / "metrics.jsonl")
+    assert [r["step"] for r in expected] == [1, 2, 3, 4, 5, 6]
+    assert len({r["reward_mean"] for r in expected}) > 1 and all(r["grad_norm"] > 0 for r in expected)
+    # rl.update_epochs=2: the second update on the same batch sees a ratio away from 1
+    assert all(r["ratio_max"] < 1 + 1e-3 for r in expected)
+    assert any(abs(r["last_epoch/ratio_mean"] - 1) > 1e-4 for r in expected)
+
     # the kill came inside step 5: steps 1-4 logged and checkpointed, nothing of step 5 written
     assert [r["step"] for r in read_metrics(killed / "metrics.jsonl")] == [1, 2, 3, 4]
     assert sorted(p.name for p in (killed / "checkpoints").iterdir() if p.name.isdigit()) == ["2", "4"]

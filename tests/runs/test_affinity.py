@@ -10,7 +10,7 @@ import pytest
 
 from experiments import base
 from swerl_jax.resolve import resolve_config
-from swerl_jax.runs.affinity import ONLINE_CPUS, cpu_shares, parse_cpus, pin
+from swerl_jax.runs.affinity import ONLINE_CPUS, cpu_shares, device_env, fleet_placement, parse_cpus, pin
 
 
 def test_parse_cpus():
@@ -45,6 +45,9 @@ def test_pin_then_widen_in_a_child():
     ({"rl.off_policy": "decoupled", "rl.old_logprobs": "recompute"}, "rl.off_policy='decoupled'"),
     ({"rl.max_staleness": 1, "rl.task": "agent", "agent.kv_cache": "kept"}, "agent.kv_cache='kept' with"),
     ({"rl.trainer_cpus": "0-x"}, "rl.trainer_cpus='0-x': not a CPU list"),
+    ({"sampler.devices": "6,x"}, "sampler.devices='6,x': not a device list"),
+    ({"sampler.devices": "6", "sampler.num_processes": 2}, "sampler.devices has 1 devices for sampler.num_processes=2"),
+    ({"sampler.devices": "0", "sampler.mode": "inline"}, "sampler.devices='0' with sampler.mode='inline'"),
 ])
 def test_resolve_names_the_key(overrides, message):
     c = base.get_config()
@@ -61,3 +64,15 @@ def test_cpu_shares_split_the_cores_of_a_fleet():
     assert cpu_shares(frozenset({4, 5, 6, 7, 9}), 2) == ["4,5,6", "7,9"]
     with pytest.raises(ValueError, match="sampler.cpus has 1 cores for sampler.num_processes=2"):
         cpu_shares(frozenset({0}), 2)
+
+
+def test_fleet_placement_gives_each_sampler_its_cores_and_gpus():
+    """A node's GPUs 4-7 for a fleet of 2 (the trainer launched on 0-3): each member its own pair, as
+    CUDA_VISIBLE_DEVICES; one process keeps its config's sampler.cpus (it pins itself) and gets its GPUs."""
+    assert fleet_placement("", "4-7", 2) == [("", "4,5"), ("", "6,7")]
+    assert fleet_placement("", "", 3) == [("", "")] * 3
+    assert fleet_placement("0", "5", 1) == [("", "5")]
+    if len(ONLINE_CPUS) >= 2:
+        first, last = min(ONLINE_CPUS), max(ONLINE_CPUS)
+        assert fleet_placement(f"{first},{last}", "2,3", 2) == [(str(first), "2"), (str(last), "3")]
+    assert device_env("4,5") == {"CUDA_VISIBLE_DEVICES": "4,5"} and device_env("") == {}

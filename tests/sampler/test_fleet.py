@@ -1,11 +1,13 @@
 """The sampler fleet: a request split across server processes samples exactly what one process would, and a dead
-process is dropped with its part re-sent."""
+process, killed mid-call, is dropped with its part re-sent."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import signal
+import time
 
 import jax
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import init_params
+from swerl_jax.runs.affinity import device_env
 from swerl_jax.sampler import weights
 from swerl_jax.sampler.client import SamplerClient, SamplerError, SamplerRequestError
 from swerl_jax.sampler.engine import SamplingEngine
@@ -50,8 +53,11 @@ def test_fleet_equals_one_process_and_survives_a_killed_one(tmp_path, monkeypatc
         for i in range(2):  # one core each (--cpus), so the two processes run side by side
             clients.append(SamplerClient(config_path="experiments/tiny_cpu.py", overrides=OVERRIDES,
                                          weights_dir=str(policy), timeout_s=120, max_restarts=0,
-                                         log_dir=str(tmp_path / f"log{i}"), server_args=[f"--cpus={i}"]))
+                                         log_dir=str(tmp_path / f"log{i}"), server_args=[f"--cpus={i}"],
+                                         server_env=device_env(str(7 - i))))  # ignored by JAX on CPU
         fleet = SamplerFleet(clients)
+        for i, c in enumerate(clients):  # each logs where it runs: its GPUs (here only the variable) and cores
+            assert f"(CUDA_VISIBLE_DEVICES={7 - i}), cores [{i}]" in c.log_path.read_text()
         assert len(fleet) == 2 and fleet.ping()["max_batch"] == 8
         # one process, all 5 prompts (8 rows // 3 samples: batches of 2 prompts)
         one = clients[1].generate(PROMPTS, SAMPLING, num_samples=3, seed=7, min_policy_version=1)
@@ -69,15 +75,28 @@ def test_fleet_equals_one_process_and_survives_a_killed_one(tmp_path, monkeypatc
             fleet.generate(PROMPTS + [[1] * 40], SAMPLING, num_samples=3, seed=7)
         assert len(fleet) == 2
 
-        # kill -9 the process holding prompts 0..3 (no restarts left): its part goes to the other one
-        os.kill(clients[0].proc.pid, signal.SIGKILL)
-        clients[0].proc.wait()
-        with caplog.at_level(logging.WARNING, logger="swerl_jax.sampler"):
-            again = fleet.generate(PROMPTS, SAMPLING, num_samples=3, seed=7, min_policy_version=1)
-        assert summary(again) == summary(one)
+        # kill -9 the process holding prompts 0..3 *mid-call* (no restarts left): both servers hold their part,
+        # waiting for version 2; once 0 is dead, version 2 is published and its part goes to the other one
+        with concurrent.futures.ThreadPoolExecutor(1) as pool, caplog.at_level(logging.WARNING,
+                                                                                 logger="swerl_jax.sampler"):
+            call = pool.submit(fleet.generate, PROMPTS, SAMPLING, num_samples=3, seed=7, min_policy_version=2,
+                               wait_timeout_s=300)
+            deadline = time.monotonic() + 300  # a hang guard only: wait on the servers' log lines, not a clock
+            while not all("waiting for policy version 2" in c.log_path.read_text() for c in clients):
+                assert not call.done(), call.exception()
+                assert time.monotonic() < deadline, "the fleet's parts never reached both servers"
+                time.sleep(0.05)
+            os.kill(clients[0].proc.pid, signal.SIGKILL)
+            clients[0].proc.wait()
+            weights.publish(policy, jax.tree.map(lambda x: x * 0.5, v1), 2)
+            again = call.result(timeout=300)
         assert len(fleet) == 1 and fleet.clients == (clients[1],)
+        assert summary(again) == summary(clients[1].generate(PROMPTS, SAMPLING, num_samples=3, seed=7,
+                                                             min_policy_version=2))
+        assert all(c.policy_version == 2 for g in again for c in g) and summary(again) != summary(one)
         assert any("dropping sampler 0" in r.message and str(clients[0].log_path) in r.message
                    for r in caplog.records), caplog.text
+        assert any("re-sending prompts 0..3" in r.message for r in caplog.records), caplog.text
         # the last one dies too: a clear error, not a hang
         os.kill(clients[1].proc.pid, signal.SIGKILL)
         clients[1].proc.wait()
