@@ -9,6 +9,8 @@ and trains `--steps` GRPO steps with the same prompts and samples per step. Vari
   k1-pinned     rl.max_staleness=1, plain clipped objective against the behaviour log-probs
   k1-decoupled  k = 1 with rl.off_policy=decoupled (one more forward pass per step: the proximal log-probs)
   k2-pinned     rl.max_staleness=2
+  k2-stream     k = 2, agent episodes streamed across steps (agent.stream_ahead_batches=1: a step trains on the
+                first groups to finish; agent configs only)
 
 and prints the mean seconds per step over steps 3..N (1-2 compile), the trainer's idle fraction (waiting for a
 batch), the producer's idle fraction (held by the bound), the staleness, the reward, and each variant's speed-up
@@ -39,6 +41,7 @@ VARIANTS = {
     "k1-pinned": PINNED + ["--config.rl.max_staleness=1"],
     "k1-decoupled": PINNED + ["--config.rl.max_staleness=1", "--config.rl.off_policy=decoupled"],
     "k2-pinned": PINNED + ["--config.rl.max_staleness=2"],
+    "k2-stream": PINNED + ["--config.rl.max_staleness=2", "--config.agent.stream_ahead_batches=1"],
 }
 
 
@@ -79,6 +82,8 @@ def main() -> None:
         raise SystemExit("async_rl.py pins the sampler and the trainer to cores 0 and 1: it needs 2 cores")
     root = pathlib.Path(args.keep or tempfile.mkdtemp(prefix="async_rl_"))
     names = args.variants.split(",")
+    if "agent" not in pathlib.Path(args.config).stem and "--variants" not in " ".join(sys.argv):
+        names.remove("k2-stream")  # streams agent episodes: not a variant of a repair config
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")

@@ -172,6 +172,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.agent.step_timeout_s = 120.0  # one tool call's wall clock
     c.agent.env_workers = 8  # threads stepping environments (each tool call is a sandboxed process)
     c.agent.waves = 1  # >1: split the groups so one wave's environments step while the next generates
+    # >= 1 (with rl.max_staleness >= 1): stream episodes across steps, this many task batches beyond the step's in
+    # flight; a step trains on the first rl.prompts_per_step groups to finish (swerl_jax/agent/stream.py). 0: off
+    c.agent.stream_ahead_batches = 0
     c.agent.compact_prompt = False  # the tools' syntax only (tiny CPU policies) instead of the full descriptions
     c.agent.kv_cache = "reprefill"  # reprefill: each turn's whole context to the sampler | kept (inline sampler)
     c.agent.eval_tasks = 16  # held-out synthetic tasks evaluated greedily every eval.every_steps

@@ -108,6 +108,11 @@ def _check_staleness(config: Any) -> None:
         raise ValueError(f"rl.old_logprobs='recompute' with rl.max_staleness={k} / rl.off_policy="
                          f"{str(rl.off_policy)!r}: a stale batch's ratio must use the behaviour log-probs the "
                          "sampler recorded; set rl.old_logprobs='sampler'")
+    ahead = int(config.agent.stream_ahead_batches)
+    if ahead < 0 or (ahead > 0 and (k < 1 or str(rl.task) != "agent" or int(config.agent.waves) != 1)):
+        raise ValueError(f"agent.stream_ahead_batches={ahead}: must be >= 0, and streaming episodes across steps "
+                         f"needs rl.task='agent', rl.max_staleness >= 1 (a carried episode is a version older; got "
+                         f"{k}) and agent.waves=1 (the stream runs every live episode in one wave)")
     if k > 0 and str(rl.task) == "agent" and str(config.agent.kv_cache) == "kept":
         raise ValueError(f"agent.kv_cache='kept' with rl.max_staleness={k}: kept K/V drives the trainer's inline "
                          "engine directly, which the trainer updates while the producer collects; set "

@@ -184,6 +184,7 @@ class AgentSection:
     step_timeout_s: float
     env_workers: int
     waves: int
+    stream_ahead_batches: int
     compact_prompt: bool
     kv_cache: str = _choices("reprefill", "kept")
     eval_tasks: int

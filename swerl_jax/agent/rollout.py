@@ -126,14 +126,17 @@ class Conversation:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     done: bool = False
     termination: str | None = None
-    policy_version: int = -1
+    policy_version: int = -1  # of the newest model turn
+    first_version: int = -1  # of the first model turn: an episode spanning versions counts by its oldest
     error: str | None = None
     first_error_end: int | None = None  # len(tokens) after the model turn whose tool call failed first
 
     def context(self) -> np.ndarray:
+        """The prompt and every token after it: what the next turn continues."""
         return np.concatenate([self.prompt, np.asarray(self.tokens, np.int32)])
 
     def add(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
+        """Append a model turn (with its behaviour log-probs) or, with `logprobs` None, an observation."""
         self.tokens += [int(t) for t in ids]
         self.mask += [1.0 if logprobs is not None else 0.0] * len(ids)
         self.logprobs += list(map(float, logprobs)) if logprobs is not None else [0.0] * len(ids)
@@ -159,7 +162,7 @@ def run_episodes(envs: Sequence[Sequence[SWEEnv]], generator: TurnGenerator, cha
     flat = [c for group in convs for c in group]
 
     t0 = time.perf_counter()
-    tasks = list(pool.map(_reset, flat))
+    tasks = list(pool.map(reset_episode, flat))
     times.env_wait_s += time.perf_counter() - t0
     for c, task in zip(flat, tasks):
         if isinstance(task, Exception):
@@ -173,7 +176,7 @@ def run_episodes(envs: Sequence[Sequence[SWEEnv]], generator: TurnGenerator, cha
         for w, groups in enumerate(wave_of):
             if w in pending:
                 t0 = time.perf_counter()
-                _apply_steps(pending.pop(w), chat, max_context, min_turn_tokens)
+                apply_steps(pending.pop(w), chat, max_context, min_turn_tokens)
                 times.env_wait_s += time.perf_counter() - t0
             active = [c for p in groups for c in convs[p] if not c.done]
             if not active:
@@ -196,36 +199,45 @@ def run_episodes(envs: Sequence[Sequence[SWEEnv]], generator: TurnGenerator, cha
                 if c.done:  # a reset that failed in turn 0: nothing to step
                     continue
                 done = completions[id(c)]
-                c.add(done.tokens, done.logprobs)
-                c.policy_version = done.policy_version
-                futures.append(pool.submit(_step, c, done, chat.tokenizer))
+                add_turn(c, done)
+                futures.append(pool.submit(step_episode, c, done, chat.tokenizer))
             pending[w] = futures
         turn += 1
         if on_turn is not None:
             on_turn(turn)
     for w in list(pending):
         t0 = time.perf_counter()
-        _apply_steps(pending.pop(w), chat, max_context, min_turn_tokens)
+        apply_steps(pending.pop(w), chat, max_context, min_turn_tokens)
         times.env_wait_s += time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    scored = list(pool.map(_reward, flat))
+    scored = list(pool.map(score_episode, flat))
     times.reward_s = time.perf_counter() - t0
     times.env_busy_s = sum(c.env.stats.env_seconds for c in flat if c.env.stats)
     groups: RolloutGroups = []
     for group in convs:
-        groups.append([_rollout(c, chat, scored[flat.index(c)]) for c in group])
+        groups.append([to_rollout(c, chat, scored[flat.index(c)]) for c in group])
     return groups, times
 
 
-def _reset(c: Conversation) -> str | Exception:
+def add_turn(c: Conversation, completion: Completion) -> None:
+    """Append a model turn: its tokens, their behaviour log-probs and the policy version that sampled it."""
+    c.add(completion.tokens, completion.logprobs)
+    c.policy_version = completion.policy_version
+    if c.first_version < 0:
+        c.first_version = completion.policy_version
+
+
+def reset_episode(c: Conversation) -> str | Exception:
+    """The environment's task text, or the exception its reset raised (the episode is then masked)."""
     try:
         return c.env.reset()
     except Exception as err:  # one broken environment never stops the step: its episode is masked
         return err
 
 
-def _step(c: Conversation, completion: Completion, tokenizer) -> tuple[Conversation, Completion, str, bool]:
+def step_episode(c: Conversation, completion: Completion, tokenizer) -> tuple[Conversation, Completion, str, bool]:
+    """Run the model turn `completion` (already added) in the environment: (c, completion, observation, done)."""
     text = completion.text
     if text is None:
         body = completion.tokens[:-1] if completion.finish_reason == "stop" else completion.tokens
@@ -236,8 +248,8 @@ def _step(c: Conversation, completion: Completion, tokenizer) -> tuple[Conversat
     return c, completion, observation, done
 
 
-def _apply_steps(futures: list[concurrent.futures.Future], chat: ChatFormat, max_context: int,
-                 min_turn_tokens: int) -> None:
+def apply_steps(futures: list[concurrent.futures.Future], chat: ChatFormat, max_context: int,
+                min_turn_tokens: int) -> None:
     """Append each stepped conversation's observation, or end it (environment done, or no room left)."""
     for future in futures:
         c, completion, observation, done = future.result()
@@ -252,7 +264,8 @@ def _apply_steps(futures: list[concurrent.futures.Future], chat: ChatFormat, max
         c.add(ids, None)
 
 
-def _reward(c: Conversation) -> tuple[float, dict]:
+def score_episode(c: Conversation) -> tuple[float, dict]:
+    """The ended episode's (reward, info); an environment failure gives (0, env_error) and masks the episode."""
     if c.termination == "env_error":
         return 0.0, {"reason": "env_error", "error": c.error}
     try:
@@ -265,7 +278,8 @@ def _reward(c: Conversation) -> tuple[float, dict]:
     return float(reward), {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool)) or v is None}
 
 
-def _rollout(c: Conversation, chat: ChatFormat, scored: tuple[float, dict]) -> Rollout:
+def to_rollout(c: Conversation, chat: ChatFormat, scored: tuple[float, dict]) -> Rollout:
+    """The scored episode as a GRPO row source; its `policy_version` is its first model turn's (its oldest)."""
     reward, info = scored
     stats = c.env.stats
     info = {**info, "turns": stats.turns, "tool_errors": stats.tool_errors, "env_s": round(stats.env_seconds, 3),
@@ -276,5 +290,6 @@ def _rollout(c: Conversation, chat: ChatFormat, scored: tuple[float, dict]) -> R
         completion_tokens=tokens, sampler_logprobs=np.asarray(c.logprobs, np.float32),
         finish_reason="stop" if c.termination == "finish" else "length",
         completion=chat.tokenizer.decode(tokens.tolist(), skip_special_tokens=False) if len(tokens) else "",
-        policy_version=c.policy_version, reward=reward, reward_info=info,
+        policy_version=c.first_version if c.first_version >= 0 else c.policy_version, reward=reward,
+        reward_info=info,
         token_mask=np.asarray(c.mask, np.float32), termination=c.termination)

@@ -8,7 +8,10 @@ the one GRPO trainer, with its `evaluate` as the trainer's evaluator): the Grain
 `rl.num_samples` episodes (`agent.rollout.run_episodes`: the sampler continues each conversation turn by turn,
 environments step in a thread pool), the environment's final reward (hidden tests, or the SWE-RL similarity of the
 diff) scores each episode, and the rows' loss mask covers the model's own tokens only (`Rollout.token_mask`).
-Episodes whose environment failed are excluded from their group's baseline. Everything after collection
+Episodes whose environment failed are excluded from their group's baseline. With agent.stream_ahead_batches >= 1
+(and rl.max_staleness >= 1) the episodes stream across steps instead (`agent.stream.EpisodeStream`): a step takes
+the first P groups to finish, the others carry on under newer policies, and agent/stream_* counts the groups
+carried, dropped (older than the staleness bound) and in flight. Everything after collection
 (advantages, compact filtering, the clipped update, publishing, metrics, checkpoints) is `GRPOTrainer`'s.
 
 Metrics on top of GRPO's: agent/turns_mean, agent/tool_error_rate (tool errors / turns), agent/termination/<why>
@@ -33,6 +36,7 @@ import numpy as np
 from swerl_jax import sharding
 from swerl_jax.agent.env import TERMINATIONS
 from swerl_jax.agent.rollout import SYSTEM, ChatFormat, Reprefill, TurnGenerator, run_episodes
+from swerl_jax.agent.stream import EpisodeStream
 from swerl_jax.agent.tasks import AgentTasks
 from swerl_jax.rl.collector import Collector, Groups, Sampler, local_prompts
 from swerl_jax.rl.rollouts import Rollout, RolloutGroups, flatten_groups
@@ -73,6 +77,12 @@ class AgentCollector(Collector):
         self.pool = concurrent.futures.ThreadPoolExecutor(int(a.env_workers), thread_name_prefix="agent-env")
         self.heldout = (AgentTasks.from_config(config, workdir, heldout=True)
                         if int(config.eval.every_steps) > 0 and sharding.is_main_process() else None)
+        self.stream = None
+        if int(a.stream_ahead_batches) > 0:  # episodes across steps: a step takes the first groups to finish
+            self.stream = EpisodeStream(self.chat, SYSTEM, self.sampling, num_samples=self.num_samples,
+                                        ahead_batches=int(a.stream_ahead_batches), max_context=int(a.max_context),
+                                        seed=int(config.seed), pool=self.pool)
+        self.max_staleness = int(config.rl.max_staleness)
 
     def generator(self, sampler: Sampler) -> TurnGenerator:
         """How turns are sampled: re-prefill through the trainer's sampler, or kept K/V (agent.kv_cache)."""
@@ -89,14 +99,24 @@ class AgentCollector(Collector):
                             max_context=int(a.max_context), seed=int(self.config.seed), step=step,
                             policy_version=version, pool=self.pool, waves=int(a.waves))
 
+    def _draw(self) -> list[dict]:
+        return [self.tasks.instances[int(i)] for i in np.asarray(next(self.data_iter)).reshape(-1)]
+
     def collect(self, sampler: Sampler, step: int, policy_version: int) -> Groups:
         """Step `step`'s scored episodes [P][G]; an episode whose environment failed is `excluded`."""
+        stream_metrics: dict[str, float] = {}
         t0 = time.perf_counter()
-        indices = np.asarray(next(self.data_iter)).reshape(-1)
-        t_data = time.perf_counter() - t0
-        instances = [self.tasks.instances[int(i)] for i in indices]
-        rollouts, times = self.episodes(sampler, instances, self.num_samples, self.sampling, step, policy_version,
-                                        self.tasks)
+        if self.stream is not None:  # the first P groups of the stream to finish (draws inside, timed with it)
+            t_data = 0.0
+            rollouts, times, stream_metrics = self.stream.collect(
+                self.generator(sampler), self._draw,
+                lambda inst: [self.tasks.env(inst, self.config) for _ in range(self.num_samples)], step,
+                policy_version, min_version=step - 1 - self.max_staleness)
+        else:
+            instances = self._draw()
+            t_data = time.perf_counter() - t0
+            rollouts, times = self.episodes(sampler, instances, self.num_samples, self.sampling, step,
+                                            policy_version, self.tasks)
         excluded = np.zeros((len(rollouts), self.num_samples), bool)
         for p, group in enumerate(rollouts):
             for r in group:
@@ -104,7 +124,7 @@ class AgentCollector(Collector):
         return Groups.scored(rollouts, self.num_samples, excluded=excluded if excluded.any() else None,
                              times={"data_s": t_data, "generate_s": times.generate_s, "env_wait_s": times.env_wait_s,
                                     "env_busy_s": times.env_busy_s, "reward_s": times.reward_s},
-                             metrics=episode_metrics(flatten_groups(rollouts)))
+                             metrics=episode_metrics(flatten_groups(rollouts)) | stream_metrics)
 
     def credit(self, groups: Groups, advantages: np.ndarray) -> tuple[np.ndarray | None, dict[str, float]]:
         """agent.error_credit = "until_error": see `mask_after_first_error`; "episode": every model token."""
@@ -124,7 +144,9 @@ class AgentCollector(Collector):
         return {f"eval/{k.split('/', 1)[1]}": v for k, v in m.items()} | {"eval/episodes": len(groups)}
 
     def close(self) -> None:
-        """Stop the environment pool."""
+        """Close the episodes still streaming, then stop the environment pool."""
+        if self.stream is not None:
+            self.stream.close()
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 

@@ -1,0 +1,145 @@
+"""Agent episodes streamed across steps: a step takes the first groups to finish, the others carry on under newer
+policies (each token keeping its behaviour log-prob), and a group that would break the staleness bound is dropped."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+
+import numpy as np
+import pytest
+
+from swerl_jax.agent.rollout import SYSTEM, ChatFormat
+from swerl_jax.agent.stream import EpisodeStream
+from swerl_jax.rl.collector import Groups
+from swerl_jax.rl.producer import staleness
+from swerl_jax.sampler.types import Completion, SamplingParams
+from swerl_jax.tokenizer import load_tokenizer
+
+
+@dataclasses.dataclass
+class Stats:
+    turns: int = 0
+    tool_errors: int = 0
+    env_seconds: float = 0.0
+    termination: str | None = None
+
+
+class CountingEnv:
+    """An episode that finishes after its task's `turns` model turns; reward 1 (no sandbox: the stream's logic)."""
+
+    def __init__(self, instance: dict, closed: list) -> None:
+        self.instance, self.closed, self.stats = instance, closed, Stats()
+
+    def reset(self) -> str:
+        return f"fix task {self.instance['instance_id']}"
+
+    def step(self, text: str):
+        self.stats.turns += 1
+        done = self.stats.turns >= self.instance["turns"]
+        if done:
+            self.stats.termination = "finish"
+        return f"ran {text}", done, {"error": None, "termination": self.stats.termination}
+
+    def end(self, termination: str) -> None:
+        self.stats.termination = self.stats.termination or termination
+
+    def reward(self):
+        return 1.0 + 0.1 * self.instance["turns"], {}
+
+    def close(self) -> None:
+        self.closed.append(self.instance["instance_id"])
+
+
+class VersionedGenerator:
+    """A `TurnGenerator` serving policy `version`: two tokens and the end of turn, log-probs naming the version."""
+
+    def __init__(self, eos: int) -> None:
+        self.version, self.eos, self.calls = 0, eos, []
+
+    def _one(self, seed: int, min_policy_version: int) -> Completion:
+        assert self.version >= min_policy_version
+        tokens = np.asarray([7 + seed % 5, 9, self.eos], np.int32)
+        return Completion(0, 0, tokens, np.full(3, -0.5 - self.version, np.float32), "act", "stop", 0, 3,
+                          self.version)
+
+    def first_turn(self, prompts, num_samples, sampling, seed, min_policy_version):
+        self.calls.append(("first", len(prompts), seed))
+        return [[self._one(seed, min_policy_version) for _ in range(num_samples)] for _ in prompts]
+
+    def next_turn(self, contexts, caps, sampling, seed, min_policy_version):
+        self.calls.append(("next", len(contexts), seed))
+        return [self._one(seed, min_policy_version) for _ in contexts]
+
+
+TURNS = [5, 1, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1]  # task i's episode length; task 0 is the slow one
+
+
+def _run(steps: int, max_staleness: int = 1):
+    """Collect `steps` steps of P = 2 groups x G = 2 episodes, one batch ahead; the trainer publishes version s
+    after step s (the generator serves it). Returns per step (groups, metrics), the calls, the closed envs."""
+    tokenizer = load_tokenizer("testbed")
+    chat, closed = ChatFormat(tokenizer), []
+    tasks = iter([[{"instance_id": f"t{i}", "turns": TURNS[i]}, {"instance_id": f"t{i + 1}", "turns": TURNS[i + 1]}]
+                  for i in range(0, len(TURNS), 2)])
+    gen = VersionedGenerator(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    out = []
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        stream = EpisodeStream(chat, SYSTEM, SamplingParams(max_new_tokens=8), num_samples=2, ahead_batches=1,
+                               max_context=512, seed=3, pool=pool)
+        for step in range(1, steps + 1):
+            gen.version = step - 1
+            groups, times, metrics = stream.collect(gen, lambda: next(tasks),
+                                                    lambda inst: [CountingEnv(inst, closed) for _ in range(2)],
+                                                    step, step - 1, min_version=step - 1 - max_staleness)
+            out.append((groups, metrics))
+        stream.close()
+    return out, gen.calls, closed
+
+
+def test_a_step_takes_the_first_groups_to_finish_and_the_slow_one_carries_on():
+    out, calls, closed = _run(3)
+    ids = [[g[0].prompt_id for g in groups] for groups, _ in out]
+    # step 1: tasks 0-3 in flight (one batch ahead); 1 and 2 finish after one turn: the 5-turn task 0 holds nothing
+    assert ids[0] == ["t1", "t2"]
+    # the requests: step 1 one turn of 4 new groups; step 2 the 2 new groups' first turns and the 4 carried
+    # episodes' next turns; step 3 (task 0 dropped, task 5 done) 4 new groups, one turn
+    assert [(kind, n) for kind, n, _ in calls] == [("first", 4), ("first", 2), ("next", 4), ("first", 4)]
+    # step 2: task 3 (2 turns) finished under version 1 after its first turn under version 0; 4 and 5 ran one turn,
+    # 4 goes now, 5 (finished too) waits for step 3
+    assert ids[1] == ["t3", "t4"]
+    t3 = out[1][0][0]
+    assert [r.sample for r in t3] == [0, 1] and all(r.group == 0 for r in t3)
+    for r in t3:  # a partial rollout: each model token keeps its own version's behaviour log-prob
+        model = r.sampler_logprobs[r.token_mask.astype(bool)]
+        assert model.tolist() == [-0.5] * 3 + [-1.5] * 3 and r.policy_version == 0
+    assert out[1][1]["agent/stream_carried_groups"] == 1 and out[1][1]["agent/stream_multi_version_frac"] == 0.5
+    # step 3 (min version 1): task 0, started under version 0 and still running, is dropped unscored; 5 goes first
+    assert out[2][1]["agent/stream_dropped_groups"] == 1 and "t0" in closed
+    assert ids[2][0] == "t5" and "t0" not in {i for step in ids for i in step}
+    for step, (groups, _) in enumerate(out, start=1):  # the bound: every trained token at most k = 1 versions old
+        g = Groups.scored(groups, 2)
+        assert staleness(g, step)[1] <= 1 and g.rewards.shape == (2, 2)
+        assert [[r.group for r in grp] for grp in groups] == [[0, 0], [1, 1]]
+
+
+def test_the_stream_is_deterministic_and_its_seeds_follow_step_and_turn():
+    a, calls_a, _ = _run(3)
+    b, calls_b, _ = _run(3)
+    assert calls_a == calls_b
+    for (ga, ma), (gb, mb) in zip(a, b):
+        assert ma == mb
+        for x, y in zip(ga, gb):
+            for r, s in zip(x, y):
+                assert (r.prompt_id, r.reward, r.completion_tokens.tolist()) == (s.prompt_id, s.reward,
+                                                                                 s.completion_tokens.tolist())
+    assert len({seed for _, _, seed in calls_a}) == len(calls_a)  # no two requests share a seed
+
+
+def test_at_staleness_0_a_carried_group_is_always_dropped():
+    """k = 0 (refused by resolve for a stream, shown here): anything carried is a version old, so dropped."""
+    out, _, closed = _run(3, max_staleness=0)
+    assert [m["agent/stream_dropped_groups"] for _, m in out][1:] == [2, 2]
+    with pytest.raises(ValueError, match="stream_ahead_batches=0"):
+        EpisodeStream(None, SYSTEM, SamplingParams(), num_samples=2, ahead_batches=0, max_context=8, seed=0,
+                      pool=None)
