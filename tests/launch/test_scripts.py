@@ -75,12 +75,62 @@ def test_launchers_name_only_modules_and_experiments_that_exist():
             assert exp == "experiments/NAME.py" or (REPO / exp).is_file(), f"launch/{script} names {exp}"
 
 
-def test_local_sh_its_own_example_with_workdir_plans_then_trains(tmp_path):
+class Launched:
+    """A launcher started in the background (the three below run side by side: each is two JAX processes, the
+    planner then the trainer, mostly single-threaded start-up)."""
+
+    def __init__(self, root: Path, argv: list[str], env: dict) -> None:
+        self.root = root
+        self._out, self._err = root / "stdout.txt", root / "stderr.txt"
+        with open(self._out, "w") as out, open(self._err, "w") as err:  # files: a full pipe would block it
+            self.proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=err)
+
+    def result(self, timeout: float = 300) -> subprocess.CompletedProcess:
+        """Wait for it: (returncode, stdout, stderr)."""
+        self.proc.wait(timeout=timeout)
+        return subprocess.CompletedProcess(self.proc.args, self.proc.returncode, self._out.read_text(),
+                                           self._err.read_text())
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """local.sh, tpu_pod.sh (a fake gcloud) and slurm_h100.sbatch (a fake srun), started at once."""
+    runs = {}
     # launch/local.sh X.py --workdir=...: the planner used to get --workdir too, reject it and print no plan
-    run = tmp_path / "run"
-    out = subprocess.run(["bash", "launch/local.sh", "experiments/tiny_cpu.py", f"--workdir={run}",
-                          "--config.data.max_prompt_len=512", *ZERO], cwd=REPO, env=_env(tmp_path),
-                         capture_output=True, text=True, timeout=300)
+    tmp = tmp_path_factory.mktemp("local")
+    runs["local"] = Launched(tmp, ["bash", "launch/local.sh", "experiments/tiny_cpu.py", f"--workdir={tmp / 'run'}",
+                                   "--config.data.max_prompt_len=512", *ZERO], _env(tmp))
+    # the fake gcloud runs the --command it is given in a stand-in for the worker's home: REMOTE_DIR holds the
+    # checkout and its .venv, as SETUP=1 leaves it
+    tmp = tmp_path_factory.mktemp("tpu")
+    home, remote = tmp / "home", tmp / "home" / "swerl_jax"
+    remote.mkdir(parents=True)
+    for name in ("swerl_jax", "experiments", "launch"):
+        (remote / name).symlink_to(REPO / name)
+    (remote / ".venv").symlink_to(Path(sys.executable).parents[1])
+    _recorder(tmp, "gcloud", tmp / "calls.log", then=f'cd {home}; for a in "$@"; do [[ "$a" == --command=* ]] && '
+                                                     'exec bash -c "${a#--command=}"; done; exit 0')
+    # one host: the explicit one-process settings win over SWERL_DISTRIBUTED=auto (no TPU metadata here)
+    tpu_args = [f"--workdir={tmp / 'run'}", "--config.mesh.coordinator_address=127.0.0.1:1",
+                "--config.mesh.num_processes=1", *ZERO]
+    runs["tpu"] = Launched(tmp, ["bash", "launch/tpu_pod.sh", "experiments/tiny_cpu.py", *tpu_args],
+                           _env(tmp, TPU_NAME="pod", ZONE="z1", REMOTE_DIR="swerl_jax"))
+    runs["tpu"].args = tpu_args
+    # the fake srun records its argv, drops its own options and runs the command, as srun does on each node
+    tmp = tmp_path_factory.mktemp("slurm")
+    _recorder(tmp, "srun", tmp / "calls.log", then='while [[ "$1" == --* ]]; do shift; done; exec "$@"')
+    runs["slurm"] = Launched(tmp, ["bash", "launch/slurm_h100.sbatch", "experiments/tiny_cpu.py",
+                                   f"--workdir={tmp / 'run'}", *ZERO], _env(tmp, SLURM_SUBMIT_DIR=str(REPO)))
+    yield runs
+    for run in runs.values():  # a test that failed early must not leave its launcher running
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait(timeout=30)
+
+
+def test_local_sh_its_own_example_with_workdir_plans_then_trains(launched):
+    run = launched["local"].root / "run"
+    out = launched["local"].result()
     assert out.returncode == 0, out.stderr[-3000:]
     assert "model demo-7m on cpu" in out.stdout and "verdict: fits" in out.stdout, out.stderr[-3000:]
     assert "FATAL" not in out.stderr
@@ -89,44 +139,26 @@ def test_local_sh_its_own_example_with_workdir_plans_then_trains(tmp_path):
     assert config["data"]["max_prompt_len"] == 512 and config["rl"]["num_steps"] == 0
 
 
-def test_tpu_pod_plans_then_runs_the_trainer_on_every_worker(tmp_path):
-    # the fake gcloud runs the --command it is given in a stand-in for the worker's home: REMOTE_DIR holds the
-    # checkout and its .venv, as SETUP=1 leaves it
-    log, home, remote = tmp_path / "calls.log", tmp_path / "home", tmp_path / "home" / "swerl_jax"
-    remote.mkdir(parents=True)
-    for name in ("swerl_jax", "experiments", "launch"):
-        (remote / name).symlink_to(REPO / name)
-    (remote / ".venv").symlink_to(Path(sys.executable).parents[1])
-    _recorder(tmp_path, "gcloud", log, then=f'cd {home}; for a in "$@"; do [[ "$a" == --command=* ]] && '
-                                           'exec bash -c "${a#--command=}"; done; exit 0')
-    run = tmp_path / "run"
-    # one host: the explicit one-process settings win over SWERL_DISTRIBUTED=auto (no TPU metadata here)
-    args = [f"--workdir={run}", "--config.mesh.coordinator_address=127.0.0.1:1", "--config.mesh.num_processes=1",
-            *ZERO]
-    out = subprocess.run(["bash", "launch/tpu_pod.sh", "experiments/tiny_cpu.py", *args], cwd=REPO,
-                         env=_env(tmp_path, TPU_NAME="pod", ZONE="z1", REMOTE_DIR="swerl_jax"),
-                         capture_output=True, text=True, timeout=300)
+def test_tpu_pod_plans_then_runs_the_trainer_on_every_worker(launched):
+    tpu = launched["tpu"]
+    out = tpu.result()
     assert out.returncode == 0, out.stderr[-3000:]
     assert "verdict: fits" in out.stdout  # the plan's last lines
-    assert _summary(out.stdout) == {"workdir": str(run)}
-    assert log.read_text().splitlines() == [
+    assert _summary(out.stdout) == {"workdir": str(tpu.root / "run")}
+    assert (tpu.root / "calls.log").read_text().splitlines() == [
         "gcloud compute tpus tpu-vm ssh pod --zone=z1 --worker=all --command=cd\\ swerl_jax\\ \\&\\&\\ "
         "SWERL_DISTRIBUTED=auto\\ .venv/bin/python\\ -m\\ swerl_jax.train\\ --config=experiments/tiny_cpu.py"
-        + "".join(f"\\ {a}" for a in args) + "\\ 2\\>\\&1\\ \\|\\ tee\\ -a\\ /tmp/swerl_jax_train.log"]
+        + "".join(f"\\ {a}" for a in tpu.args) + "\\ 2\\>\\&1\\ \\|\\ tee\\ -a\\ /tmp/swerl_jax_train.log"]
 
 
-def test_slurm_plans_then_sruns_the_trainer(tmp_path):
-    # the fake srun records its argv, drops its own options and runs the command, as srun does on each node
-    log = tmp_path / "calls.log"
-    _recorder(tmp_path, "srun", log, then='while [[ "$1" == --* ]]; do shift; done; exec "$@"')
-    run = tmp_path / "run"
-    out = subprocess.run(["bash", "launch/slurm_h100.sbatch", "experiments/tiny_cpu.py", f"--workdir={run}", *ZERO],
-                         cwd=REPO, env=_env(tmp_path, SLURM_SUBMIT_DIR=str(REPO)), capture_output=True, text=True,
-                         timeout=300)
+def test_slurm_plans_then_sruns_the_trainer(launched):
+    slurm = launched["slurm"]
+    run = slurm.root / "run"
+    out = slurm.result()
     assert out.returncode == 0, out.stderr[-3000:]
     assert "verdict: fits" in out.stdout
     assert _summary(out.stdout) == {"workdir": str(run)}
-    assert log.read_text().splitlines() == [
+    assert (slurm.root / "calls.log").read_text().splitlines() == [
         f"srun --kill-on-bad-exit=1 {sys.executable} -m swerl_jax.train --config=experiments/tiny_cpu.py "
         f"--workdir={run} {' '.join(ZERO)}"]
     text = (REPO / "launch" / "slurm_h100.sbatch").read_text()
