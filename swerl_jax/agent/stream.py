@@ -35,7 +35,6 @@ import concurrent.futures
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -62,7 +61,6 @@ class StreamGroup:
     """One task's G episodes in flight."""
 
     convs: list[Conversation]
-    order: int  # when it started, over the stream's life
     started_step: int  # the step whose collection started it
     started_version: int  # the min_policy_version its first turn was asked for
     turns: int = 0  # model turns generated so far
@@ -96,7 +94,6 @@ class EpisodeStream:
         self.min_turn_tokens = int(min_turn_tokens)
         self.groups: list[StreamGroup] = []
         self._batch = 0  # P, from the first batch drawn
-        self._started = 0
         self._finished = 0
 
     def _drop_stale(self, min_version: int) -> int:
@@ -124,8 +121,7 @@ class EpisodeStream:
             self._batch = self._batch or len(instances)
             for inst in instances:
                 convs = [Conversation(env, -1, g) for g, env in enumerate(make_envs(inst))]
-                new.append(StreamGroup(convs, self._started, step, version))
-                self._started += 1
+                new.append(StreamGroup(convs, step, version))
         flat = [c for g in new for c in g.convs]
         t0 = time.perf_counter()
         tasks = list(self.pool.map(reset_episode, flat))
@@ -138,7 +134,7 @@ class EpisodeStream:
         self.groups += new
 
     def _mark_finished(self) -> None:
-        for g in self.groups:  # in start order: ties finish in the order they started
+        for g in self.groups:  # kept in start order: ties finish in the order they started
             if g.finished_at < 0 and g.done:
                 g.finished_at = self._finished
                 self._finished += 1
@@ -214,7 +210,3 @@ class EpisodeStream:
     def close(self) -> None:
         """Close the environments of every episode still in flight."""
         self._drop_stale(min_version=2**62)
-
-    def state(self) -> dict[str, Any]:
-        """What is in flight (for logs and tests): group starts and turns."""
-        return {"groups": [(g.order, g.started_step, g.turns, g.finished_at) for g in self.groups]}
