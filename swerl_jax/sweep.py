@@ -267,7 +267,7 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
             continue
         run_dir.mkdir(parents=True, exist_ok=True)
         if share_sft and r["sft_steps"] > 0:
-            source = share_sft_stage(run_dir, r["config"], [root / "runs"] + [pathlib.Path(d) / "runs"
+            source = sweepdir.share_sft_stage(run_dir, r["config"], [root / "runs"] + [pathlib.Path(d) / "runs"
                                                                               for d in sft_from])
             if source is not None:
                 entry["sft_shared_from"] = str(source)
@@ -291,45 +291,6 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
         failed = f" (exit {proc.returncode}: see its train.log)" if proc.returncode else ""
         _say(f"{tag} {entry['status']} {shown} in {entry['seconds']:.1f} s{failed}")
     return sweepdir.merged_index(root, index, base_config)
-
-
-def sft_stage_differences(a: dict, b: dict) -> list[str]:
-    """The keys of two resolved configs that could make their SFT stages differ: every result-changing key
-    (`rundir.config_changes`) except `rl.*`, which only the GRPO stage reads (`rl.task` picks the SFT trainer)."""
-    return [k for k, _, _ in rundir.config_changes(a, b) if not k.startswith("rl.") or k == "rl.task"]
-
-
-def share_sft_stage(run_dir: pathlib.Path, config: dict, run_roots: list[pathlib.Path]) -> pathlib.Path | None:
-    """Copy a finished, identical SFT stage into `run_dir/sft` (which must not exist yet); returns its run dir.
-
-    A candidate is any directory under `run_roots` whose `config.json` has no SFT-relevant difference from
-    `config` and whose SFT checkpoints reach `sft.num_steps`; the copy goes to a temporary name first, so an
-    interrupted copy never looks like a finished stage."""
-    target = run_dir / "sft"
-    if target.exists():
-        return None
-    steps = int(config["sft"]["num_steps"])
-    for root in run_roots:
-        for candidate in sorted(root.glob("*")) if root.is_dir() else []:
-            cfg, src = candidate / "config.json", candidate / "sft"
-            if candidate.resolve() == run_dir.resolve() or not cfg.is_file() or not src.is_dir():
-                continue
-            if rundir.latest_steps(candidate).get("sft", 0) < steps:
-                continue
-            try:
-                other = json.loads(cfg.read_text())
-            except (OSError, ValueError) as e:  # a run dir with a broken config.json is not a source, nor fatal
-                print(f"sweep: --share-sft skips {cfg}: unreadable config ({e})", file=sys.stderr, flush=True)
-                continue
-            if not isinstance(other, dict) or sft_stage_differences(other, config):
-                continue
-            tmp = run_dir / f"sft.copying{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(src, tmp)
-            (tmp / "shared_from.json").write_text(json.dumps({"run": str(candidate.resolve()), "sft_steps": steps}))
-            os.replace(tmp, target)
-            return candidate
-    return None
 
 
 def _module_attr(path: str, name: str) -> Any:

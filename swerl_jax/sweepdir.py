@@ -1,9 +1,11 @@
-"""A sweep directory's runs on disk: their names, finding a planned run that is already there, and index.json.
+"""A sweep directory's runs on disk: their names, finding a planned run that is already there, index.json, and
+SFT stages shared between runs (`--share-sft`).
 
     name = run_name(overrides, seed, config)                  # reward.kind-discrete__seed-1
     existing = scan_runs(root / "runs")                       # what earlier sweeps left, with their config.json
     run_dir, how, detail = locate_run(root / "runs", name, config, existing, claimed)
     write_index(root, merged_index(root, index, base_config))  # atomic; never drops a run the directory holds
+    share_sft_stage(run_dir, config, [root / "runs"])         # --share-sft: copy a finished identical SFT stage
 
 A run is named by its result-changing overrides only (`rundir.OPERATIONAL_KEYS`, the keys a resume may change
 freely, are left out), sorted by key, each value as the resolved config holds it: the same result-changing
@@ -19,6 +21,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shutil
 import sys
 from typing import Any
 
@@ -184,3 +187,42 @@ def write_index(root: pathlib.Path, index: dict) -> None:
     tmp = root / f"index.json.tmp{os.getpid()}"
     tmp.write_text(json.dumps(index, indent=1))
     os.replace(tmp, root / "index.json")
+
+
+def sft_stage_differences(a: dict, b: dict) -> list[str]:
+    """The keys of two resolved configs that could make their SFT stages differ: every result-changing key
+    (`rundir.config_changes`) except `rl.*`, which only the GRPO stage reads (`rl.task` picks the SFT trainer)."""
+    return [k for k, _, _ in rundir.config_changes(a, b) if not k.startswith("rl.") or k == "rl.task"]
+
+
+def share_sft_stage(run_dir: pathlib.Path, config: dict, run_roots: list[pathlib.Path]) -> pathlib.Path | None:
+    """Copy a finished, identical SFT stage into `run_dir/sft` (which must not exist yet); returns its run dir.
+
+    A candidate is any directory under `run_roots` whose `config.json` has no SFT-relevant difference from
+    `config` and whose SFT checkpoints reach `sft.num_steps`; the copy goes to a temporary name first, so an
+    interrupted copy never looks like a finished stage."""
+    target = run_dir / "sft"
+    if target.exists():
+        return None
+    steps = int(config["sft"]["num_steps"])
+    for root in run_roots:
+        for candidate in sorted(root.glob("*")) if root.is_dir() else []:
+            cfg, src = candidate / "config.json", candidate / "sft"
+            if candidate.resolve() == run_dir.resolve() or not cfg.is_file() or not src.is_dir():
+                continue
+            if rundir.latest_steps(candidate).get("sft", 0) < steps:
+                continue
+            try:
+                other = json.loads(cfg.read_text())
+            except (OSError, ValueError) as e:  # a run dir with a broken config.json is not a source, nor fatal
+                print(f"sweep: --share-sft skips {cfg}: unreadable config ({e})", file=sys.stderr, flush=True)
+                continue
+            if not isinstance(other, dict) or sft_stage_differences(other, config):
+                continue
+            tmp = run_dir / f"sft.copying{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(src, tmp)
+            (tmp / "shared_from.json").write_text(json.dumps({"run": str(candidate.resolve()), "sft_steps": steps}))
+            os.replace(tmp, target)
+            return candidate
+    return None

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from swerl_jax import sweep
+from swerl_jax import sweep, sweepdir
 from swerl_jax.config import load_experiment_config, parse_value, set_key
 from swerl_jax.resolve import resolve_config
 from swerl_jax.runs import rundir
@@ -152,11 +152,11 @@ def test_an_sft_stage_is_shared_only_between_configs_that_differ_in_rl_keys(tmp_
     source = _finished_run(tmp_path, "e_rl_only", variant(rl__kl_coef=0.5, rl__num_steps=3,
                                                           logging__progress_bar=False), steps)
     target = tmp_path / "runs" / "new"
-    assert sweep.share_sft_stage(target, config, [tmp_path / "runs"]) == source
+    assert sweepdir.share_sft_stage(target, config, [tmp_path / "runs"]) == source
     assert (target / "sft" / "metrics.jsonl").read_text() == "e_rl_only"
     assert sorted(p.name for p in target.iterdir()) == ["sft"]  # no half-copied temporary left
-    assert sweep.share_sft_stage(target, config, [tmp_path / "runs"]) is None  # already has a stage
-    assert sweep.sft_stage_differences(config, variant(data__max_prompt_len=128)) == ["data.max_prompt_len"]
+    assert sweepdir.share_sft_stage(target, config, [tmp_path / "runs"]) is None  # already has a stage
+    assert sweepdir.sft_stage_differences(config, variant(data__max_prompt_len=128)) == ["data.max_prompt_len"]
 
 
 def test_sft_sharing_refuses_a_missing_source_sweep_and_skips_a_broken_run(tmp_path, capsys):
@@ -169,7 +169,7 @@ def test_sft_sharing_refuses_a_missing_source_sweep_and_skips_a_broken_run(tmp_p
     broken = _finished_run(tmp_path, "a_broken", {}, base["config"]["sft"]["num_steps"])
     (broken / "config.json").write_text('{"sft": ')  # cut mid-write
     good = _finished_run(tmp_path, "b_good", base["config"], base["config"]["sft"]["num_steps"])
-    assert sweep.share_sft_stage(tmp_path / "runs" / "new", base["config"], [tmp_path / "runs"]) == good
+    assert sweepdir.share_sft_stage(tmp_path / "runs" / "new", base["config"], [tmp_path / "runs"]) == good
     err = capsys.readouterr().err
     assert f"skips {broken / 'config.json'}: unreadable config" in err
 

@@ -34,52 +34,16 @@ from swerl_jax.rl.advantages import (  # noqa: F401  (re-exported: the advantage
     register_in,
     zero_variance_groups,
 )
+from swerl_jax.rl.kl import KL_ESTIMATORS, kl_penalty, register_kl  # noqa: F401  (re-exported: the KL term)
 
 Array = jax.Array
 
-KL_ESTIMATORS: dict[str, Callable[[Array, Array], Array]] = {}
 LOSS_AGGREGATORS: dict[str, Callable[..., Array]] = {}
-
-
-def register_kl(name: str) -> Callable[[Callable], Callable]:
-    """Decorator: `fn(logp, ref_logp) -> per-token KL` becomes `rl.kl_estimator=name`."""
-    return register_in(KL_ESTIMATORS, name)
 
 
 def register_loss_agg(name: str) -> Callable[[Callable], Callable]:
     """Decorator: `fn(per_token [B, T], mask [B, T], norm) -> scalar` becomes `rl.loss_agg=name`."""
     return register_in(LOSS_AGGREGATORS, name)
-
-
-# -------------------------------------------------------------------------------------------------------- KL
-
-@register_kl("k1")
-def _k1(logp: Array, ref_logp: Array) -> Array:
-    return logp - ref_logp
-
-
-@register_kl("k2")
-def _k2(logp: Array, ref_logp: Array) -> Array:
-    return 0.5 * jnp.square(logp - ref_logp)
-
-
-@register_kl("k3")
-def _k3(logp: Array, ref_logp: Array) -> Array:
-    d = ref_logp - logp
-    return jnp.exp(d) - d - 1.0
-
-
-def kl_penalty(logp: Array, ref_logp: Array, estimator: str = "k3", mask: Array | None = None) -> Array:
-    """Per-token KL(pi || ref) estimate from sampled tokens' log-probs; 0 where `mask` is 0.
-
-    The masked-out positions are zeroed *before* the formula so padding (arbitrary log-probs) can never
-    produce inf/NaN values or gradients.
-    """
-    fn = lookup(KL_ESTIMATORS, estimator, "rl.kl_estimator")
-    if mask is None:
-        return fn(logp, ref_logp)
-    on = mask > 0
-    return jnp.where(on, fn(jnp.where(on, logp, 0.0), jnp.where(on, ref_logp, 0.0)), 0.0)
 
 
 # ----------------------------------------------------------------------------------------------- policy loss
