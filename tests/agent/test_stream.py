@@ -4,11 +4,11 @@ policies (each token keeping its behaviour log-prob), and a group that would bre
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 
 import numpy as np
 import pytest
 
+from swerl_jax.agent.env import EpisodeStats
 from swerl_jax.agent.rollout import SYSTEM, ChatFormat
 from swerl_jax.agent.stream import EpisodeStream
 from swerl_jax.rl.collector import Groups
@@ -17,19 +17,11 @@ from swerl_jax.sampler.types import Completion, SamplingParams
 from swerl_jax.tokenizer import load_tokenizer
 
 
-@dataclasses.dataclass
-class Stats:
-    turns: int = 0
-    tool_errors: int = 0
-    env_seconds: float = 0.0
-    termination: str | None = None
-
-
 class CountingEnv:
     """An episode that finishes after its task's `turns` model turns; reward 1 (no sandbox: the stream's logic)."""
 
     def __init__(self, instance: dict, closed: list) -> None:
-        self.instance, self.closed, self.stats = instance, closed, Stats()
+        self.instance, self.closed, self.stats = instance, closed, EpisodeStats()
 
     def reset(self) -> str:
         return f"fix task {self.instance['instance_id']}"
