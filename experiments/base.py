@@ -134,6 +134,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # from policy versions >= t - k (swerl_jax/rl/producer.py; use rl.off_policy = "decoupled" with it).
     c.rl.max_staleness = 0
     c.rl.trainer_cpus = ""  # cores the trainer process runs on, e.g. "1" ("": any); see sampler.cpus
+    # The GRPO stage's own seed (its prompt order and sampling keys); -1: `seed`. Only the GRPO stage reads it, so
+    # runs that differ in it share one SFT stage (`sweep --seed-key rl.seed --share-sft`: RL seeds from one SFT
+    # policy, as the paper's arms start from one base model). Model init, the records and held-out tasks keep `seed`.
+    c.rl.seed = -1
 
     # Optimiser (shared by RL and SFT).
     c.optim = ml_collections.ConfigDict()

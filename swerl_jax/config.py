@@ -125,3 +125,9 @@ def set_key(config: Any, key: str, value: Any) -> None:
     for part in path:
         node = node[part]
     node[last] = value
+
+
+def rl_seed(config: Any) -> int:
+    """The GRPO stage's seed (its prompt order and sampling keys): `rl.seed`, or `seed` where it is -1 or absent."""
+    value = int(getattr(config.rl, "seed", -1))  # absent: a config written before rl.seed existed
+    return int(config.seed) if value == -1 else value

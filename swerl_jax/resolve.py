@@ -88,7 +88,10 @@ def validate_config(config: Any, check_files: bool = True) -> None:
                          f"{config.sft.prompt_loss_weight}")
     if int(config.eval.every_steps) < 0 or (int(config.eval.every_steps) > 0 and int(config.eval.num_records) < 1):
         raise ValueError(f"eval.every_steps={config.eval.every_steps} / eval.num_records={config.eval.num_records}: "
-                         "evaluation needs every_steps >= 0 and, when on, num_records >= 1")
+                         "evaluation needs every_steps >= 0 and, when on, num_records >= 1 (eval.every_steps=0 turns "
+                         "it off)")
+    if int(config.rl.seed) < -1:
+        raise ValueError(f"rl.seed must be >= 0, or -1 for `seed`, got {config.rl.seed}")
     if str(config.rl.task) == "agent":
         _check_agent(config)
     _check_batch_shards(config)

@@ -129,6 +129,7 @@ class RLSection:
     update_epochs: int
     max_staleness: int
     trainer_cpus: str
+    seed: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,9 @@ start from the same seeded SFT stage. A run whose resolved config equals a finis
 directory (checkpoints with their integrity manifests, metrics, held-out eval), noted in `sft/shared_from.json`;
 `python -m swerl_jax.train` then resumes a finished SFT stage instead of training it again. The SFT stage is
 deterministic for a seed (`make demo`'s metrics repeat bit for bit), so this changes no result, only the time.
+With `--seed-key rl.seed` each seed sets only the GRPO stage's seed (`rl.seed`: its prompt order and sampling), so
+every run shares one SFT stage and one set of held-out tasks: RL seeds from one SFT policy, as the paper's arms
+start from one base model (the interval then covers the RL stage's seed variance, not the SFT stage's).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from swerl_jax.runs import rundir
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PROG = "python -m swerl_jax.sweep"
+SEED_KEYS = ("seed", "rl.seed")  # what --seeds sets: the whole run's seed, or the GRPO stage's alone
 # How long a stopped run may take to exit after its SIGINT (a checkpoint write in flight) before it is killed, and
 # how long it may take before the sweep says it is waiting (a trainer stops after its current step: seconds).
 STOP_GRACE_S, STOP_QUIET_S = 60.0, 10.0
@@ -74,11 +78,16 @@ def parse_axes(config: Any, specs: list[str]) -> list[tuple[str, list[Any]]]:
 
 
 def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[int], fixed: dict[str, Any],
-              check_files: bool = True, variants: list[int] | None = None) -> list[dict]:
+              check_files: bool = True, variants: list[int] | None = None, seed_key: str = "seed") -> list[dict]:
     """Every (variant, seed) run with its overrides, each checked by `resolve_config` before anything runs
     (`check_files`: also that its data and model files exist here; off when only emitting commands). `variants`
     keeps only those positions of the experiment's declared `get_sweep` list. Two runs that would train the same
-    thing (they differ only in operational keys, or set what the config already holds) are an error."""
+    thing (they differ only in operational keys, or set what the config already holds) are an error. `seed_key`:
+    the config key each seed sets (`seed`, or `rl.seed`: RL seeds that share one SFT stage)."""
+    if seed_key not in SEED_KEYS:
+        raise ValueError(f"--seed-key {seed_key}: expected one of {', '.join(SEED_KEYS)}")
+    if seed_key in fixed or any(seed_key == k for k, _ in axes):
+        raise ValueError(f"{seed_key} is both the --seed-key and set by --config/--sweep: give it one of the two")
     load_experiment_config(config_arg)  # the file exists; the repository root is importable
     path, _, arg = config_arg.partition(":")
     declared = [{}]
@@ -97,11 +106,12 @@ def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[in
             overrides = {**fixed, **base_overrides, **dict(combo)}
             for seed in seeds:
                 config = load_experiment_config(config_arg)
-                for key, value in {**overrides, "seed": seed}.items():
+                for key, value in {**overrides, seed_key: seed}.items():
                     set_key(config, key, value)
                 resolved = resolve_config(config, check_files=check_files)  # a bad override fails here, naming the key
                 as_json = json.loads(resolved.to_json())
-                run = {"name": sweepdir.run_name(overrides, seed, as_json), "overrides": overrides, "seed": seed,
+                run = {"name": sweepdir.run_name(overrides, seed, as_json, seed_key), "overrides": overrides,
+                       "seed": seed, "seed_key": seed_key,
                        "sft_steps": int(config.sft.num_steps), "rl_steps": int(config.rl.num_steps),
                        "config": as_json}
                 twin = seen.setdefault(sweepdir.result_identity(as_json), run)
@@ -117,9 +127,9 @@ def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[in
 
 
 def train_command(config_arg: str, workdir: pathlib.Path, overrides: dict[str, Any], seed: int,
-                  launcher: str = "") -> list[str]:
+                  launcher: str = "", seed_key: str = "seed") -> list[str]:
     """The command of one run: `python -m swerl_jax.train ...`, or `LAUNCHER CONFIG ...` for a launch script."""
-    flags = [f"--workdir={workdir}"] + [f"--config.{k}={v}" for k, v in {**overrides, "seed": seed}.items()]
+    flags = [f"--workdir={workdir}"] + [f"--config.{k}={v}" for k, v in {**overrides, seed_key: seed}.items()]
     path = config_arg
     if launcher:
         return [launcher, path, *flags]
@@ -193,7 +203,7 @@ def _add_results(entry: dict, run_dir: pathlib.Path) -> None:
 def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str, list[Any]]], seeds: list[int],
               fixed: dict[str, Any] | None = None, emit: str = "", dry_run: bool = False,
               runner: Any = None, variants: list[int] | None = None, share_sft: bool = False,
-              sft_from: list[str | os.PathLike] = ()) -> dict:
+              sft_from: list[str | os.PathLike] = (), seed_key: str = "seed") -> dict:
     """Run (or emit) every run of the sweep; returns the index, also written to `workdir/index.json` (not by a
     `dry_run`, which writes nothing). `runner` stands in for `run_child` (subprocess.run's signature).
     `share_sft`: start a run from a finished run's identical SFT stage (this sweep's or `sft_from` sweeps')."""
@@ -207,17 +217,20 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
     for other in sft_from:
         if not (pathlib.Path(other) / "runs").is_dir():
             raise FileNotFoundError(f"--sft-from {other}: no runs/ folder there (not a sweep's --workdir)")
-    runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not (emit or dry_run), variants=variants)
+    runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not (emit or dry_run), variants=variants,
+                     seed_key=seed_key)
     base_config = json.loads(resolve_config(load_experiment_config(config_arg), check_files=False).to_json())
     existing = sweepdir.scan_runs(root / "runs")
     claimed = {r["name"] for r in runs}  # a planned run's own name is never another run's "found" directory
-    index = {"config": config_arg, "axes": [[k, v] for k, v in axes], "seeds": seeds, "planned": [], "runs": []}
+    index = {"config": config_arg, "axes": [[k, v] for k, v in axes], "seeds": seeds, "seed_key": seed_key,
+             "planned": [], "runs": []}
     before = {e.get("name"): e for e in (sweepdir.read_index(root) or {}).get("runs", []) if isinstance(e, dict)}
     planned = []  # (run, its index entry, how its directory was found, detail)
     for r in runs:
         run_dir, how, detail = sweepdir.locate_run(root / "runs", r["name"], r["config"], existing, claimed)
         claimed.add(run_dir.name)
-        entry = {"name": run_dir.name, "overrides": r["overrides"], "seed": r["seed"], "workdir": str(run_dir),
+        entry = {"name": run_dir.name, "overrides": r["overrides"], "seed": r["seed"], "seed_key": seed_key,
+                 "workdir": str(run_dir),
                  "log": str(run_dir / "train.log"), "status": "pending"}
         # what an earlier command recorded of this run (its wall time, exit status, whose SFT stage it copied)
         entry.update({k: v for k, v in before.get(run_dir.name, {}).items()
@@ -240,7 +253,8 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
     if not dry_run:
         root.mkdir(parents=True, exist_ok=True)
     if emit:
-        lines = [shlex.join(train_command(config_arg, pathlib.Path(e["workdir"]), r["overrides"], r["seed"], emit))
+        lines = [shlex.join(train_command(config_arg, pathlib.Path(e["workdir"]), r["overrides"], r["seed"], emit,
+                                             seed_key))
                  if e["status"] != "conflict" else f"# {e['name']}: not run, its directory holds another config"
                  for r, e, _, _ in planned]
         if dry_run:  # --dry-run writes nothing: the commands go to stdout
@@ -277,8 +291,8 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
         t0 = time.monotonic()
         try:
             with open(run_dir / "train.log", "a") as log:
-                proc = runner(train_command(config_arg, run_dir, r["overrides"], r["seed"]), cwd=REPO,
-                              stdout=log, stderr=subprocess.STDOUT, check=False)
+                command = train_command(config_arg, run_dir, r["overrides"], r["seed"], seed_key=seed_key)
+                proc = runner(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=False)
         except BaseException:  # Ctrl-C: the run stopped (run_child); it resumes from its checkpoints next time
             entry["status"] = "pending"
             _add_results(entry, run_dir)
@@ -311,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="experiments/NAME.py[:arg]")
     p.add_argument("--workdir", required=True, help="the sweep's directory (runs/, index.json)")
     p.add_argument("--sweep", action="append", default=[], help="KEY=V1,V2,...: one axis (repeatable)")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds (config.seed of each run)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds (the --seed-key of each run)")
+    p.add_argument("--seed-key", default="seed", choices=SEED_KEYS, help="what a seed sets: `seed` (the whole run) or "
+                   "`rl.seed` (the GRPO stage only: with --share-sft every seed starts from one SFT stage)")
     p.add_argument("--emit", default="", help="write DIR/commands.sh with this launcher (e.g. launch/local.sh)")
     p.add_argument("--dry-run", action="store_true", help="check and report the runs; run and write nothing")
     p.add_argument("--variants", default="", help="comma-separated positions in the config's declared sweep to run "
@@ -337,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"--seeds {args.seeds!r} / --variants {args.variants!r}: expected comma-separated "
                          "integers") from None
     index = run_sweep(args.config, args.workdir, axes, seeds, fixed, emit=args.emit, dry_run=args.dry_run,
-                      variants=variants, share_sft=args.share_sft, sft_from=args.sft_from)
+                      variants=variants, share_sft=args.share_sft, sft_from=args.sft_from, seed_key=args.seed_key)
     planned = set(index["planned"])
     statuses = [r["status"] for r in index["runs"] if r["name"] in planned]
     others = len(index["runs"]) - len(statuses)

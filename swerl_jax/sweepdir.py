@@ -41,13 +41,13 @@ def _format_value(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def run_name(overrides: dict[str, Any], seed: int, config: dict | None = None) -> str:
+def run_name(overrides: dict[str, Any], seed: int, config: dict | None = None, seed_key: str = "seed") -> str:
     """A run's directory name, `reward.kind-discrete__seed-1`: its result-changing overrides sorted by key, then the
-    seed. With the run's resolved `config`, each value is written as the config holds it (`rl.kl_coef=0` and
-    `=0.0` are one run)."""
+    seed (`rl.seed-1` where the seed is the GRPO stage's). With the run's resolved `config`, each value is written as
+    the config holds it (`rl.kl_coef=0` and `=0.0` are one run)."""
     flat = rundir.flatten(config) if config is not None else {}
     parts = [f"{k}-{_format_value(flat.get(k, v))}" for k, v in sorted(overrides.items()) if not is_operational(k)]
-    return "__".join([*parts, f"seed-{seed}"]).replace("/", "_").replace(" ", "_")
+    return "__".join([*parts, f"{seed_key}-{seed}"]).replace("/", "_").replace(" ", "_")
 
 
 def result_identity(config: dict) -> str:
@@ -195,6 +195,26 @@ def sft_stage_differences(a: dict, b: dict) -> list[str]:
     return [k for k, _, _ in rundir.config_changes(a, b) if not k.startswith("rl.") or k == "rl.task"]
 
 
+def changed_mid_sft(run_dir: pathlib.Path, sft_steps: int) -> str:
+    """The SFT-relevant config changes that `run_dir`'s config_changes.jsonl records before its SFT stage reached
+    `sft_steps` (its final length), as `key (at SFT step N)` text; empty when none. Such a stage (a resumed run with
+    a new learning rate, a stage extended from 600 to 2,000 steps) is not what its config.json alone trains."""
+    path = run_dir / "config_changes.jsonl"
+    if not path.is_file():
+        return ""
+    found = []
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+            at, keys = int(entry["from_checkpoint"].get("sft", 0)), list(entry["changes"])
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return f"{path.name}: an unreadable line"
+        if at < sft_steps:
+            found += [f"{k} at SFT step {at}" for k in keys if not is_operational(k)
+                      and (not k.startswith("rl.") or k == "rl.task")]
+    return ", ".join(found)
+
+
 def share_sft_stage(run_dir: pathlib.Path, config: dict, run_roots: list[pathlib.Path]) -> pathlib.Path | None:
     """Copy a finished, identical SFT stage into `run_dir/sft` (which must not exist yet); returns its run dir.
 
@@ -218,6 +238,11 @@ def share_sft_stage(run_dir: pathlib.Path, config: dict, run_roots: list[pathlib
                 print(f"sweep: --share-sft skips {cfg}: unreadable config ({e})", file=sys.stderr, flush=True)
                 continue
             if not isinstance(other, dict) or sft_stage_differences(other, config):
+                continue
+            changed = changed_mid_sft(candidate, steps)
+            if changed:  # its config.json is the last config, not the one that trained its first steps
+                print(f"sweep: --share-sft skips {candidate}: its SFT stage changed config mid-way ({changed})",
+                      file=sys.stderr, flush=True)
                 continue
             tmp = run_dir / f"sft.copying{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)

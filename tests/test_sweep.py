@@ -56,7 +56,7 @@ class Recorder:
 
     def __call__(self, cmd, **kwargs):
         self.commands.append(cmd)
-        seed = int(next(a for a in cmd if a.startswith("--config.seed=")).split("=")[1])
+        seed = int(next(a for a in cmd if a.startswith(("--config.seed=", "--config.rl.seed="))).split("=")[1])
         return subprocess.CompletedProcess(cmd, 3 if seed in self.fail_seeds else 0)
 
 
@@ -172,6 +172,41 @@ def test_sft_sharing_refuses_a_missing_source_sweep_and_skips_a_broken_run(tmp_p
     assert sweepdir.share_sft_stage(tmp_path / "runs" / "new", base["config"], [tmp_path / "runs"]) == good
     err = capsys.readouterr().err
     assert f"skips {broken / 'config.json'}: unreadable config" in err
+
+
+def test_an_sft_stage_whose_config_changed_before_it_finished_is_not_shared(tmp_path, capsys):
+    """A stage extended from 600 to 2,000 steps restarted its schedule at 600: its config.json says 2,000 steps,
+    but a fresh 2,000-step stage is another policy."""
+    (base,) = sweep.plan_runs(CONFIG, [], [0], {}, check_files=False)
+    steps = base["config"]["sft"]["num_steps"]
+    extended = _finished_run(tmp_path, "a_extended", base["config"], steps)
+    change = {"from_checkpoint": {"sft": steps - 1}, "changes": {"sft.num_steps": {"old": steps - 1, "new": steps}}}
+    (extended / "config_changes.jsonl").write_text(json.dumps(change) + "\n")
+    later = _finished_run(tmp_path, "b_rl_changed_later", base["config"], steps)
+    after = {"from_checkpoint": {"sft": steps, "grpo": 2}, "changes": {"rl.kl_coef": {"old": 0.0, "new": 0.1},
+                                                                       "sft.learning_rate": {"old": 1, "new": 2}}}
+    (later / "config_changes.jsonl").write_text(json.dumps(after) + "\n")
+    assert sweepdir.changed_mid_sft(extended, steps) == f"sft.num_steps at SFT step {steps - 1}"
+    assert sweepdir.changed_mid_sft(later, steps) == ""  # changed after its SFT stage finished: that stage stands
+    assert sweepdir.share_sft_stage(tmp_path / "runs" / "new", base["config"], [tmp_path / "runs"]) == later
+    err = capsys.readouterr().err
+    assert f"skips {extended}: its SFT stage changed config mid-way (sft.num_steps at SFT step" in err
+
+
+def test_rl_seeds_share_one_sft_stage_and_are_named_and_passed_as_rl_seed(tmp_path):
+    runs = sweep.plan_runs(CONFIG, [], [0, 1], {}, check_files=False, seed_key="rl.seed")
+    assert [r["name"] for r in runs] == ["rl.seed-0", "rl.seed-1"]
+    assert [r["config"]["seed"] for r in runs] == [0, 0] and [r["config"]["rl"]["seed"] for r in runs] == [0, 1]
+    assert sweepdir.sft_stage_differences(runs[0]["config"], runs[1]["config"]) == []  # one SFT stage for both
+    whole = sweep.plan_runs(CONFIG, [], [0, 1], {}, check_files=False)
+    assert sweepdir.sft_stage_differences(whole[0]["config"], whole[1]["config"]) == ["seed"]
+    assert "--config.rl.seed=1" in sweep.train_command(CONFIG, tmp_path, {}, 1, seed_key="rl.seed")
+    with pytest.raises(ValueError, match="rl.seed is both the --seed-key and set by --config"):
+        sweep.plan_runs(CONFIG, [], [0], {"rl.seed": 3}, check_files=False, seed_key="rl.seed")
+    rec = Recorder()
+    index = sweep.run_sweep(CONFIG, tmp_path / "s", [], [0, 1], CHEAP, runner=rec, seed_key="rl.seed")
+    assert index["seed_key"] == "rl.seed" and [r["seed"] for r in index["runs"]] == [0, 1]
+    assert all("--config.seed=0" not in c and any(a.startswith("--config.rl.seed=") for a in c) for c in rec.commands)
 
 
 def test_variants_keep_positions_of_the_declared_sweep():

@@ -38,6 +38,7 @@ from swerl_jax.agent.env import TERMINATIONS
 from swerl_jax.agent.rollout import SYSTEM, ChatFormat, Reprefill, TurnGenerator, run_episodes
 from swerl_jax.agent.stream import EpisodeStream
 from swerl_jax.agent.tasks import AgentTasks
+from swerl_jax.config import rl_seed
 from swerl_jax.rl.collector import Collector, Groups, Sampler, local_prompts
 from swerl_jax.rl.rollouts import Rollout, RolloutGroups, flatten_groups
 from swerl_jax.sampler.sessions import KeptKV
@@ -70,7 +71,7 @@ class AgentCollector(Collector):
         self.sampling = sampling_params(config)
         self.completion_cap = int(a.max_context)  # a row's completion is the whole transcript after the task
         self.tasks = AgentTasks.from_config(config, workdir)
-        self.data_iter = task_iterator(len(self.tasks.instances), local_prompts(config), int(config.seed),
+        self.data_iter = task_iterator(len(self.tasks.instances), local_prompts(config), rl_seed(config),
                                        jax.process_index(), jax.process_count())
         self.tokenizer = tokenizer_for(config.model)
         self.chat = ChatFormat(self.tokenizer)
@@ -81,7 +82,7 @@ class AgentCollector(Collector):
         if int(a.stream_ahead_batches) > 0:  # episodes across steps: a step takes the first groups to finish
             self.stream = EpisodeStream(self.chat, SYSTEM, self.sampling, num_samples=self.num_samples,
                                         ahead_batches=int(a.stream_ahead_batches), max_context=int(a.max_context),
-                                        seed=int(config.seed), pool=self.pool)
+                                        seed=rl_seed(config), pool=self.pool)
         self.max_staleness = int(config.rl.max_staleness)
 
     def generator(self, sampler: Sampler) -> TurnGenerator:
@@ -96,7 +97,7 @@ class AgentCollector(Collector):
         envs = [[tasks.env(inst, self.config) for _ in range(samples)] for inst in instances]
         a = self.config.agent
         return run_episodes(envs, self.generator(sampler), self.chat, SYSTEM, sampling,
-                            max_context=int(a.max_context), seed=int(self.config.seed), step=step,
+                            max_context=int(a.max_context), seed=rl_seed(self.config), step=step,
                             policy_version=version, pool=self.pool, waves=int(a.waves))
 
     def _draw(self) -> list[dict]:

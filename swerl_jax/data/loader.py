@@ -28,6 +28,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from swerl_jax.config import rl_seed
 from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import RecordError, decode_record, validate_record
@@ -356,7 +357,7 @@ def rl_dataset_from_config(config, batch_size: int | None = None) -> grain.IterD
     if int(d.rl_num_records) > 0:
         source = FirstRecords(source, int(d.rl_num_records))
     return rl_dataset(source, tokenizer=tokenizer_path(config.model), batch_size=per_process,
-                      max_prompt_len=int(d.max_prompt_len), seed=int(config.seed), shuffle=bool(d.shuffle),
+                      max_prompt_len=int(d.max_prompt_len), seed=rl_seed(config), shuffle=bool(d.shuffle),
                       num_epochs=int(d.num_epochs), worker_count=int(d.worker_count),
                       prompt_style=str(d.prompt_style))
 

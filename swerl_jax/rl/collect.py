@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from swerl_jax import sharding
+from swerl_jax.config import rl_seed
 from swerl_jax.data.budget import answer_budget_warning
 from swerl_jax.data.loader import data_metrics, rl_dataset_from_config
 from swerl_jax.reward.service import RewardService
@@ -198,7 +199,7 @@ class RepairCollector(Collector):
         t_data = time.perf_counter() - t0
         # Groups are numbered within this process (its prompts); only process 0 writes rollout files.
         rollouts, times = collect_rollouts(
-            sampler, self.reward_service, batch, self.sampling, self.num_samples, step, int(self.config.seed),
+            sampler, self.reward_service, batch, self.sampling, self.num_samples, step, rl_seed(self.config),
             policy_version=policy_version, prompts_per_request=int(self.config.sampler.prompts_per_request))
         service = {k: v for k, v in self.reward_service.metrics().items()
                    if k in ("items", "timeouts", "crashes", "exceptions", "nonfinite", "format_error_total")}

@@ -105,6 +105,13 @@ def record_config(workdir: str | os.PathLike, config_json: str, allow_change: bo
     steps = latest_steps(workdir)
     new = json.loads(config_json)
     previous = workdir / "config.json"
+    shared_sft = set(steps) == {"sft"} and (workdir / "sft" / "shared_from.json").is_file()
+    if steps and not previous.exists() and not shared_sft:
+        # Checkpoints of unknown config: resuming would train on from them as if they were this config's. Only the
+        # sweep's copy of a finished identical SFT stage (checked when copied, noted in sft/shared_from.json) is known.
+        raise ConfigChangeError(
+            f"{workdir} holds checkpoints ({steps}) but no config.json, so nothing says which config made them; "
+            "choose another --workdir, or put back the config.json of the run that wrote them")
     if steps and previous.exists():
         changes = config_changes(json.loads(previous.read_text()), new)
         sft_done = steps.get("sft", 0) >= int(new.get("sft", {}).get("num_steps", 0)) > 0

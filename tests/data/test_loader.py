@@ -25,6 +25,7 @@ from swerl_jax.data.loader import (
     rl_dataset_from_config,
     save_iterator,
     sft_dataset,
+    sft_dataset_from_config,
     state_json,
 )
 from swerl_jax.data.prompts import build_prompt
@@ -256,6 +257,23 @@ def test_from_config_uses_synthetic_records_and_process_shard():
     c.rl.prompts_per_step = 3
     batch = next(iter(rl_dataset_from_config(c)))
     assert len(batch["prompt_ids"]) == 3 and max(len(x) for x in batch["prompt_ids"]) <= c.data.max_prompt_len
+
+
+def test_rl_seed_orders_the_grpo_prompts_and_leaves_the_sft_stage_and_records_alone():
+    from experiments.base import get_config
+
+    def first_ids(rl_seed: int, seed: int = 0) -> tuple[list, list]:
+        c = get_config()
+        c.seed, c.rl.seed = seed, rl_seed
+        c.data.synthetic_num_records, c.rl.prompts_per_step, c.sft.batch_size = 12, 12, 12
+        rl = next(iter(rl_dataset_from_config(c)))["instance_id"]
+        sft = next(iter(sft_dataset_from_config(c)))
+        return list(rl), list(sft["instance_id"])
+
+    default, same, other = first_ids(-1), first_ids(0), first_ids(7)
+    assert default == same  # -1: `seed`
+    assert sorted(other[0]) == sorted(same[0]) and other[0] != same[0]  # the same records, another order
+    assert other[1] == same[1]  # the SFT stage's batches do not read rl.seed
 
 
 def test_rl_num_records_keeps_the_first_records_every_epoch():

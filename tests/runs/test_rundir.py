@@ -93,3 +93,17 @@ def test_an_sft_key_changed_after_the_sft_stage_finished_says_it_changes_nothing
     with pytest.raises(rundir.ConfigChangeError) as err:
         rundir.record_config(tmp_path, c.to_json())
     assert "changes nothing" not in str(err.value)
+
+
+def test_checkpoints_without_a_config_are_refused_unless_a_sweep_shared_the_sft_stage(tmp_path):
+    """An SFT directory copied by hand into a fresh workdir would otherwise be resumed as this config's stage."""
+    (tmp_path / "sft" / "checkpoints" / "100").mkdir(parents=True)
+    with pytest.raises(rundir.ConfigChangeError, match=r"checkpoints \(\{'sft': 100\}\) but no config.json"):
+        rundir.record_config(tmp_path, _config())
+    assert not (tmp_path / "config.json").exists()
+    (tmp_path / "sft" / "shared_from.json").write_text('{"run": "elsewhere", "sft_steps": 100}')
+    assert rundir.record_config(tmp_path, _config()) == {"sft": 100}  # the sweep checked the source's config
+    (tmp_path / "config.json").unlink()
+    (tmp_path / "checkpoints" / "2").mkdir(parents=True)  # GRPO checkpoints: never a shared stage
+    with pytest.raises(rundir.ConfigChangeError, match="no config.json"):
+        rundir.record_config(tmp_path, _config())
