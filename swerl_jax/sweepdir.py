@@ -195,10 +195,12 @@ def sft_stage_differences(a: dict, b: dict) -> list[str]:
     return [k for k, _, _ in rundir.config_changes(a, b) if not k.startswith("rl.") or k == "rl.task"]
 
 
-def changed_mid_sft(run_dir: pathlib.Path, sft_steps: int) -> str:
+def changed_mid_sft(run_dir: pathlib.Path, sft_steps: int, schedule: str = "constant") -> str:
     """The SFT-relevant config changes that `run_dir`'s config_changes.jsonl records before its SFT stage reached
-    `sft_steps` (its final length), as `key (at SFT step N)` text; empty when none. Such a stage (a resumed run with
-    a new learning rate, a stage extended from 600 to 2,000 steps) is not what its config.json alone trains."""
+    `sft_steps` (its final length), as `key at SFT step N` text; empty when none. Such a stage (say, resumed with
+    a new learning rate) is not what its config.json alone trains. One change is exempt: `sft.num_steps` under a
+    constant `optim.schedule` (the stage's `schedule`), which reads no step count, so a stage extended from 600
+    to 2,000 steps is a 2,000-step stage (the optimizer and data iterator resume exactly)."""
     path = run_dir / "config_changes.jsonl"
     if not path.is_file():
         return ""
@@ -211,7 +213,8 @@ def changed_mid_sft(run_dir: pathlib.Path, sft_steps: int) -> str:
             return f"{path.name}: an unreadable line"
         if at < sft_steps:
             found += [f"{k} at SFT step {at}" for k in keys if not is_operational(k)
-                      and (not k.startswith("rl.") or k == "rl.task")]
+                      and (not k.startswith("rl.") or k == "rl.task")
+                      and not (k == "sft.num_steps" and schedule == "constant")]
     return ", ".join(found)
 
 
@@ -239,7 +242,7 @@ def share_sft_stage(run_dir: pathlib.Path, config: dict, run_roots: list[pathlib
                 continue
             if not isinstance(other, dict) or sft_stage_differences(other, config):
                 continue
-            changed = changed_mid_sft(candidate, steps)
+            changed = changed_mid_sft(candidate, steps, str(other.get("optim", {}).get("schedule", "")))
             if changed:  # its config.json is the last config, not the one that trained its first steps
                 print(f"sweep: --share-sft skips {candidate}: its SFT stage changed config mid-way ({changed})",
                       file=sys.stderr, flush=True)

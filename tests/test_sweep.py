@@ -175,22 +175,30 @@ def test_sft_sharing_refuses_a_missing_source_sweep_and_skips_a_broken_run(tmp_p
 
 
 def test_an_sft_stage_whose_config_changed_before_it_finished_is_not_shared(tmp_path, capsys):
-    """A stage extended from 600 to 2,000 steps restarted its schedule at 600: its config.json says 2,000 steps,
-    but a fresh 2,000-step stage is another policy."""
+    """A stage resumed with a new learning rate, or extended under a cosine schedule (which decays to its step
+    count), is not what its config.json alone trains; extended under a constant schedule, it is."""
     (base,) = sweep.plan_runs(CONFIG, [], [0], {}, check_files=False)
     steps = base["config"]["sft"]["num_steps"]
     extended = _finished_run(tmp_path, "a_extended", base["config"], steps)
-    change = {"from_checkpoint": {"sft": steps - 1}, "changes": {"sft.num_steps": {"old": steps - 1, "new": steps}}}
+    change = {"from_checkpoint": {"sft": steps - 1}, "changes": {"sft.num_steps": {"old": steps - 1, "new": steps},
+                                                               "sft.learning_rate": {"old": 1, "new": 2}}}
     (extended / "config_changes.jsonl").write_text(json.dumps(change) + "\n")
+    assert sweepdir.changed_mid_sft(extended, steps, "cosine") == (f"sft.num_steps at SFT step {steps - 1}, "
+                                                                   f"sft.learning_rate at SFT step {steps - 1}")
+    assert sweepdir.changed_mid_sft(extended, steps, "constant") == f"sft.learning_rate at SFT step {steps - 1}"
     later = _finished_run(tmp_path, "b_rl_changed_later", base["config"], steps)
     after = {"from_checkpoint": {"sft": steps, "grpo": 2}, "changes": {"rl.kl_coef": {"old": 0.0, "new": 0.1},
                                                                        "sft.learning_rate": {"old": 1, "new": 2}}}
     (later / "config_changes.jsonl").write_text(json.dumps(after) + "\n")
-    assert sweepdir.changed_mid_sft(extended, steps) == f"sft.num_steps at SFT step {steps - 1}"
-    assert sweepdir.changed_mid_sft(later, steps) == ""  # changed after its SFT stage finished: that stage stands
+    assert sweepdir.changed_mid_sft(later, steps, "cosine") == ""  # changed after its SFT stage finished
     assert sweepdir.share_sft_stage(tmp_path / "runs" / "new", base["config"], [tmp_path / "runs"]) == later
     err = capsys.readouterr().err
-    assert f"skips {extended}: its SFT stage changed config mid-way (sft.num_steps at SFT step" in err
+    assert f"skips {extended}: its SFT stage changed config mid-way (sft.learning_rate at SFT step" in err
+    lengthened = _finished_run(tmp_path, "0_lengthened", base["config"], steps)  # sorts first: found first
+    length_only = {"from_checkpoint": {"sft": 1}, "changes": {"sft.num_steps": {"old": 1, "new": steps}}}
+    (lengthened / "config_changes.jsonl").write_text(json.dumps(length_only) + "\n")
+    assert base["config"]["optim"]["schedule"] == "constant"
+    assert sweepdir.share_sft_stage(tmp_path / "runs" / "newer", base["config"], [tmp_path / "runs"]) == lengthened
 
 
 def test_rl_seeds_share_one_sft_stage_and_are_named_and_passed_as_rl_seed(tmp_path):
