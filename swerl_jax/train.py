@@ -85,6 +85,7 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
 
 
 EVAL_FILE = "eval.json"
+EVAL_ROWS_FILE = "eval_rows.jsonl"  # the SFT evaluation's per-answer rows, beside EVAL_FILE
 
 
 def evaluate_sft(config: Any, sft: SFTTrainer, path: pathlib.Path) -> dict | None:
@@ -97,11 +98,12 @@ def evaluate_sft(config: Any, sft: SFTTrainer, path: pathlib.Path) -> dict | Non
         log.warning("SFT held-out evaluation skipped in a multi-process run: export the SFT checkpoint and score "
                     "it with python -m swerl_jax.eval repair-score --hf_dir")
         return None
-    from swerl_jax.eval.repair_score import evaluate_params
+    from swerl_jax.eval.repair_score import evaluate_params, write_answer_rows
 
-    t0 = time.perf_counter()
-    row = {"step": int(config.sft.num_steps), **evaluate_params(config, sft.policy.host_params()),
+    t0, answers = time.perf_counter(), []
+    row = {"step": int(config.sft.num_steps), **evaluate_params(config, sft.policy.host_params(), answers),
            "time/eval_s": round(time.perf_counter() - t0, 2)}
+    write_answer_rows(path.with_name(EVAL_ROWS_FILE), answers)  # per answer: for per-task paired comparisons
     path.write_text(json.dumps(row, indent=1))
     return row
 

@@ -4,6 +4,7 @@ process (inline sampler, the 7M demo model, 2 SFT steps, 1-2 GRPO steps)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -106,6 +107,8 @@ def test_sft_baseline_evaluated_like_the_rl_policy(tmp_path):
     assert row["step"] == 2 and row["eval/answers"] == 3
     assert 0.0 <= row["eval/exact_rate"] <= row["eval/format_rate"] <= 1.0 and 0.0 <= row["eval/score"] <= 100.0
     assert (tmp_path / "sft" / "eval.json").is_file()
+    answers = [json.loads(x) for x in (tmp_path / "sft" / "eval_rows.jsonl").read_text().splitlines()]
+    assert len(answers) == 3 and sum(a["reward"] for a in answers) / 3 == pytest.approx(row["eval/mean_reward"])
     grpo = build_grpo_trainer(c, tmp_path / "grpo")  # a seeded init: any params will do for the comparison
     try:
         grpo.before_steps(0)

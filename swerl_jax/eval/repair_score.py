@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 from collections.abc import Callable, Sequence
@@ -122,6 +123,16 @@ def _execute(executed: list[tuple[int, dict, str]], rows: list[dict]) -> float:
     return sum(rows[i]["resolved"] for i, _, _ in executed) / len(executed)
 
 
+def write_answer_rows(path: pathlib.Path, rows: list[dict]) -> None:
+    """`repair_score`'s per-answer rows as JSON lines at `path` (its folder made; written to a temporary name
+    first, so a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+    os.replace(tmp, path)
+
+
 def heldout_records(config) -> list[dict]:
     """The first `eval.num_records` records of `eval.records`, or synthetic records of seed `seed + eval.heldout_seed`
     (the training records are seed `seed`: these are instances the run never trains on)."""
@@ -136,9 +147,10 @@ def heldout_records(config) -> list[dict]:
     return config_records(config.data, int(e.num_records), int(config.seed) + int(e.heldout_seed), str(e.families))
 
 
-def evaluate_params(config, params: dict) -> dict:
+def evaluate_params(config, params: dict, rows_out: list[dict] | None = None) -> dict:
     """The held-out repair metric of `params` (host arrays, the model's layout), greedy: the `eval/*` scalars the
-    GRPO trainer logs every `eval.every_steps`, for a policy outside it (the SFT stage's, the RL-vs-SFT baseline)."""
+    GRPO trainer logs every `eval.every_steps`, for a policy outside it (the SFT stage's, the RL-vs-SFT baseline).
+    `rows_out` collects one row per answer (`repair_score`'s)."""
     from swerl_jax.sampler.factory import build_engine
     from swerl_jax.tokenizer import tokenizer_for
 
@@ -147,7 +159,7 @@ def evaluate_params(config, params: dict) -> dict:
     greedy = dataclasses.replace(sampling_params(config), temperature=0.0)
     d = config.data
     result = repair_score(heldout_records(config), engine_generate(engine, greedy, 1), tokenizer_for(config.model),
-                          d.max_prompt_len, d.prompt_style, config.reward.kind)
+                          d.max_prompt_len, d.prompt_style, config.reward.kind, rows_out)
     return result.metrics()
 
 
@@ -243,9 +255,7 @@ def main(argv: list[str] | None = None) -> RepairScore:
         raise ValueError(f"--records {args.records}: none of the {result.records} records could be scored "
                          f"({result.skipped or 'no records'}); nothing written")
     out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "repair.jsonl", "w") as f:
-        f.writelines(json.dumps(row) + "\n" for row in rows)
+    write_answer_rows(out / "repair.jsonl", rows)
     summary = {**dataclasses.asdict(result), "samples": args.samples, "temperature": args.temperature,
                "config": args.config, "weights": args.weights, "policy_version": policy_version,
                "evaluated": evaluated}

@@ -17,7 +17,7 @@ import pathlib
 from typing import Any
 
 from swerl_jax import sharding
-from swerl_jax.eval.repair_score import heldout_records, repair_score
+from swerl_jax.eval.repair_score import heldout_records, repair_score, write_answer_rows
 from swerl_jax.resolve import ensure_resolved
 from swerl_jax.rl.collect import RepairCollector
 from swerl_jax.rl.collector import Collector, Evaluator, Sampler
@@ -29,11 +29,13 @@ from swerl_jax.tokenizer import tokenizer_for
 class RepairEvaluator:
     """The repair metric of a sampler's policy on held-out records, greedy (`eval.repair_score`): eval/format_rate,
     eval/score, eval/exact_rate, eval/mean_reward, eval/answers (and eval/resolved_rate: records with hidden
-    tests). An `Evaluator`."""
+    tests). An `Evaluator`. With `rows_dir`, each evaluation's per-answer rows (instance_id, reward, format_error,
+    resolved, answer) go to `rows_dir/heldout_VVVVVV.jsonl` (V: the policy version): what a paired per-task
+    comparison of two runs on the same held-out tasks needs."""
 
-    def __init__(self, config: Any, records: list[dict]) -> None:
+    def __init__(self, config: Any, records: list[dict], rows_dir: pathlib.Path | None = None) -> None:
         """Evaluate on `records` (`eval.repair_score.heldout_records`: records the run never trains on)."""
-        self.config, self.records = config, records
+        self.config, self.records, self.rows_dir = config, records, rows_dir
         self.greedy = dataclasses.replace(sampling_params(config), temperature=0.0)
 
     def __call__(self, sampler: Sampler, version: int) -> dict:
@@ -50,9 +52,11 @@ class RepairEvaluator:
                 out += [[c.text or "" for c in group] for group in groups]
             return out
 
-        d = self.config.data
+        d, rows = self.config.data, []
         result = repair_score(self.records, generate, tokenizer_for(self.config.model), d.max_prompt_len,
-                              d.prompt_style, self.config.reward.kind)
+                              d.prompt_style, self.config.reward.kind, rows)
+        if self.rows_dir is not None:
+            write_answer_rows(self.rows_dir / f"heldout_{version:06d}.jsonl", rows)
         return result.metrics()
 
 
@@ -65,7 +69,8 @@ def build_collector(config: Any, workdir: str | pathlib.Path) -> tuple[Collector
 
         agent = AgentCollector(config, workdir)
         return agent, agent.evaluate if evaluate else None
-    return RepairCollector(config), (RepairEvaluator(config, heldout_records(config)) if evaluate else None)
+    evaluator = RepairEvaluator(config, heldout_records(config), pathlib.Path(workdir) / "eval") if evaluate else None
+    return RepairCollector(config), evaluator
 
 
 def build_grpo_trainer(config: Any, workdir: str | pathlib.Path, initial_params: Any = None) -> GRPOTrainer:

@@ -271,15 +271,29 @@ def test_no_config_section_is_read_with_a_default_outside_the_config_module():
 
 # ------------------------------------------------------------------- the ablation sweeps (experiments/ablations/)
 
-ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp", "staleness"]
+ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp", "staleness", "testbed"]
+# (file, variant): the paper-scale file and its CPU and testbed variants; testbed.py is the testbed alone
+ABLATION_RUNS = [(n, a) for n in ABLATIONS if n != "testbed" for a in (None, "cpu", "testbed")] + [("testbed", None)]
 
 
 def test_every_ablation_file_is_listed():
     assert {p.stem for p in (REPO / "experiments" / "ablations").glob("*.py")} - {"__init__"} == set(ABLATIONS)
 
 
-@pytest.mark.parametrize("name", ABLATIONS)
-@pytest.mark.parametrize("arg", [None, "cpu", "testbed"])
+def test_the_testbed_sweep_is_sft_grpo_discrete_and_grpo_pp_over_one_testbed_config():
+    from experiments import deepswe_grpo_pp, testbed_cpu
+    from experiments.ablations import testbed
+
+    sft, grpo, discrete, pp = testbed.get_sweep()
+    assert sft == {"rl.num_steps": 0} and grpo == {} and discrete == {"reward.kind": "discrete"}
+    c = testbed_cpu.get_config()
+    for key, value in pp.items():
+        section, field = key.split(".")
+        c[section][field] = value
+    assert c.to_dict() == deepswe_grpo_pp.get_config("testbed").to_dict()  # every switch, and nothing else
+
+
+@pytest.mark.parametrize("name,arg", ABLATION_RUNS)
 def test_ablation_sweep_variants_resolve_and_plan(name, arg, tmp_path):
     from swerl_jax import sweep
 

@@ -5,6 +5,7 @@ constructor config error, named by its key."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -62,6 +63,11 @@ def test_heldout_repair_evaluation_every_step_and_at_the_end(tmp_path):
         assert r["eval/answers"] == 3 and r["time/eval_s"] > 0
         assert 0.0 <= r["eval/exact_rate"] <= r["eval/format_rate"] <= 1.0 and 0.0 <= r["eval/score"] <= 100.0
         assert -1.0 <= r["eval/mean_reward"] <= r["eval/score"] / 100
+        # the per-answer rows of that evaluation, the same answers the metric counts
+        path = tmp_path / "eval" / f"heldout_{r['step']:06d}.jsonl"
+        answers = [json.loads(x) for x in path.read_text().splitlines()]
+        assert [a["instance_id"] for a in answers] == [rec["instance_id"] for rec in records]
+        assert sum(a["reward"] for a in answers) / 3 == pytest.approx(r["eval/mean_reward"])
 
 
 def test_no_evaluation_by_default(runs):
