@@ -138,6 +138,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # runs that differ in it share one SFT stage (`sweep --seed-key rl.seed --share-sft`: RL seeds from one SFT
     # policy, as the paper's arms start from one base model). Model init, the records and held-out tasks keep `seed`.
     c.rl.seed = -1
+    # GRPO's own learning-rate warmup in updates (-1: optim.warmup_steps, which the SFT stage reads too). A fresh
+    # Adam's first update moves every weight by about the learning rate whatever the gradient's size, which can
+    # wreck a small SFT'd policy at once; a warmup set here leaves the SFT stage (and its sharing) untouched.
+    c.rl.warmup_steps = -1
 
     # Optimiser (shared by RL and SFT).
     c.optim = ml_collections.ConfigDict()
@@ -205,6 +209,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # testbed: the held-out tasks' families (comma-separated); empty: data.testbed_families (the same families,
     # unseen instances). Families the run never trained on ask whether a fix transfers to a new kind of bug.
     c.eval.families = ""
+    # The reward that scores held-out answers (the repair score's): one metric for every run, whatever reward.kind
+    # it trains with, so a continuous-vs-discrete ablation compares the same number (it used to be reward.kind: the
+    # discrete arm's "score" was its exact-match rate).
+    c.eval.reward_kind = "continuous"
 
     # Checkpoints.
     c.checkpoint = ml_collections.ConfigDict()

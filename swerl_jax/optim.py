@@ -21,14 +21,16 @@ import optax
 SCHEDULES = ("constant", "cosine")
 
 
-def make_schedule(optim_cfg: Any, num_steps: int, learning_rate: float | None = None) -> optax.Schedule:
+def make_schedule(optim_cfg: Any, num_steps: int, learning_rate: float | None = None,
+                  warmup_steps: int | None = None) -> optax.Schedule:
     """Learning rate per optimizer update (count from 0): linear warmup lr * (count + 1) / warmup_steps for the
     first optim.warmup_steps updates, then constant, or cosine decay to lr * optim.final_lr_ratio at `num_steps`.
 
-    `learning_rate` overrides optim.learning_rate (the SFT stage passes sft.learning_rate).
+    `learning_rate` overrides optim.learning_rate (the SFT stage passes sft.learning_rate), `warmup_steps`
+    optim.warmup_steps (GRPO passes rl.warmup_steps when it is set).
     """
     lr = float(optim_cfg.learning_rate if learning_rate is None else learning_rate)
-    warmup = int(optim_cfg.warmup_steps)
+    warmup = int(optim_cfg.warmup_steps if warmup_steps is None else warmup_steps)
     kind = str(optim_cfg.schedule)
     if lr < 0:
         raise ValueError(f"optim.learning_rate must be >= 0, got {lr}")
@@ -66,8 +68,8 @@ def _decay_mask(params: Any) -> Any:
     return jax.tree_util.tree_map_with_path(keep, params)
 
 
-def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None = None
-                   ) -> optax.GradientTransformation:
+def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None = None,
+                   warmup_steps: int | None = None) -> optax.GradientTransformation:
     """clip(global norm) -> AdamW with `make_schedule`, accumulated over optim.grad_accum_steps calls.
 
     Args:
@@ -75,6 +77,7 @@ def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None =
         grad_accum_steps; optional eps, final_lr_ratio, skip_nonfinite).
       num_steps: optimizer updates in the run (the cosine horizon).
       learning_rate: overrides optim.learning_rate.
+      warmup_steps: overrides optim.warmup_steps.
     """
     accum = int(optim_cfg.grad_accum_steps)
     clip = float(optim_cfg.grad_clip)
@@ -85,7 +88,7 @@ def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None =
     for key in ("b1", "b2"):
         if not 0 <= float(getattr(optim_cfg, key)) < 1:
             raise ValueError(f"optim.{key} must be in [0, 1), got {getattr(optim_cfg, key)}")
-    adamw = optax.adamw(make_schedule(optim_cfg, num_steps, learning_rate), b1=float(optim_cfg.b1),
+    adamw = optax.adamw(make_schedule(optim_cfg, num_steps, learning_rate, warmup_steps), b1=float(optim_cfg.b1),
                         b2=float(optim_cfg.b2), eps=float(optim_cfg.eps),
                         weight_decay=float(optim_cfg.weight_decay), mask=_decay_mask)
     tx = optax.chain(optax.clip_by_global_norm(clip), adamw) if clip > 0 else adamw

@@ -94,14 +94,15 @@ class Policy:
 
     @classmethod
     def create(cls, config: Any, num_steps: int, learning_rate: float | None = None, params: Any = None,
-               global_batch: int | None = None) -> Policy:
+               global_batch: int | None = None, warmup_steps: int | None = None) -> Policy:
         """Build the mesh (validated against the model and `global_batch`), the optimizer (`config.optim`,
-        `num_steps` for its schedule, `learning_rate` overriding optim.learning_rate) and the state, from
-        `params` when given (e.g. the SFT stage's result), else `initial_params`."""
+        `num_steps` for its schedule, `learning_rate` / `warmup_steps` overriding optim.learning_rate /
+        optim.warmup_steps) and the state, from `params` when given (e.g. the SFT stage's result), else
+        `initial_params`."""
         model_config = model_config_from(config)
         mesh = sharding.create_mesh(config, model_config=model_config, global_batch=global_batch)
         rules = sharding.logical_axis_rules(config)
-        optimizer = make_optimizer(config.optim, max(1, int(num_steps)), learning_rate)
+        optimizer = make_optimizer(config.optim, max(1, int(num_steps)), learning_rate, warmup_steps)
         if params is None:
             params = initial_params(config, model_config, mesh, rules)
         state, shardings = create_train_state(model_config, mesh, optimizer, jax.random.key(int(config.seed)),

@@ -90,6 +90,8 @@ def validate_config(config: Any, check_files: bool = True) -> None:
         raise ValueError(f"eval.every_steps={config.eval.every_steps} / eval.num_records={config.eval.num_records}: "
                          "evaluation needs every_steps >= 0 and, when on, num_records >= 1 (eval.every_steps=0 turns "
                          "it off)")
+    if int(config.rl.warmup_steps) < -1:
+        raise ValueError(f"rl.warmup_steps must be >= 0, or -1 for optim.warmup_steps, got {config.rl.warmup_steps}")
     if int(config.rl.seed) < -1:
         raise ValueError(f"rl.seed must be >= 0, or -1 for `seed`, got {config.rl.seed}")
     if str(config.rl.task) == "agent":
@@ -175,6 +177,11 @@ def _check_names(config: Any) -> None:
     _one_of("model.attention_impl", config.model.attention_impl, IMPLEMENTATIONS)
     if int(config.rl.num_steps) > 0:
         get_reward_fn(str(config.reward.kind))  # ValueError names reward.kind (python: targets are imported)
+    if int(config.eval.every_steps) > 0:
+        try:
+            get_reward_fn(str(config.eval.reward_kind))
+        except ValueError as e:
+            raise ValueError(str(e).replace("reward.kind=", "eval.reward_kind=")) from None
     if str(config.data.generator) == "testbed" and not str(config.data.train_files).strip():
         parse_families(str(config.data.testbed_families), "data.testbed_families")  # ValueError: did you mean
         parse_families(str(config.eval.families), "eval.families")

@@ -130,6 +130,7 @@ class RLSection:
     max_staleness: int
     trainer_cpus: str
     seed: int
+    warmup_steps: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +171,7 @@ class EvalSection:
     num_records: int
     heldout_seed: int
     families: str
+    reward_kind: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -189,10 +189,17 @@ def write_index(root: pathlib.Path, index: dict) -> None:
     os.replace(tmp, root / "index.json")
 
 
+# Keys outside rl.* that the SFT stage (its training and its greedy held-out evaluation) never reads: it trains at
+# sft.learning_rate, and greedy decoding ignores the sampling temperature, top-p and top-k.
+NOT_READ_BY_SFT = frozenset({"optim.learning_rate", "sampler.temperature", "sampler.top_p", "sampler.top_k"})
+
+
 def sft_stage_differences(a: dict, b: dict) -> list[str]:
     """The keys of two resolved configs that could make their SFT stages differ: every result-changing key
-    (`rundir.config_changes`) except `rl.*`, which only the GRPO stage reads (`rl.task` picks the SFT trainer)."""
-    return [k for k, _, _ in rundir.config_changes(a, b) if not k.startswith("rl.") or k == "rl.task"]
+    (`rundir.config_changes`) except `rl.*` and `reward.*`, which only the GRPO stage reads (`rl.task` picks the SFT
+    trainer; the SFT stage's held-out evaluation scores with `eval.reward_kind`), and `NOT_READ_BY_SFT`."""
+    return [k for k, _, _ in rundir.config_changes(a, b)
+            if (not k.startswith(("rl.", "reward.")) or k == "rl.task") and k not in NOT_READ_BY_SFT]
 
 
 def changed_mid_sft(run_dir: pathlib.Path, sft_steps: int, schedule: str = "constant") -> str:

@@ -28,6 +28,9 @@ def test_schedules_by_hand():
     c = make_schedule(_cfg(learning_rate=3e-4, warmup_steps=0, schedule="constant"), num_steps=5)
     assert float(c(0)) == pytest.approx(3e-4) and float(c(1000)) == pytest.approx(3e-4)
     assert float(make_schedule(_cfg(), 5, learning_rate=2e-5)(3)) == pytest.approx(2e-5)
+    # GRPO's rl.warmup_steps replaces optim.warmup_steps (which the SFT stage keeps reading)
+    w = make_schedule(_cfg(learning_rate=1.0, warmup_steps=0, schedule="constant"), 50, warmup_steps=10)
+    assert [float(w(i)) for i in (0, 4, 9, 10)] == pytest.approx([0.1, 0.5, 1.0, 1.0])
 
 
 def test_config_errors_name_the_key():

@@ -157,6 +157,10 @@ def test_an_sft_stage_is_shared_only_between_configs_that_differ_in_rl_keys(tmp_
     assert sorted(p.name for p in target.iterdir()) == ["sft"]  # no half-copied temporary left
     assert sweepdir.share_sft_stage(target, config, [tmp_path / "runs"]) is None  # already has a stage
     assert sweepdir.sft_stage_differences(config, variant(data__max_prompt_len=128)) == ["data.max_prompt_len"]
+    # what the SFT stage never reads: GRPO's rate and reward, the sampling temperature (its evaluation is greedy)
+    grpo_only = variant(optim__learning_rate=9e-4, reward__kind="discrete", sampler__temperature=0.3)
+    assert sweepdir.sft_stage_differences(config, grpo_only) == []
+    assert sweepdir.sft_stage_differences(config, variant(optim__warmup_steps=7)) == ["optim.warmup_steps"]
 
 
 def test_sft_sharing_refuses_a_missing_source_sweep_and_skips_a_broken_run(tmp_path, capsys):

@@ -159,7 +159,7 @@ def evaluate_params(config, params: dict, rows_out: list[dict] | None = None) ->
     greedy = dataclasses.replace(sampling_params(config), temperature=0.0)
     d = config.data
     result = repair_score(heldout_records(config), engine_generate(engine, greedy, 1), tokenizer_for(config.model),
-                          d.max_prompt_len, d.prompt_style, config.reward.kind, rows_out)
+                          d.max_prompt_len, d.prompt_style, config.eval.reward_kind, rows_out)
     return result.metrics()
 
 
@@ -191,7 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.repair_score", description=__doc__.split("\n")[0],
                                 epilog="--config.KEY=VALUE (or --config.KEY VALUE): override a config key (repeatable)")
     p.add_argument("--config", required=True, help="experiment file (experiments/NAME.py[:arg]): model, tokenizer, "
-                   "prompt budget, sampler limits, reward kind")
+                   "prompt budget, sampler limits, eval.reward_kind")
     p.add_argument("--records", required=True, help="PR records (file, directory, glob or comma-separated list)")
     p.add_argument("--out", required=True, help="directory for repair.jsonl and summary.json")
     p.add_argument("--weights", default="", help="a published policy directory (WORKDIR/policy)")
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> RepairScore:
     rows: list[dict] = []
     try:
         result = repair_score(records, generate, tokenizer, config.data.max_prompt_len, config.data.prompt_style,
-                              config.reward.kind, rows)
+                              config.eval.reward_kind, rows)
     except SamplerError as err:  # the server named by --address: one line, not a traceback
         raise ValueError(f"--address {args.address}: {err}") from None
     if result.scored == 0:  # a score of 0.0 over nothing is not a number to report

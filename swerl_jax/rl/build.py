@@ -54,7 +54,7 @@ class RepairEvaluator:
 
         d, rows = self.config.data, []
         result = repair_score(self.records, generate, tokenizer_for(self.config.model), d.max_prompt_len,
-                              d.prompt_style, self.config.reward.kind, rows)
+                              d.prompt_style, self.config.eval.reward_kind, rows)
         if self.rows_dir is not None:
             write_answer_rows(self.rows_dir / f"heldout_{version:06d}.jsonl", rows)
         return result.metrics()

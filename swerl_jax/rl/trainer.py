@@ -98,9 +98,10 @@ class GRPOTrainer(TrainLoop):
         self.num_micro = micro_batches(rows, int(rl.micro_batch_size), "rl.micro_batch_size")
         # rl.update_epochs (GRPO's mu): optimizer updates per batch; the schedule counts updates
         self.update_epochs = int(rl.update_epochs)
+        warmup = int(rl.warmup_steps)  # -1: optim.warmup_steps
         # each micro-batch is what gets sharded over the batch axes: rl.micro_batch_size must split over them
         self.policy = Policy.create(config, self.num_steps * self.update_epochs, params=initial_params,
-                                    global_batch=rows // self.num_micro)
+                                    global_batch=rows // self.num_micro, warmup_steps=warmup if warmup >= 0 else None)
         # The reference is the policy RL starts from (pretrained or SFT'd); a copy, because the state is donated.
         self.reference = (jax.tree.map(lambda x: x.copy(), self.policy.state.params)
                           if self.loss_cfg.needs_reference else None)

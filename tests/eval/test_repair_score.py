@@ -133,3 +133,47 @@ def test_nothing_scored_is_an_error_not_a_score_of_zero(tmp_path):
     with pytest.raises(ValueError, match="--samples 0: must be >= 1"):
         rs.main(["--config=experiments/tiny_cpu.py", f"--records={tmp_path / 'empty.jsonl'}",
                  f"--out={tmp_path / 'o'}", "--samples=0", "--random_init"])
+
+
+def test_the_held_out_score_is_eval_reward_kinds_whatever_reward_the_run_trains_with(tmp_path):
+    """A discrete-reward run's held-out "score" used to be its exact-match rate: the reward ablation compared two
+    different metrics. The evaluator scores with eval.reward_kind (continuous by default) and keeps its rows."""
+    import types
+
+    from experiments import tiny_cpu
+    from swerl_jax.resolve import resolve_config
+    from swerl_jax.rl.build import RepairEvaluator
+
+    touched = []
+    for record in RECORDS:  # a well-formed edit that is not the fix: similarity in (0, 1), discrete 0
+        path, content = next(iter(record["code_context"].items()))
+        line = content.splitlines()[0]
+        touched.append(f"<think>t</think>\n<solution>\n```python\n### {path}\n<<<<<<< SEARCH\n{line}\n=======\n"
+                       f"{line}  # touched\n>>>>>>> REPLACE\n```\n</solution>")
+
+    class Sampler:
+        def generate(self, prompts, sampling, num_samples, seed, min_policy_version):
+            assert sampling.temperature == 0.0 and num_samples == 1
+            start = len(self.seen)
+            self.seen += prompts
+            return [[types.SimpleNamespace(text=touched[start + i])] for i in range(len(prompts))]
+
+    def score(reward_kind: str, eval_kind: str) -> dict:
+        c = tiny_cpu.get_config()
+        c.reward.kind, c.eval.reward_kind, c.eval.every_steps = reward_kind, eval_kind, 1
+        sampler = Sampler()
+        sampler.seen = []
+        out = tmp_path / f"{reward_kind}-{eval_kind}"
+        return RepairEvaluator(resolve_config(c, check_files=False), RECORDS, out)(sampler, 3), out
+
+    continuous, _ = score("continuous", "continuous")
+    discrete_run, rows_dir = score("discrete", "continuous")
+    assert discrete_run == continuous and 0 < continuous["eval/score"] < 100  # the same metric for both arms
+    exact, _ = score("discrete", "discrete")
+    assert exact["eval/score"] == 0.0  # what the discrete arm used to report
+    rows = [json.loads(x) for x in (rows_dir / "heldout_000003.jsonl").read_text().splitlines()]
+    assert [r["instance_id"] for r in rows] == [r["instance_id"] for r in RECORDS]
+    c = tiny_cpu.get_config()
+    c.eval.every_steps, c.eval.reward_kind = 1, "contnuous"
+    with pytest.raises(ValueError, match="eval.reward_kind='contnuous' is unknown"):
+        resolve_config(c, check_files=False)
