@@ -85,6 +85,9 @@ def test_ablation_notebook_on_a_tiny_real_sweep(tmp_path, monkeypatch):
     assert "| reward.kind=continuous | 2 |" in text and "| reward.kind=discrete | 2 |" in text
     for metric in ("reward_mean", "format_error_rate", "eval/score", "eval/exact_rate"):
         assert f"| reward.kind=discrete - reward.kind=continuous | {metric} | 2 |" in text
+    # paired by held-out task, from the answers each run's last evaluation kept
+    for measure in ("score", "format"):
+        assert f"| reward.kind=discrete - reward.kind=continuous | {measure} | " in text
     (root,) = tmp_path.glob("swerl_sweep_*")
     index = load_sweep(root)
     assert sorted((r["overrides"]["reward.kind"], r["seed"]) for r in index["runs"]) == [
