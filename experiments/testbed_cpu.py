@@ -15,17 +15,18 @@ The policy is `testbed-128x4` (4 layers, width 128) over the testbed's own 2,048
 on the answer only, 600 SFT steps left 0% well-formed held-out answers (the policy writes the right fix with
 invented names: it never learned to copy from its context); with both changes, 2,000 steps (1.46 s each, 49
 minutes) leave 35.5% well-formed, a repair score of 34.9 and 32.5% resolved by the hidden tests: well below
-perfect, which is where RL has room. One seed takes ~55 minutes on this 2-core machine (SFT 49, GRPO 40 x ~5 s,
-three held-out evals of 200 tasks).
+perfect, which is where RL has room. GRPO then takes 100 steps of 2 tasks x 16 samples (~6.5 s a step alone,
+~12 s beside a second run; two held-out evals of 200 tasks, ~15 s each): about 49 + 12 minutes a seed here.
 
     python -m swerl_jax.train --config=experiments/testbed_cpu.py --workdir=runs/testbed/s0
     python -m swerl_jax.train --config=experiments/testbed_cpu.py --workdir=runs/testbed/s0 \\
         --config.eval.families=api_misuse,missing_copy --config.data.testbed_families=...   # transfer to new bugs
-    python -m swerl_jax.sweep --config=experiments/ablations/testbed.py:rl_vs_sft --seeds 0,1,2 --share-sft ...
+    python -m swerl_jax.sweep --config=experiments/ablations/testbed.py --seeds 0,1,2 --seed-key rl.seed \\
+        --share-sft --workdir sweeps/testbed          # SFT vs GRPO vs discrete reward vs GRPO++, one SFT stage
 
-The run scores the SFT stage's policy on the same held-out tasks before GRPO starts (WORKDIR/sft/eval.json), so
-one run gives both sides of RL vs SFT, paired. Variant `:heldout_families` trains on 16 families and evaluates on
-the other 4 (does a fix transfer to a bug family never seen?).
+The run scores the SFT stage's policy on the same held-out tasks before GRPO starts (WORKDIR/sft/eval.json, its
+answers in sft/eval_rows.jsonl), so one run gives both sides of RL vs SFT, paired. Variant `:heldout_families`
+trains on 16 families and evaluates on the other 4 (does a fix transfer to a bug family never seen?).
 Measured choices (ABLATIONS.md "The CPU testbed"): see the comments below.
 """
 
