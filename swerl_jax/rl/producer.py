@@ -26,6 +26,7 @@ blocked by the bound (the sampler's idle time, as far as this loop is concerned)
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ import grain
 
 from swerl_jax.rl.collector import Collector, Groups, Sampler
 from swerl_jax.sampler.types import Completion, SamplingParams
+
+log = logging.getLogger(__name__)
 
 _POLL_S = 0.5  # the waits wake this often, so Ctrl-C reaches the main thread within a second
 
@@ -60,9 +63,18 @@ class SerialSampler:
         with self._lock:
             self.sampler.update(params, version)
 
-    def close(self) -> None:
-        """Close the sampler."""
-        self.sampler.close()
+    def close(self, wait_s: float = 1.0) -> None:
+        """Close the sampler, politely when no call is in flight. A call still in flight after `wait_s` (the
+        producer's request may wait for a policy version the stopping trainer will never publish) gets the
+        sampler killed instead (`kill()` where it has one), so Ctrl-C stops the run in seconds."""
+        if self._lock.acquire(timeout=wait_s):
+            try:
+                self.sampler.close()
+            finally:
+                self._lock.release()
+            return
+        log.warning("a sampler request is still in flight: stopping the sampler without waiting for it")
+        getattr(self.sampler, "kill", self.sampler.close)()
 
 
 class FrozenPosition(grain.DatasetIterator):

@@ -324,11 +324,13 @@ class GRPOTrainer(TrainLoop):
     def close(self) -> None:
         """Stop the sampler and the collector (reward workers, environment pool); finish pending checkpoint
         writes."""
-        if self.producer is not None:
-            self.producer.close()
-        if self.sampler is not None:
+        if self.producer is not None:  # first a short wait for the collection in flight, then the sampler: a
+            self.producer.close(timeout_s=1.0)  # producer request waiting for a version nobody will publish is
+        if self.sampler is not None:  # killed with it (SerialSampler.close) and the thread ends
             self.sampler.close()
             self.sampler = None
+        if self.producer is not None:
+            self.producer.close()
         self.collector.close()
         self.checkpointer.close()
 

@@ -87,6 +87,7 @@ class SamplerClient:
         self._log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="swerl_sampler_"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None
+        self._stopping = False  # set by close() / kill(): a request failing from then on is not a reason to restart
         self._sock: socket.socket | None = None
         self._channel: protocol.Channel | None = None
         self.address = address
@@ -152,8 +153,16 @@ class SamplerClient:
         self.restarts += 1
         self._start()
 
+    def kill(self) -> None:
+        """Stop a started server at once (SIGKILL) and close the connection: for a client whose connection another
+        thread is using (a request waiting for a policy version that will never come). That request fails with a
+        `SamplerError`; nothing is restarted."""
+        self._stopping = True
+        self._kill()
+
     def close(self) -> None:
         """Stop a started server (shutdown message, then kill) and close the connection."""
+        self._stopping = True
         if self.proc is not None and self.proc.poll() is None:
             try:
                 self._call("shutdown", {}, {}, timeout_s=5.0)
@@ -185,6 +194,9 @@ class SamplerClient:
             return self._call_once(msg_type, fields, arrays, timeout_s)
 
     def _call_once(self, msg_type: str, fields: dict, arrays: dict, timeout_s: float) -> protocol.Message:
+        if self._stopping and msg_type != "shutdown":
+            raise SamplerError(f"the sampler at {self.address} was stopped while a request was in flight (or "
+                               "before it was sent)")
         try:
             if self._channel is None:
                 self._sock = socket.create_connection(self.address, timeout=timeout_s)
@@ -206,6 +218,9 @@ class SamplerClient:
             try:
                 return self._call(msg_type, fields, arrays, timeout_s)
             except (OSError, protocol.ProtocolError) as e:  # socket.timeout is an OSError
+                if self._stopping:  # close() or kill() from another thread: the run is ending
+                    raise SamplerError(f"the sampler at {self.address} was stopped while a request was in flight "
+                                       f"({type(e).__name__})") from e
                 dead = self.proc is not None and self.proc.poll() is not None
                 cause = (f"sampler process died (exit code {self.proc.returncode})" if dead else
                          f"no answer from the sampler at {self.address} within {timeout_s:.0f}s"

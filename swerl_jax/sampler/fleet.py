@@ -159,6 +159,15 @@ class SamplerFleet:
         for client in self._all:
             _close_quietly(client)
 
+    def kill(self) -> None:
+        """Stop every member's server at once (`SamplerClient.kill`): a request in flight fails, none is re-sent
+        to a live member because none is left."""
+        for client in self._all:
+            try:
+                client.kill()
+            except Exception as e:  # noqa: BLE001 - best effort, as closing
+                log.warning("stopping sampler at %s failed: %s", client.address, e)
+
     def __enter__(self) -> SamplerFleet:
         return self
 

@@ -208,3 +208,47 @@ def test_trainer_at_k1_trains_stale_batches_with_the_decoupled_loss_and_checkpoi
             assert next(fresh.data_iter) == step
         finally:
             trainer.close()
+
+
+class WaitingSampler:
+    """A sampler whose generate waits for a policy version until it is killed (then fails, as a client does)."""
+
+    def __init__(self) -> None:
+        self.in_flight, self.released = threading.Event(), threading.Event()
+        self.calls: list[str] = []
+
+    def generate(self, prompts, sampling=None, num_samples=1, seed=0, min_policy_version=0):
+        self.in_flight.set()
+        self.released.wait(60)
+        raise RuntimeError("stopped while waiting for a version")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+    def kill(self) -> None:
+        self.calls.append("kill")
+        self.released.set()
+
+
+def test_closing_kills_a_sampler_whose_request_waits_for_a_version_nobody_will_publish():
+    """Ctrl-C of an asynchronous run: the producer's request waits for policy version t - k, which the stopping
+    trainer never publishes. A polite shutdown would queue behind it; the sampler is killed instead."""
+    sampler = WaitingSampler()
+    serial = SerialSampler(sampler)
+    errors: list[BaseException] = []
+
+    def produce():
+        try:
+            serial.generate([[1, 2]], min_policy_version=7)
+        except RuntimeError as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    assert sampler.in_flight.wait(10)
+    serial.close(wait_s=0.05)
+    thread.join(10)
+    assert sampler.calls == ["kill"] and not thread.is_alive() and errors
+    idle = WaitingSampler()
+    SerialSampler(idle).close()  # nothing in flight: the polite close
+    assert idle.calls == ["close"]

@@ -228,3 +228,25 @@ def test_replayed_frames_and_unauthenticated_shutdown_are_refused(open_server, i
         reply = channel.recv()
     assert reply.type == "error" and reply.fields["code"] == "auth" and "signal" in reply.fields["message"]
     _ping_works(open_server)
+
+
+def test_kill_ends_a_request_waiting_for_a_version_at_once(open_server):
+    """A stopping asynchronous run: its producer's request waits for a policy version nobody will publish. kill()
+    from another thread ends it in seconds with a SamplerError (a client that started its server restarts
+    nothing once stopping)."""
+    client = SamplerClient(open_server.address, timeout_s=60)
+    errors: list[BaseException] = []
+
+    def wait_for_version():
+        try:
+            client.generate([[1, 2]], GREEDY, min_policy_version=5, wait_timeout_s=60)
+        except SamplerError as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=wait_for_version)
+    thread.start()
+    client.kill()  # whether the request is in the server's wait yet or not sent: it ends now, not in 60 s
+    thread.join(30)
+    assert not thread.is_alive() and errors and "was stopped while a request was in flight" in str(errors[0])
+    with pytest.raises(SamplerError, match="was stopped"):
+        client.ping()
