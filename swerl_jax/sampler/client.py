@@ -87,7 +87,7 @@ class SamplerClient:
         self._log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="swerl_sampler_"))
         self._log_dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None
-        self._stopping = False  # set by close() / kill(): a request failing from then on is not a reason to restart
+        self._stopping = False  # set by kill(), and by close() of a started server: no restart, no new request
         self._sock: socket.socket | None = None
         self._channel: protocol.Channel | None = None
         self.address = address
@@ -161,8 +161,10 @@ class SamplerClient:
         self._kill()
 
     def close(self) -> None:
-        """Stop a started server (shutdown message, then kill) and close the connection."""
-        self._stopping = True
+        """Stop a started server (shutdown message, then kill) and close the connection. A client of a server it
+        did not start only disconnects, and its next request connects again (the curation predictor does so)."""
+        if self.proc is not None:
+            self._stopping = True  # the server is going: a request failing now must not restart it
         if self.proc is not None and self.proc.poll() is None:
             try:
                 self._call("shutdown", {}, {}, timeout_s=5.0)
