@@ -204,9 +204,12 @@ class SamplerClient:
                 self._sock = socket.create_connection(self.address, timeout=timeout_s)
                 self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self._channel = protocol.Channel.connect(self._sock, self.secret)
-            self._sock.settimeout(timeout_s)
-            self._channel.send(msg_type, fields, arrays)
-            reply = self._channel.recv()
+            # local references: kill() from another thread may clear self._sock / self._channel mid-request;
+            # the closed socket then fails this request with an OSError, not an AttributeError
+            sock, channel = self._sock, self._channel
+            sock.settimeout(timeout_s)
+            channel.send(msg_type, fields, arrays)
+            reply = channel.recv()
         except BaseException:
             self._disconnect()  # the stream is out of step after any failure mid-request
             raise

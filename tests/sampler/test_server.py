@@ -230,17 +230,20 @@ def test_replayed_frames_and_unauthenticated_shutdown_are_refused(open_server, i
     _ping_works(open_server)
 
 
-def test_kill_ends_a_request_waiting_for_a_version_at_once(open_server):
+def test_kill_ends_a_request_waiting_for_a_version_at_once(tmp_path):
     """A stopping asynchronous run: its producer's request waits for a policy version nobody will publish. kill()
-    from another thread ends it in seconds with a SamplerError (a client that started its server restarts
-    nothing once stopping)."""
-    client = SamplerClient(open_server.address, timeout_s=60)
+    from another thread ends it with a SamplerError (a client that started its server restarts nothing once
+    stopping), not the server's timeout answer after `wait_timeout_s`."""
+    server = SamplerServer(_tiny_engine(), "127.0.0.1", 0, weights_dir=str(tmp_path / "policy"))  # versions wait
+    server_thread = threading.Thread(target=server.serve_forever, daemon=True)
+    server_thread.start()
+    client = SamplerClient(server.address, timeout_s=60)
     errors: list[BaseException] = []
 
     def wait_for_version():
         try:
-            client.generate([[1, 2]], GREEDY, min_policy_version=5, wait_timeout_s=60)
-        except SamplerError as e:
+            client.generate([[1, 2]], GREEDY, min_policy_version=5, wait_timeout_s=5)
+        except (SamplerError, SamplerRequestError) as e:
             errors.append(e)
 
     thread = threading.Thread(target=wait_for_version)
@@ -250,3 +253,4 @@ def test_kill_ends_a_request_waiting_for_a_version_at_once(open_server):
     assert not thread.is_alive() and errors and "was stopped while a request was in flight" in str(errors[0])
     with pytest.raises(SamplerError, match="was stopped"):
         client.ping()
+    server.shutdown()
