@@ -40,6 +40,8 @@ def _set(c, dotted, value):
     ("rl.micro_batch_size", 5, "rl.micro_batch_size"),
     ("model.hf_dir", "/no/such/model", "model.hf_dir='/no/such/model': no such directory"),
     ("data.train_files", "/no/such/records-*.array_record", "data.train_files: '/no/such/records-"),
+    ("rl.seed", -2, "rl.seed must be >= 0, or -1 for `seed`, got -2"),
+    ("rl.warmup_steps", -5, "rl.warmup_steps must be >= 0, or -1 for optim.warmup_steps, got -5"),
 ])
 def test_each_wrong_value_is_named_before_anything_starts(key, value, message):
     c = _set(tiny_cpu.get_config(), key, value)
