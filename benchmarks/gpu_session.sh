@@ -2,6 +2,7 @@
 # One lent-GPU session's measurements (issue 36), in priority order under one deadline; every part's log is
 # appended to $OUT/all.log (default OUT=/tmp/gpu_out), the profiles go to $OUT/profile_*.tgz. From the repository
 # root of the GPU machine:
+#   DEADLINE=540 bash benchmarks/gpu_session.sh env smoke loop tests   # issue 48's loop (2026-11-27)
 #   DEADLINE=540 bash benchmarks/gpu_session.sh [part ...]     # parts: env train profile decode1k tests torch
 #                                                               #   decode2k mix 8b profile_after (default: all
 #                                                               #   these), causal (train's second half alone)
@@ -12,7 +13,8 @@ set -u
 OUT=${OUT:-/tmp/gpu_out}; LOGS=/tmp/gpu_logs; mkdir -p "$OUT" "$LOGS"  # back: all.log and 2 profiles
 DEADLINE=${DEADLINE:-540}
 START=$(date +%s)
-export PYTHONUNBUFFERED=1 SWERL_JAX_HOME=${SWERL_JAX_HOME:-$PWD/.gpu/home} JAX_PLATFORMS=cuda TOKENIZERS_PARALLELISM=false
+export PYTHONUNBUFFERED=1 SWERL_JAX_HOME=${SWERL_JAX_HOME:-$PWD/.gpu/home} TOKENIZERS_PARALLELISM=false
+export JAX_PLATFORMS=${JAX_PLATFORMS:-cuda}  # JAX_PLATFORMS=cpu: try a part's plumbing on a CPU machine
 PY=${PY:-python3}
 parts=("$@"); [ ${#parts[@]} -eq 0 ] && parts=(env train profile decode1k tests torch decode2k mix 8b profile_after)
 MFU="benchmarks/train_step_mfu.py --model=llama3.2-1b --seq=4096 --batch=4 --dtype=bfloat16 \
@@ -21,7 +23,7 @@ SAMPLER="benchmarks/sampler_throughput.py --model=llama3.2-1b --dtype=bfloat16 -
 
 run() {  # run NAME SECONDS_NEEDED CMD...: skip when the deadline is nearer than SECONDS_NEEDED
   local name=$1 need=$2; shift 2
-  local left=$(( DEADLINE - ($(date +%s) - START) ))
+  local left=$(( DEADLINE - ${RESERVE:-0} - ($(date +%s) - START) ))  # RESERVE: seconds kept for what follows
   if [ "$left" -lt "$need" ]; then echo "== $name: SKIPPED ($left s left, needs ~$need s)"; return; fi
   echo "== $name (at $(( $(date +%s) - START )) s)"
   timeout "$left" "$@" > "$LOGS/$name.log" 2>&1; local rc=$?
@@ -39,16 +41,30 @@ profile() {  # profile NAME ATTENTION: trace 2 steps, print the split, keep trac
 }
 
 for part in "${parts[@]}"; do case $part in
-  env)
+  env)  # the carried wheels (.whl/: the project's pure and compiled deps the image lacks) and bubblewrap (.gpu/)
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
-    if ! $PY -c "import ml_collections" 2>/dev/null; then
-      $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/ml_collections-*.whl
-      export PYTHONPATH=/tmp/site
-    fi
+    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
     export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+    if ! command -v bwrap >/dev/null && ls .gpu/bubblewrap_*.deb >/dev/null 2>&1; then dpkg -x .gpu/bubblewrap_*.deb /; fi
+    bwrap --version; bwrap --ro-bind / / --unshare-all --die-with-parent true && echo "bwrap runs"
     $PY -c "import jax, flax, optax, torch, transformers; print('jax', jax.__version__, jax.devices(), 'flax', \
 flax.__version__, 'optax', optax.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
     ;;
+  smoke)  # the loop's plumbing on this GPU (a few steps of each stage); stops the session if it fails
+    export XLA_PYTHON_CLIENT_PREALLOCATE=false
+    run loop_smoke 150 $PY -m swerl_jax.sweep --config=experiments/testbed_gpu.py:smoke --sweep rl.max_staleness=1 \
+      --seeds 0 --share-sft --workdir /tmp/loop_smoke
+    grep -q "1 done, 0 failed" "$LOGS/loop_smoke.log" || { tail -n 60 /tmp/loop_smoke/runs/*/train.log;
+      cp /tmp/loop_smoke/runs/*/train.log "$OUT/smoke_train.log" 2>/dev/null; exit 1; } ;;
+  loop)  # issue 48 item 1: SFT, GRPO at k=0 and k=1 (one SFT stage), the sampler process on the same GPU
+    export XLA_PYTHON_CLIENT_PREALLOCATE=false  # each pool grows to its peak: the driver's reading is the peak
+    $PY benchmarks/gpu_loop.py watch /tmp/loop_mem.csv & WATCH=$!
+    RESERVE=25 run loop 300 $PY -m swerl_jax.sweep --config=experiments/testbed_gpu.py --sweep rl.max_staleness=0,1 --seeds 0 \
+      --share-sft --workdir /tmp/loop
+    kill $WATCH
+    $PY benchmarks/gpu_loop.py report /tmp/loop --memory /tmp/loop_mem.csv | tee -a "$OUT/all.log"
+    cp /tmp/loop_mem.csv "$OUT/loop_mem.csv"
+    tar czf "$OUT/loop_runs.tgz" --exclude=checkpoints --exclude=policy /tmp/loop 2>/dev/null ;;
   train)  # MFU before (cuDNN given the mask as a bias) and after (cuDNN's causal mask + lengths)
     export XLA_PYTHON_CLIENT_MEM_FRACTION=0.94
     run train_masked 100 $PY $MFU --attention=cudnn_masked --no-peer

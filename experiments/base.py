@@ -97,6 +97,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # GPUs the sampler processes run on (CUDA_VISIBLE_DEVICES, physical ids), split like sampler.cpus: e.g. "6-7"
     # with the trainer launched on 0-5 ("": the trainer's own, shared). launch/gpu_node_async.sh places both.
     c.sampler.devices = ""
+    # Share of each GPU's memory a sampler process takes (XLA_PYTHON_CLIENT_MEM_FRACTION of its environment; 0: the
+    # runtime's default, 0.75). Where the sampler shares the trainer's GPUs (sampler.devices=""), this and
+    # rl.trainer_memory_fraction must split the memory: launch/plan.py prints a split from its rows.
+    c.sampler.memory_fraction = 0.0
     c.sampler.weights_dir = ""  # where policy versions are published; empty: workdir/policy
 
     # RL: GRPO and its ablations.
@@ -133,6 +137,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # Asynchronous RL: 0 is the synchronous loop (the papers'); k >= 1 collects step t + 1 while step t trains,
     # from policy versions >= t - k (swerl_jax/rl/producer.py; use rl.off_policy = "decoupled" with it).
     c.rl.max_staleness = 0
+    c.rl.trainer_memory_fraction = 0.0  # the trainer process's share of each GPU (see sampler.memory_fraction)
     c.rl.trainer_cpus = ""  # cores the trainer process runs on, e.g. "1" ("": any); see sampler.cpus
     # The GRPO stage's own seed (its prompt order and sampling keys); -1: `seed`. Only the GRPO stage reads it, so
     # runs that differ in it share one SFT stage (`sweep --seed-key rl.seed --share-sft`: RL seeds from one SFT

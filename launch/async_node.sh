@@ -12,7 +12,8 @@
 #                    (sampler.devices, as CUDA_VISIBLE_DEVICES) and of SAMPLER_CPUS (sampler.cpus)
 # Without GPUs the cores are split in two by default: the first half for the samplers, the rest for the trainer
 # (BENCHMARKS "Asynchronous GRPO": one core each on a 2-core machine). STALENESS is rl.max_staleness (default 1).
-# With GPUs, give the roles disjoint GPUs: each process preallocates XLA_PYTHON_CLIENT_MEM_FRACTION of what it sees.
+# With GPUs, disjoint GPUs are simplest; roles that share GPUs (SAMPLER_GPUS unset on a GPU machine) get the memory
+# split launch/plan.py --split gives from its rows (rl.trainer_memory_fraction, sampler.memory_fraction).
 # The placement is printed first; each sampler's log (WORKDIR/sampler/process_0/...) repeats what it got.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,7 +36,15 @@ fi
 echo "async_node: trainer on GPUs ${TRAINER_GPUS:-all}, cores ${TRAINER_CPUS:-any};" \
      "${SAMPLERS} sampler process(es) on GPUs ${SAMPLER_GPUS:-shared with the trainer}, cores ${SAMPLER_CPUS:-any};" \
      "rl.max_staleness=${STALENESS}"
-exec "$PY" -m swerl_jax.train --config="$CONFIG" --config.sampler.mode=process \
+SPLIT=""
+if [[ -z "${SAMPLER_GPUS:-}" ]] && command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  PLAN_ARGS=(); for a in "$@"; do if [[ "$a" == --config.* ]]; then PLAN_ARGS+=("$a"); fi; done
+  SPLIT=$("$PY" launch/plan.py --config="$CONFIG" --config.sampler.num_processes="$SAMPLERS" \
+    ${PLAN_ARGS[@]+"${PLAN_ARGS[@]}"} --split)
+  echo "async_node: roles share the GPUs: $SPLIT"
+fi
+# shellcheck disable=SC2086  # SPLIT is two --config.KEY=VALUE words; later flags override it
+exec "$PY" -m swerl_jax.train --config="$CONFIG" $SPLIT --config.sampler.mode=process \
   --config.rl.max_staleness="$STALENESS" --config.sampler.num_processes="$SAMPLERS" \
   --config.sampler.devices="${SAMPLER_GPUS:-}" --config.sampler.cpus="${SAMPLER_CPUS:-}" \
   --config.rl.trainer_cpus="${TRAINER_CPUS:-}" "$@"

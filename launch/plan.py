@@ -15,7 +15,11 @@ all-gathers one layer's weights at a time; the loss projects to the vocabulary o
 the completion, SFT: the sequence), in fp32; the peak is the saved activations plus the larger of one layer's
 backward and the loss; one micro-batch's activations live at a time (gradient accumulation over micro-batches);
 the sampler is a separate process on the same kind of mesh, holding params in `dtype` and a KV cache for
-`sampler.max_batch` sequences of prompt + completion.
+`sampler.max_batch` sequences of prompt + completion. Where it shares the trainer's devices (`sampler.devices=""`,
+the default) the two roles' rows are checked against the device together, and `--split` prints the memory split
+(`rl.trainer_memory_fraction`, `sampler.memory_fraction`) that launch scripts hand the trainer:
+
+    python launch/plan.py --config=experiments/testbed_gpu.py --mesh=h100x1 --split
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ from swerl_jax.model.config import FROM_CHECKPOINT, LlamaConfig, get_model_confi
 from swerl_jax.resolve import resolve_config  # noqa: E402
 
 GiB = 1024**3
+# What a sampler process needs beyond its planned weights and KV cache: the decode step's temporaries (logits,
+# sampling), compiled programs' scratch and the staging of a new policy version's weights.
+SAMPLER_HEADROOM = 2 * GiB
 PLAN_MODELS = ("llama3.2-1b", "llama3.1-8b", "llama3.3-70b")
 
 
@@ -149,14 +156,43 @@ class Plan:
     hbm: int
     usable: float
     notes: list[str]
+    # sampler processes on each of the trainer's devices (sampler.devices="", mode "process"): their memory and
+    # the trainer's add up on one device; 0 when the sampler has devices of its own (or runs inline)
+    shared_samplers: int = 0
 
     @property
     def total(self) -> int:
         return self.rows["train total"]
 
     @property
+    def device_total(self) -> int:
+        """What one device holds at the peak: the trainer's, plus every sampler process's that shares it."""
+        return self.total + self.shared_samplers * self.rows["sampler total"]
+
+    @property
     def fits(self) -> bool:
-        return self.total <= self.hbm * self.usable and self.rows["sampler total"] <= self.hbm * self.usable
+        budget = self.hbm * self.usable
+        return self.device_total <= budget and self.rows["sampler total"] <= budget
+
+    def memory_split(self) -> tuple[float, float]:
+        """(rl.trainer_memory_fraction, sampler.memory_fraction) for roles sharing a device: the usable budget
+        split in proportion to each role's planned bytes, so each gets its rows plus a proportional share of the
+        slack (XLA's temporaries and the sampler's logits are not in the rows), but a sampler never less than its
+        rows plus SAMPLER_HEADROOM; rounded down to 0.01."""
+        if not self.shared_samplers:
+            return self.usable, self.usable
+        rows = self.rows["sampler total"]
+        sampler = max(self.usable * rows / self.device_total, (rows + SAMPLER_HEADROOM) / self.hbm)
+        sampler = math.floor(sampler * 100) / 100
+        train = math.floor((self.usable - self.shared_samplers * sampler) * 100) / 100
+        return train, sampler
+
+    def split_flags(self) -> str:
+        """The split as the trainer's command-line overrides ("" when the sampler has devices of its own)."""
+        if not self.shared_samplers:
+            return ""
+        train, sampler = self.memory_split()
+        return f"--config.rl.trainer_memory_fraction={train} --config.sampler.memory_fraction={sampler}"
 
 
 def estimate(model: LlamaConfig, sizes: dict[str, int], rules: sharding.Rules, work: Workload,
@@ -248,7 +284,9 @@ def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str =
     num_micro = max(1, step_batch // max(1, work.micro_batch))  # > 1 adds the fp32 gradient accumulator
     rows = estimate(model, sizes, rules, work, micro_batches=num_micro)
     # The largest per-device micro-batch (sequences) whose train step fits: what rl.micro_batch_size could be.
-    budget = spec.hbm_bytes * usable
+    shared = str(config.sampler.mode) == "process" and not str(config.sampler.devices).strip()
+    shared_samplers = int(config.sampler.num_processes) if shared and mode == "rl" else 0
+    budget = spec.hbm_bytes * usable - shared_samplers * rows["sampler total"]  # what the samplers leave
     fit = 0
     for per_device in (1, 2, 4, 8, 16, 32, 64):
         trial = dataclasses.replace(work, micro_batch=per_device * shards)
@@ -258,7 +296,7 @@ def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str =
         fit = per_device
     notes.append(f"largest micro-batch that fits: {fit} per device = {fit * shards} sequences" if fit else
                  "not even one sequence per device fits: more devices, tensor parallelism or remat")
-    return Plan(mesh, model_name or m.name, sizes, rows, spec.hbm_bytes, usable, notes)
+    return Plan(mesh, model_name or m.name, sizes, rows, spec.hbm_bytes, usable, notes, shared_samplers)
 
 
 def format_plan(plan: Plan, work: Workload) -> str:
@@ -275,9 +313,14 @@ def format_plan(plan: Plan, work: Workload) -> str:
     if invalid:  # the trainer would refuse the config: say why, not "does not fit"
         lines.append(f"verdict: {invalid[0].split(':')[0]} (the trainer refuses this config; see the note)")
         return "\n".join(lines)
+    if plan.shared_samplers:
+        lines.append(f"{f'trainer + {plan.shared_samplers} sampler (one device)':<32}"
+                     f"{plan.device_total / GiB:>12.3f}")
     verdict = "fits" if plan.fits else "does not fit"
+    where = (f"together on each device: the sampler shares the trainer's devices; split {plan.split_flags()}"
+             if plan.shared_samplers else "per device")
     lines.append(f"verdict: {verdict} (train {plan.total / GiB:.2f} GiB, sampler "
-                 f"{plan.rows['sampler total'] / GiB:.2f} GiB per device)")
+                 f"{plan.rows['sampler total'] / GiB:.2f} GiB, {where})")
     return "\n".join(lines)
 
 
@@ -300,6 +343,8 @@ flags.DEFINE_string("model", "", "model registry name (default: the config's mod
 flags.DEFINE_enum("mode", "rl", ["rl", "sft"], "which trainer's batch to plan")
 flags.DEFINE_float("usable", 0.9, "fraction of HBM the runtime leaves to the program (XLA_PYTHON_CLIENT_MEM_FRACTION)")
 flags.DEFINE_bool("all", False, "one line per mesh x {llama3.2-1b, llama3.1-8b, llama3.3-70b}")
+flags.DEFINE_bool("split", False, "print only the trainer's memory-split overrides (launch scripts read them); "
+                  "exits 1 when the roles do not fit together")
 
 
 def main(argv: list[str]) -> None:
@@ -311,6 +356,13 @@ def main(argv: list[str]) -> None:
     if not FLAGS.all:
         resolve_config(checked, check_files=False)  # what the trainer refuses at load time fails here too
     work = workload_from_config(config, FLAGS.mode)
+    if FLAGS.split:
+        plan = make_plan(config, FLAGS.mesh or config.mesh.name, FLAGS.model or None, "rl", FLAGS.usable)
+        if not plan.fits:
+            print(format_plan(plan, work), file=sys.stderr)
+            sys.exit(1)
+        print(plan.split_flags())
+        return
     if FLAGS.all:
         print(f"{'mesh':<14}{'model':<15}{'train GiB':>10}{'sampler GiB':>12}{'HBM GiB':>9}  verdict")
         for mesh in MESHES:

@@ -31,7 +31,7 @@ from swerl_jax.optim import SCHEDULES
 from swerl_jax.policy import micro_batches
 from swerl_jax.reward.functions import get_reward_fn
 from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
-from swerl_jax.runs.affinity import cpu_shares, fleet_placement, parse_cpus
+from swerl_jax.runs.affinity import check_memory_split, cpu_shares, fleet_placement, parse_cpus
 from swerl_jax.sections import Experiment, read_sections
 from swerl_jax.testbed.tasks import generate_tasks, parse_families
 from swerl_jax.tokenizer import NAMED_TOKENIZERS
@@ -129,6 +129,8 @@ def _check_staleness(config: Any) -> None:
                          "of sampler processes)")
     cpu_shares(parse_cpus(str(config.sampler.cpus), "sampler.cpus"), n)
     fleet_placement(str(config.sampler.cpus), str(config.sampler.devices), n)
+    check_memory_split(float(rl.trainer_memory_fraction), float(config.sampler.memory_fraction), n,
+                       str(config.sampler.devices), str(config.sampler.mode))
     if str(config.sampler.devices).strip() and str(config.sampler.mode) == "inline":
         raise ValueError(f"sampler.devices={str(config.sampler.devices)!r} with sampler.mode='inline': an inline "
                          "sampler runs on the trainer's devices; set sampler.mode='process' or sampler.devices=''")

@@ -96,6 +96,7 @@ class SamplerSection:
     request_timeout_s: float
     cpus: str
     devices: str
+    memory_fraction: float
     num_processes: int
     weights_dir: str
 
@@ -129,6 +130,7 @@ class RLSection:
     update_epochs: int
     max_staleness: int
     trainer_cpus: str
+    trainer_memory_fraction: float
     seed: int
     warmup_steps: int
 

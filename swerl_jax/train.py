@@ -51,7 +51,17 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
     unless `allow_config_change` (`rundir.record_config`)."""
     config = ensure_resolved(config)  # typed sections; before anything starts or compiles, errors name the key
     enable_compile_cache()
+    if float(config.rl.trainer_memory_fraction) > 0:  # read when the GPU backend starts, below
+        os.environ[affinity.MEM_FRACTION_ENV] = f"{float(config.rl.trainer_memory_fraction):.4g}"
     sharding.initialize_distributed(config)
+    if int(config.rl.num_steps) > 0:
+        import jax
+
+        problem = affinity.shared_device_problem(
+            jax.default_backend(), float(config.rl.trainer_memory_fraction), float(config.sampler.memory_fraction),
+            str(config.sampler.devices), str(config.sampler.mode))
+        if problem:  # before SFT spends its hours: the sampler would fail to allocate when GRPO starts
+            raise affinity.PlacementError(problem)
     workdir = pathlib.Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     if sharding.is_main_process():
@@ -162,7 +172,7 @@ def main(argv: list[str]) -> None:
     affinity.pin(affinity.parse_cpus(str(config.rl.trainer_cpus), "rl.trainer_cpus"), "rl.trainer_cpus")
     try:
         summary = run_experiment(config, workdir, allow_config_change=f.allow_config_change)
-    except rundir.ConfigChangeError as e:
+    except (rundir.ConfigChangeError, affinity.PlacementError) as e:
         raise SystemExit(f"swerl_jax.train: {e}") from None
     except KeyboardInterrupt:  # the trainers closed their sampler, reward workers and checkpoint writes
         steps = rundir.latest_steps(workdir) if pathlib.Path(workdir).is_dir() else {}

@@ -154,6 +154,10 @@ MODEL_CONFIGS: dict[str, LlamaConfig] = {
     "testbed-256x6": LlamaConfig(vocab_size=2048, hidden_size=256, intermediate_size=768, num_layers=6, num_heads=8,
                                  num_kv_heads=4, rope_theta=10000.0, tie_word_embeddings=True,
                                  max_position_embeddings=4096),
+    # The GPU testbed's policy (experiments/testbed_gpu.py): 26M parameters, 8 heads of 64 (cuDNN's head size).
+    "testbed-512x8": LlamaConfig(vocab_size=2048, hidden_size=512, intermediate_size=1536, num_layers=8,
+                                 num_heads=8, num_kv_heads=4, rope_theta=10000.0, tie_word_embeddings=True,
+                                 max_position_embeddings=4096),
     # Test configs: GQA, llama3 scaling, tied and untied heads, odd vocab sizes.
     "tiny": LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
                         num_kv_heads=2, rope_theta=10000.0, max_position_embeddings=2048),

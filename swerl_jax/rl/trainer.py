@@ -54,6 +54,7 @@ from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, rollout_met
 from swerl_jax.runs.affinity import device_env, fleet_placement
 from swerl_jax.runs.checkpoint import Checkpointer
 from swerl_jax.runs.loop import TrainLoop
+from swerl_jax.runs.metrics import device_memory_metrics
 from swerl_jax.sampler import weights
 from swerl_jax.sampler.client import SamplerClient
 from swerl_jax.sampler.factory import build_engine
@@ -148,11 +149,13 @@ class GRPOTrainer(TrainLoop):
         sharding_sync("config written")
         log_dir = self.workdir / "sampler" / f"process_{jax.process_index()}"
         n = int(self.config.sampler.num_processes)
+        memory_fraction = float(self.config.sampler.memory_fraction)
 
         def client(log: pathlib.Path, cpus: str, devices: str) -> SamplerClient:
             return SamplerClient(config_json=str(config_path), weights_dir=self.weights_dir, log_dir=str(log),
                                  timeout_s=float(self.config.sampler.request_timeout_s),
-                                 server_args=[f"--cpus={cpus}"] if cpus else [], server_env=device_env(devices))
+                                 server_args=[f"--cpus={cpus}"] if cpus else [],
+                                 server_env=device_env(devices, memory_fraction))
 
         # sampler.num_processes servers, each on its share of sampler.cpus and sampler.devices; every one loads
         # each version
@@ -259,6 +262,7 @@ class GRPOTrainer(TrainLoop):
         metrics["nonfinite_update"] = int(not finite)
         metrics.update(groups.metrics)  # e.g. records skipped as invalid or too long, the reward service's counters
         metrics.update(credit_metrics)
+        metrics.update(device_memory_metrics())  # the trainer's allocator peak (GPU/TPU; nothing on CPU)
         t_eval = None
         if eval_due:
             t0 = time.perf_counter()

@@ -97,9 +97,56 @@ def fleet_placement(cpus: str, devices: str, n: int) -> list[tuple[str, str]]:
     return list(zip(cores, gpus))
 
 
-def device_env(share: str) -> dict[str, str]:
-    """The environment that puts a started process on the accelerators `share` ("" -> {}: its parent's)."""
-    return {"CUDA_VISIBLE_DEVICES": share} if share else {}
+def device_env(share: str, memory_fraction: float = 0.0) -> dict[str, str]:
+    """The environment that puts a started process on the accelerators `share` ("" -> its parent's) and caps
+    the share of each one's memory it takes (`memory_fraction` > 0; 0 -> its parent's setting or the runtime's)."""
+    env = {"CUDA_VISIBLE_DEVICES": share} if share else {}
+    if memory_fraction > 0:
+        env[MEM_FRACTION_ENV] = f"{memory_fraction:.4g}"
+    return env
+
+
+class PlacementError(ValueError):
+    """Roles placed so that one of them cannot start (e.g. two processes asking for most of one GPU)."""
+
+
+# JAX's GPU client preallocates (or caps its pool at) this share of each visible GPU's memory, read when the backend
+# starts; unset, it is 0.75, so a trainer and a sampler process on one GPU would ask for 150% between them.
+MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+# What the two roles may ask for together: the CUDA contexts, cuDNN/cuBLAS workspaces and the sampler's host
+# transfers live outside XLA's pool (about 0.5-1 GiB per process on an H100).
+SHARED_DEVICE_BUDGET = 0.95
+
+
+def check_memory_split(trainer_fraction: float, sampler_fraction: float, num_processes: int,
+                       sampler_devices: str, sampler_mode: str) -> None:
+    """Load-time check of `rl.trainer_memory_fraction` and `sampler.memory_fraction`: each in [0, 1), and where
+    the sampler processes share the trainer's GPUs (sampler.devices="", mode "process") and both are set, the
+    trainer's share plus every sampler process's fits SHARED_DEVICE_BUDGET. ValueError naming the keys."""
+    for key, f in (("rl.trainer_memory_fraction", trainer_fraction), ("sampler.memory_fraction", sampler_fraction)):
+        if not 0.0 <= f < 1.0:
+            raise ValueError(f"{key}={f}: a share of each GPU's memory in (0, 1), or 0 for the runtime's default")
+    shared = sampler_mode == "process" and not str(sampler_devices).strip()
+    total = trainer_fraction + num_processes * sampler_fraction
+    if shared and trainer_fraction > 0 and sampler_fraction > 0 and total > SHARED_DEVICE_BUDGET:
+        raise ValueError(
+            f"rl.trainer_memory_fraction={trainer_fraction} + sampler.num_processes={num_processes} x "
+            f"sampler.memory_fraction={sampler_fraction} = {total:.3g} of each GPU, over "
+            f"{SHARED_DEVICE_BUDGET}: the sampler shares the trainer's GPUs (sampler.devices=''); "
+            "launch/plan.py --split prints a split that fits")
+
+
+def shared_device_problem(platform: str, trainer_fraction: float, sampler_fraction: float, sampler_devices: str,
+                          sampler_mode: str) -> str:
+    """Why a GRPO run on `platform` would fail to allocate once its sampler process starts ("" if it would not):
+    on a GPU, a sampler process on the trainer's own GPUs needs both memory fractions set."""
+    shared = sampler_mode == "process" and not str(sampler_devices).strip()
+    if platform != "gpu" or not shared or (trainer_fraction > 0 and sampler_fraction > 0):
+        return ""
+    return ("the sampler process shares the trainer's GPUs (sampler.devices='') but rl.trainer_memory_fraction="
+            f"{trainer_fraction} and sampler.memory_fraction={sampler_fraction}: with the runtime's default each "
+            "takes 75% of every GPU and the second to allocate fails. Set both (launch/plan.py --config=... --split "
+            "prints a split from the planner's rows), or give the sampler GPUs of its own with sampler.devices")
 
 
 def _ranges(cpus: frozenset[int]) -> str:

@@ -54,6 +54,19 @@ def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, f
     return out
 
 
+def device_memory_metrics(prefix: str = "memory/trainer_") -> dict[str, float]:
+    """This process's accelerator memory from its runtime's allocator, the largest over its local devices: bytes in
+    use now and at the peak so far, in GiB ({} where the backend keeps no statistics, e.g. XLA's CPU client)."""
+    import jax
+
+    stats = [d.memory_stats() for d in jax.local_devices()]
+    stats = [s for s in stats if s and "peak_bytes_in_use" in s]
+    if not stats:
+        return {}
+    return {f"{prefix}peak_gib": max(s["peak_bytes_in_use"] for s in stats) / 2**30,
+            f"{prefix}in_use_gib": max(s.get("bytes_in_use", 0) for s in stats) / 2**30}
+
+
 def read_metrics(path: str | os.PathLike) -> list[dict]:
     """The complete lines of a metrics.jsonl (a torn last line from a crash is skipped)."""
     rows = []
