@@ -6,9 +6,10 @@
 #   DEADLINE=540 bash benchmarks/gpu_session.sh [part ...]     # parts: env train profile decode1k tests torch
 #                                                               #   decode2k mix 8b profile_after (default: all
 #                                                               #   these), causal (train's second half alone)
-# Needs: the image's python3 (jax[cuda], torch, transformers), ml_collections (wheel in .whl/), SmolLM2's
-# tokenizer in $SWERL_JAX_HOME (default .gpu/home). Prints each part's table; a part that would outrun the
-# deadline is skipped and named.
+# Needs: the image's python3 (jax[cuda], torch, transformers), the project's other dependencies as wheels in .whl/,
+# bubblewrap's .deb in .gpu/ and SmolLM2's tokenizer in $SWERL_JAX_HOME (default .gpu/home). Make them here, on the
+# CPU machine, with `bash benchmarks/gpu_session.sh prepare`, and carry .whl and .gpu (both git-ignored through
+# .git/info/exclude). Prints each part's table; a part that would outrun the deadline is skipped and named.
 set -u
 OUT=${OUT:-/tmp/gpu_out}; LOGS=/tmp/gpu_logs; mkdir -p "$OUT" "$LOGS"  # back: all.log and 2 profiles
 DEADLINE=${DEADLINE:-540}
@@ -41,6 +42,19 @@ profile() {  # profile NAME ATTENTION: trace 2 steps, print the split, keep trac
 }
 
 for part in "${parts[@]}"; do case $part in
+  prepare)  # on the CPU machine (the GPU machine reaches no registry): what the GPU image lacks
+    grep -qx "/.whl/" .git/info/exclude 2>/dev/null || echo "/.whl/" >> .git/info/exclude
+    grep -qx "/.gpu/" .git/info/exclude 2>/dev/null || echo "/.gpu/" >> .git/info/exclude
+    for w in ml_collections==1.1.0 grain==0.2.18 array-record==0.8.6 cydifflib==1.2.0 unidiff==1.0.1 \
+             tensorboardX==2.6.5 portpicker; do
+      python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d .whl "$w"
+    done
+    mkdir -p .gpu/home && (cd .gpu && apt-get download bubblewrap)
+    SWERL_JAX_HOME=$PWD/.gpu/home ${CPU_PY:-.venv/bin/python} -c \
+      "from swerl_jax.tokenizer import load_tokenizer; load_tokenizer('')"
+    du -sh .whl .gpu ;;
   env)  # the carried wheels (.whl/: the project's pure and compiled deps the image lacks) and bubblewrap (.gpu/)
     nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
     $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 OPERATIONAL_KEYS = (
     "logging.", "eval.", "checkpoint.every_steps", "checkpoint.max_to_keep", "checkpoint.async_save",
     "sampler.host", "sampler.port", "sampler.request_timeout_s", "sampler.weights_dir",
+    "sampler.memory_fraction", "rl.trainer_memory_fraction",  # how much memory, not what is computed
     "data.worker_count", "reward.num_workers", "agent.env_workers", "agent.eval_tasks",
     "mesh.coordinator_address", "mesh.num_processes", "mesh.process_id",
 )

@@ -21,7 +21,8 @@ EXPERIMENTS = [("tiny_cpu", None), ("tiny_cpu", "short"), ("smollm2_cpu", None),
                ("sft_llama3_70b", None), ("ablation_discrete_reward", None), ("deepswe_grpo_pp", None),
                ("deepswe_grpo_pp", "tiny"), ("deepswe_grpo_pp", "testbed"), ("agent_tiny_cpu", None),
                ("agent_tiny_cpu", "short"),
-               ("deepswe_agent", None), ("testbed_cpu", None), ("testbed_cpu", "heldout_families"), ("base", None)]
+               ("deepswe_agent", None), ("testbed_cpu", None), ("testbed_cpu", "heldout_families"),
+               ("testbed_gpu", None), ("testbed_gpu", "smoke"), ("base", None)]
 # evaluation configs (`python -m swerl_jax.eval run --config=...`, `python -m swerl_jax.agent.tts --config=...`): not
 # training runs, they name the policy's file
 EVAL_EXPERIMENTS = [("eval_agentless_mini", None), ("eval_agentless_mini", "cpu"), ("agent_tts", None),
@@ -53,7 +54,7 @@ def test_experiment_loads_validates_and_plans(name, arg):
     mode = "sft" if int(c.rl.num_steps) == 0 else "rl"
     p = plan.make_plan(c, c.mesh.name, mode=mode)
     assert not [n for n in p.notes if n.startswith("invalid")], p.notes
-    if c.mesh.name == "h100x512":  # the paper's runs must fit their cluster as written
+    if c.mesh.name in ("h100x512", "h100x1"):  # the paper's runs and the GPU testbed fit their GPUs as written
         assert p.fits, plan.format_plan(p, plan.workload_from_config(c, mode))
 
 

@@ -31,8 +31,10 @@ def test_state_bytes_are_exact_for_the_paper_run():
     # Full remat keeps one [1, 16k, 8192] bf16 layer input per layer (one sequence per GPU).
     assert p.rows["saved activations (remat=full)"] == 80 * 16384 * 8192 * 2
     assert p.fits and p.total < 0.9 * MESHES["h100x512"].hbm_bytes
-    # Two 16k sequences per GPU still fit (saved layer inputs double to 40 GiB); four do not.
-    assert "largest micro-batch that fits: 2 per device = 1024 sequences" in p.notes
+    # Two 16k sequences per GPU would fit the trainer alone (saved layer inputs double to 40 GiB), but not beside
+    # the sampler process that shares each GPU (5.3 GiB of weights and KV cache).
+    assert p.shared_samplers == 1 and p.device_total <= 0.9 * MESHES["h100x512"].hbm_bytes
+    assert "largest micro-batch that fits: 1 per device = 512 sequences" in p.notes
 
 
 def test_every_mesh_and_model_is_planned_in_seconds():
@@ -49,12 +51,13 @@ def test_every_mesh_and_model_is_planned_in_seconds():
 
 def test_single_plan_prints_table_and_verdict():
     out = subprocess.run([sys.executable, "launch/plan.py", "--config=experiments/swerl_llama3_70b.py",
-                          "--mesh=h100x8", "--model=llama3.1-8b", "--config.rl.micro_batch_size=32"], cwd=REPO,
+                          "--mesh=h100x8", "--model=llama3.1-8b", "--config.rl.micro_batch_size=16"], cwd=REPO,
                          capture_output=True, text=True,
                          timeout=120, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert "model llama3.1-8b on h100x8 (data=1 x fsdp=8 x tensor=1)" in out.stdout
     assert "verdict: fits" in out.stdout and "optimizer" in out.stdout
+    assert "together on each device" in out.stdout and "--config.sampler.memory_fraction=" in out.stdout
 
 
 def test_paper_config_plans_without_a_caveat():
@@ -64,7 +67,7 @@ def test_paper_config_plans_without_a_caveat():
                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-3000:]
     notes = [line for line in out.stdout.splitlines() if line.startswith("note:")]
-    assert notes == ["note: largest micro-batch that fits: 2 per device = 1024 sequences"], out.stdout
+    assert notes == ["note: largest micro-batch that fits: 1 per device = 512 sequences"], out.stdout
     assert "verdict: fits" in out.stdout
 
 
@@ -124,3 +127,25 @@ def test_estimate_within_15_percent_of_memory_analysis(shape, remat, family):
     # The state part alone is exact: donated params + Adam moments are the arguments (less the batch).
     batch_bytes = batch_size * seq * 5 // (shape[0] * shape[1])
     assert rows["params"] + rows["optimizer"] == pytest.approx(ma.argument_size_in_bytes - batch_bytes, rel=0.01)
+
+
+def test_a_sampler_on_the_trainers_gpu_is_planned_with_it():
+    """The sampler shares the trainer's device by default: the verdict is on their sum, and the split that
+    experiments/testbed_gpu.py carries is the planner's (sampler: its rows plus headroom; trainer: the rest)."""
+    from experiments import testbed_gpu
+
+    c = testbed_gpu.get_config()
+    p = plan.make_plan(c, "h100x1")
+    assert p.shared_samplers == 1
+    assert p.device_total == p.total + p.rows["sampler total"]
+    train, sampler = p.memory_split()
+    assert (train, sampler) == (c.rl.trainer_memory_fraction, c.sampler.memory_fraction)
+    assert sampler * p.hbm >= p.rows["sampler total"] + plan.SAMPLER_HEADROOM
+    assert train + sampler <= p.usable
+    c.sampler.devices = "1"  # its own GPU: each role is checked alone, and no split is needed
+    alone = plan.make_plan(c, "h100x1")
+    assert alone.shared_samplers == 0 and alone.split_flags() == ""
+    c.sampler.devices, c.sampler.num_processes = "", 2
+    two = plan.make_plan(c, "h100x1")
+    assert two.device_total == two.total + 2 * two.rows["sampler total"]
+    assert sum((two.memory_split()[0], 2 * two.memory_split()[1])) <= two.usable

@@ -10,7 +10,15 @@ import pytest
 
 from experiments import base
 from swerl_jax.resolve import resolve_config
-from swerl_jax.runs.affinity import ONLINE_CPUS, cpu_shares, device_env, fleet_placement, parse_cpus, pin
+from swerl_jax.runs.affinity import (
+    ONLINE_CPUS,
+    cpu_shares,
+    device_env,
+    fleet_placement,
+    parse_cpus,
+    pin,
+    shared_device_problem,
+)
 
 
 def test_parse_cpus():
@@ -51,6 +59,13 @@ def test_pin_then_widen_in_a_child():
     ({"sampler.devices": "6,x"}, "sampler.devices='6,x': not a device list"),
     ({"sampler.devices": "6", "sampler.num_processes": 2}, "sampler.devices has 1 devices for sampler.num_processes=2"),
     ({"sampler.devices": "0", "sampler.mode": "inline"}, "sampler.devices='0' with sampler.mode='inline'"),
+    ({"sampler.memory_fraction": 1.2}, "sampler.memory_fraction=1.2: a share"),
+    ({"rl.trainer_memory_fraction": -0.1}, "rl.trainer_memory_fraction=-0.1: a share"),
+    # both roles on one GPU asking for 90% each: the second to allocate would fail on real hardware
+    ({"rl.trainer_memory_fraction": 0.9, "sampler.memory_fraction": 0.9},
+     "rl.trainer_memory_fraction=0.9 \\+ sampler.num_processes=1 x sampler.memory_fraction=0.9 = 1.8"),
+    ({"rl.trainer_memory_fraction": 0.5, "sampler.memory_fraction": 0.3, "sampler.num_processes": 2},
+     "sampler.num_processes=2 x sampler.memory_fraction=0.3 = 1.1 of each GPU"),
 ])
 def test_resolve_names_the_key(overrides, message):
     c = base.get_config()
@@ -79,3 +94,21 @@ def test_fleet_placement_gives_each_sampler_its_cores_and_gpus():
         first, last = min(ONLINE_CPUS), max(ONLINE_CPUS)
         assert fleet_placement(f"{first},{last}", "2,3", 2) == [(str(first), "2"), (str(last), "3")]
     assert device_env("4,5") == {"CUDA_VISIBLE_DEVICES": "4,5"} and device_env("") == {}
+
+
+def test_memory_fractions_split_a_shared_gpu():
+    """A sampler on its own GPUs, or the two fractions within the budget, are accepted; on a GPU, a sampler process
+    sharing the trainer's GPUs without both fractions is refused before SFT starts (each would take 75%)."""
+    c = base.get_config()
+    c.rl.trainer_memory_fraction, c.sampler.memory_fraction = 0.84, 0.06
+    resolve_config(c)
+    c.rl.trainer_memory_fraction, c.sampler.memory_fraction, c.sampler.devices = 0.9, 0.9, "1"
+    resolve_config(c)  # disjoint GPUs: each fraction is of its own devices
+    assert device_env("1", 0.06) == {"CUDA_VISIBLE_DEVICES": "1", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.06"}
+    assert device_env("", 0.0) == {}
+    assert shared_device_problem("cpu", 0.0, 0.0, "", "process") == ""
+    assert shared_device_problem("gpu", 0.0, 0.0, "1", "process") == ""
+    assert shared_device_problem("gpu", 0.0, 0.0, "", "inline") == ""
+    assert shared_device_problem("gpu", 0.8, 0.1, "", "process") == ""
+    why = shared_device_problem("gpu", 0.8, 0.0, "", "process")
+    assert "sampler.memory_fraction=0.0" in why and "launch/plan.py" in why
