@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from swerl_jax.agent.actions import Action  # noqa: E402
 from swerl_jax.agent.tools import Workspace  # noqa: E402
-from swerl_jax.eval.sandbox import Sandbox, SandboxLimits  # noqa: E402
+from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits  # noqa: E402
 
 BUNDLE = REPO.parent / "shared" / "data" / "repos" / "pallets__flask.bundle"
 COMMIT = "d8c37f43724cd9fb0870f77877b7c4c7e38a19e0"

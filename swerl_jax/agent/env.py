@@ -3,7 +3,7 @@
 `reset()` checks the instance out at its base commit in a fresh work dir (the base commit alone: no later
 history to read the fix from), installs it into a thin venv over the harness's cached environment (the only step
 with the network, before any model-written code), and returns the task. The episode's sandbox sees its own work
-dir and nothing of the host's beyond the system and its interpreter (`eval.sandbox`). Hidden tests never enter
+dir and nothing of the host's beyond the system and its interpreter (`sandbox.bwrap`). Hidden tests never enter
 it: `reward()` grades the episode's diff in a fresh checkout of the grader's own, in a directory the model never
 saw, and the host keeps its logs outside the work dir. `step(text)` parses one action, runs it (see `tools`) and
 returns (observation, done, info); a malformed action, and any tool call that fails, is an observation and
@@ -25,8 +25,8 @@ from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
 from swerl_jax.agent.tools import STEP_OUTPUT_BYTES, ToolError, Workspace, cut
 from swerl_jax.eval import environments
 from swerl_jax.eval.executors import LocalExecutor, ScriptExecutor
-from swerl_jax.eval.sandbox import SandboxLimits
-from swerl_jax.eval.workdirs import remove_tree
+from swerl_jax.sandbox.bwrap import SandboxLimits
+from swerl_jax.sandbox.workdirs import remove_tree
 
 REWARDS = ("execution", "similarity")
 TERMINATIONS = ("finish", "max_turns", "timeout", "max_context")

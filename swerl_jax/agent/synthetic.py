@@ -24,8 +24,8 @@ import uuid
 
 from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.eval.executors import checkout, fresh_workdir
-from swerl_jax.eval.sandbox import Sandbox, SandboxLimits
-from swerl_jax.eval.workdirs import remove_tree
+from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits
+from swerl_jax.sandbox.workdirs import remove_tree
 
 # The issue's test per bug kind (`m` is the module, {noun} its noun); each fails on the bug and passes on the fix.
 _ISSUE_TESTS = {

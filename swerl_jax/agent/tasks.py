@@ -17,7 +17,7 @@ from typing import Any
 
 from swerl_jax.agent.env import SWEEnv
 from swerl_jax.agent.synthetic import SyntheticTasks
-from swerl_jax.eval.sandbox import SandboxLimits
+from swerl_jax.sandbox.bwrap import SandboxLimits
 
 
 @dataclasses.dataclass

@@ -20,8 +20,8 @@ import shlex
 from collections.abc import Mapping
 
 from swerl_jax.agent.actions import Action
-from swerl_jax.agent.confined import Confined, ConfinedError, split
-from swerl_jax.eval.sandbox import Sandbox, SandboxLimits, limit_note
+from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits, limit_note
+from swerl_jax.sandbox.confined import Confined, ConfinedError, split
 
 MAX_OBSERVATION = 8_000
 MAX_FILE_BYTES = 8 << 20  # the editor's largest file (view, str_replace, insert): bounds host memory

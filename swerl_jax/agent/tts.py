@@ -29,11 +29,11 @@ from swerl_jax.agent.synthetic import SyntheticTasks
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
 from swerl_jax.eval.agentless.backends import EngineChat
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings
-from swerl_jax.eval.sandbox import SandboxLimits
 from swerl_jax.resolve import resolve_config
 from swerl_jax.runs.rundir import refuse_other_config
 from swerl_jax.sampler.sessions import KeptKV
 from swerl_jax.sampler.types import SamplingParams
+from swerl_jax.sandbox.bwrap import SandboxLimits
 
 
 def _policy_config(c: Any) -> Any:

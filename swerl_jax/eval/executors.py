@@ -15,8 +15,8 @@ from typing import Protocol, runtime_checkable
 
 from swerl_jax.eval import environments, grading, specs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
-from swerl_jax.eval.sandbox import INPUTS_DIR, Sandbox, SandboxLimits
-from swerl_jax.eval.workdirs import remove_tree
+from swerl_jax.sandbox.bwrap import INPUTS_DIR, Sandbox, SandboxLimits
+from swerl_jax.sandbox.workdirs import remove_tree
 
 
 def fresh_workdir(out_dir: pathlib.Path, instance_id: str) -> pathlib.Path:

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from swerl_jax.data.swebench import load_instances
 from swerl_jax.eval import environments
 from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
-from swerl_jax.eval.sandbox import SandboxLimits, bwrap_path
+from swerl_jax.sandbox.bwrap import SandboxLimits, bwrap_path
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
 # Bump when grading, patching or the sandbox changes what a result means: every stored result is then re-graded.

@@ -10,7 +10,7 @@ import dataclasses
 import pathlib
 import shlex
 
-from swerl_jax.eval.sandbox import Sandbox
+from swerl_jax.sandbox.bwrap import Sandbox
 
 APPLY_CHAIN = ("git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5 -p1 -i")
 

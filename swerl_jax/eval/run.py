@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     if settings.reproduction_tests > 0 or settings.regression:
         from swerl_jax.eval import environments
         from swerl_jax.eval.executors import LocalExecutor
-        from swerl_jax.eval.sandbox import SandboxLimits
+        from swerl_jax.sandbox.bwrap import SandboxLimits
 
         executor = LocalExecutor(pathlib.Path(c.repos), out / "exec", environments.EnvironmentCache(),
                                  SandboxLimits(timeout_s=float(c.test_timeout_s),

@@ -6,7 +6,7 @@
 
 The model's content is adversarial. The host writes nothing from it to its own disk: the task files travel as one
 JSON input into a fresh sandbox (no network, this interpreter's installation the only host path it can read, its
-own work dir the only writable one; swerl_jax/eval/sandbox.py), where a small runner lays out each task in a fresh
+own work dir the only writable one; swerl_jax/sandbox/bwrap.py), where a small runner lays out each task in a fresh
 folder (paths checked again, files created O_EXCL|O_NOFOLLOW, a missing `__init__.py` added to every package
 folder) and runs `python -m unittest -v <hidden test module>` in a forked child with a wall-clock limit and bounded
 output. Between tasks the runner kills every other process of the sandbox (kill(-1)) and empties /tmp, /dev/shm and
@@ -29,9 +29,9 @@ import tempfile
 from collections.abc import Sequence
 
 from swerl_jax.answer import FormatError, extract_thought_solution, parse_search_replace
-from swerl_jax.eval.sandbox import INPUTS_DIR, Sandbox, SandboxLimits
-from swerl_jax.eval.workdirs import remove_tree
 from swerl_jax.reward.apply import apply_code_change
+from swerl_jax.sandbox.bwrap import INPUTS_DIR, Sandbox, SandboxLimits
+from swerl_jax.sandbox.workdirs import remove_tree
 
 MAX_CONTENT_CHARS = 200_000  # an answer's file above this is malformed (the testbed's files are < 2,000 characters)
 OUTPUT_HEAD, OUTPUT_TAIL = 4096, 8192  # bytes of a task's test output the runner keeps (first and last)

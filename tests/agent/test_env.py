@@ -12,7 +12,7 @@ from swerl_jax.agent.actions import format_action
 from swerl_jax.agent.env import SWEEnv
 from swerl_jax.agent.tools import Workspace
 from swerl_jax.eval.agentless.scripted import patch_edits
-from swerl_jax.eval.sandbox import Sandbox, SandboxLimits
+from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 

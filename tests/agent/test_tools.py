@@ -9,7 +9,7 @@ import pytest
 
 from swerl_jax.agent.actions import Action
 from swerl_jax.agent.tools import ToolError, Workspace
-from swerl_jax.eval.sandbox import Sandbox, SandboxLimits
+from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 

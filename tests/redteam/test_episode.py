@@ -16,7 +16,7 @@ import pytest
 from swerl_jax.agent.actions import format_action
 from swerl_jax.agent.env import SWEEnv
 from swerl_jax.agent.synthetic import SyntheticTasks
-from swerl_jax.eval.sandbox import SandboxLimits
+from swerl_jax.sandbox.bwrap import SandboxLimits
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (make install-dev)")
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 
 from swerl_jax.eval import environments, harness
 from swerl_jax.eval.executors import LocalExecutor, checkout
-from swerl_jax.eval.sandbox import SandboxLimits
+from swerl_jax.sandbox.bwrap import SandboxLimits
 
 
 class RecordingExecutor:

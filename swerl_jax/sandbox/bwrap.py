@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
-from swerl_jax.eval.workdirs import disk_free, tree_usage
+from swerl_jax.sandbox.workdirs import disk_free, tree_usage
 
 # Unprivileged uids the sandboxes run as (one per concurrent sandbox, so the per-uid process limit is per sandbox).
 _UID_BASE = 2_900_000

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from swerl_jax.eval.sandbox import Sandbox, SandboxLimits
+from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (make install-dev)")
 PY = pathlib.Path(sys.base_prefix) / "bin" / "python3"  # a real interpreter, possibly under /root (pyenv)

@@ -1,0 +1,16 @@
+"""The project's security boundary: where model-written code runs and how the host touches what it wrote.
+
+SECURITY.md is this package's contract (what the policy controls, what the host guarantees, the limits and what
+the model sees of each). Evaluation (the SWE-bench harness, Agentless Mini, test-time scaling, the testbed's hidden
+tests) and agentic RL all run model-written code through it:
+
+- `bwrap`: the bubblewrap sandbox (`Sandbox`, `SandboxLimits`): namespaces, a read-only view of the system, the
+  work dir writable, rlimits, the disk quota, output caps, read-only inputs at `/run/swerl`.
+- `workdirs`: walking and removing trees the model could touch without following its links (`tree_usage`,
+  `remove_tree`).
+- `confined`: the host's own file access inside a work dir, one `O_NOFOLLOW` component at a time (the editor).
+
+The harness's executors and environment cache (`eval/executors.py`, `eval/environments.py`) stay with the harness:
+they grade SWE-bench instances through this package and import the harness's specs and log parsers, which this
+package must not (it sits below both evaluation and the agent).
+"""
