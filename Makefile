@@ -22,6 +22,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[dev,curate]'
 	$(BIN)/pip install -q --no-deps swebench==4.1.0
 	command -v bwrap >/dev/null || (apt-get update -qq && apt-get install -y -qq bubblewrap)
+	ldconfig -p | grep -q 'libseccomp\.so\.2 ' || (apt-get update -qq && apt-get install -y -qq libseccomp2)
 	touch $@
 
 install: $(VENV)/.installed

@@ -8,6 +8,8 @@ tests) and agentic RL all run model-written code through it:
   work dir writable, rlimits, the disk quota, output caps, read-only inputs at `/run/swerl`.
 - `workdirs`: walking and removing trees the model could touch without following its links (`tree_usage`,
   `remove_tree`).
+- `seccomp`, `cgroup`, `uids`: the sandbox's seccomp filter (libseccomp), its cgroup v2 memory bound where the host
+  delegates one (`memory_mode()`), and host-wide reservation of its unprivileged uids.
 - `confined`: the host's own file access inside a work dir, one `O_NOFOLLOW` component at a time (the editor).
 
 The harness's executors and environment cache (`eval/executors.py`, `eval/environments.py`) stay with the harness:
