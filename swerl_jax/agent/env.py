@@ -8,7 +8,8 @@ it: `reward()` grades the episode's diff in a fresh checkout of the grader's own
 saw, and the host keeps its logs outside the work dir. `step(text)` parses one action, runs it (see `tools`) and
 returns (observation, done, info); a malformed action, and any tool call that fails, is an observation and
 counts as a tool error: nothing the model writes makes `step` raise. The episode ends at `finish`, after
-`max_turns`, or past `timeout_s` of wall clock; `termination` says which. `reward()` grades the final diff:
+`max_turns`, past `timeout_s` of wall clock, or when a command leaves the work dir past its disk quota (`disk`);
+`termination` says which. `reward()` grades the final diff:
 `execution` runs the instance's FAIL_TO_PASS / PASS_TO_PASS tests in the harness (1 or 0), `similarity` is
 SWE-RL's difflib reward of the diff against the PR's patch (-1 for an empty diff), so PR records without tests
 can train agents too.
@@ -29,7 +30,7 @@ from swerl_jax.sandbox.bwrap import SandboxLimits
 from swerl_jax.sandbox.workdirs import remove_tree
 
 REWARDS = ("execution", "similarity")
-TERMINATIONS = ("finish", "max_turns", "timeout", "max_context")
+TERMINATIONS = ("finish", "max_turns", "timeout", "max_context", "disk")
 
 
 @dataclasses.dataclass
@@ -113,6 +114,10 @@ class SWEEnv:
             observation, error = f"ERROR: {err}", True
             self.stats.tool_errors += 1
         self.stats.env_seconds += time.monotonic() - t0
+        # The quota is the work dir's: no later command would run, the final diff neither (graded as empty).
+        if not done and self.workspace.over_quota:
+            observation += "\n[the episode ends: its work dir is past its disk quota]"
+            done, self.stats.termination = True, "disk"
         if not done and self.stats.turns >= self.max_turns:
             done, self.stats.termination = True, "max_turns"
         if not done and time.monotonic() - self._started > self.timeout_s:

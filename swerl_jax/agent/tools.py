@@ -73,6 +73,7 @@ class Workspace:
         # The work dir is the anchor: the model can replace the checkout's folder, not the work dir itself.
         self.files = Confined(self.work, self.repo.relative_to(self.work).parts)
         self.sandbox, self.env, self.step_limits = sandbox, dict(env or {}), step_limits
+        self.over_quota = False  # a command left the work dir past its disk quota (the episode ends)
         self.history: dict[tuple[str, ...], list[str | None]] = {}
         self._undo_order: collections.deque[tuple[str, ...]] = collections.deque()  # oldest first, all files
         self._undo_bytes = 0
@@ -218,6 +219,7 @@ class Workspace:
         done = self.sandbox.run(f"cd {shlex.quote(str(self.repo))} && {command}", self.work, env=self.env,
                                 limits=self.step_limits)
         if done.limit is not None:
+            self.over_quota = self.over_quota or done.limit == "disk"
             return cut(done.output) + "\n" + limit_note(done, self.step_limits)
         return cut(done.output) + f"\n[exit code {done.returncode}]"
 
@@ -230,6 +232,7 @@ class Workspace:
         done = self.sandbox.run(f"cd {shlex.quote(str(self.repo))} && {command}", self.work, env=self.env,
                                 limits=self.step_limits)
         if done.limit is not None:
+            self.over_quota = self.over_quota or done.limit == "disk"
             return cut(done.output) + "\n" + limit_note(done, self.step_limits)
         return cut(done.output) if done.output.strip() else f"No matches for {search_term!r} in {path or '.'}."
 

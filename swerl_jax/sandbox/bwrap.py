@@ -6,11 +6,15 @@ the paths it is given as `readable` (an interpreter, a cached environment) read-
 writable, the caller's `inputs` read-only at /run/swerl, and fresh size-limited tmpfs mounts at /tmp and
 /dev/shm. Nothing else of the host's file system is there, so neither its other files (the grader's data, other
 episodes, the project checkout) nor its AF_UNIX sockets can be reached. The network, PID, IPC, UTS and cgroup
-namespaces are unshared. When the harness runs as root the command drops to a per-sandbox unprivileged uid (so
-RLIMIT_NPROC holds: the kernel exempts root) and runs under RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_NPROC and
-RLIMIT_FSIZE (the largest file). The host keeps at most `output_bytes` of the output (head and tail), kills the
-sandbox at its wall-clock timeout, and polls the work dir's size: a command that grows it past `disk_bytes`
-(or `disk_files` entries) is killed. `SandboxResult.limit` says which limit stopped a command.
+namespaces are unshared. When the harness runs as root the command drops to a per-sandbox unprivileged uid,
+reserved host-wide (`uids`; so RLIMIT_NPROC holds: the kernel exempts root) and runs under RLIMIT_AS (memory),
+RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_FSIZE (the largest file) and RLIMIT_NOFILE, inside a second bubblewrap that gives
+it a user namespace of its own that can make no more, and a seccomp filter (`seccomp`). Where the host delegates a
+cgroup v2, the sandbox's memory as a whole is bounded (`cgroup`). The host keeps at most `output_bytes` of the
+output (head and tail), kills the sandbox at its wall-clock timeout, and polls the work dir's size against a fixed
+quota: a command that grows it past `disk_bytes` (or `disk_files` entries) is killed, and one that starts past it
+does not run. `SandboxResult.limit` says which limit stopped a command. Socket files under readable paths are
+covered, so no host service is reachable through them.
 """
 
 from __future__ import annotations
@@ -24,17 +28,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 
-from swerl_jax.sandbox.workdirs import disk_free, tree_usage
+from swerl_jax.sandbox import seccomp
+from swerl_jax.sandbox.cgroup import SandboxCgroup, memory_mode
+from swerl_jax.sandbox.uids import reserve_uid
+from swerl_jax.sandbox.workdirs import disk_free, sockets_under, tree_usage
 
-# Unprivileged uids the sandboxes run as (one per concurrent sandbox, so the per-uid process limit is per sandbox).
-_UID_BASE = 2_900_000
-_uid_lock = threading.Lock()
-_uids_in_use: set[int] = set()
 # The host's system folders the sandbox sees read-only (or as the same symlinks, on merged-/usr systems).
 _SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 INPUTS_DIR = "/run/swerl"  # where a command finds its `inputs`, read-only
@@ -51,11 +52,14 @@ class SandboxUnavailable(RuntimeError):
 class SandboxLimits:
     """Resource limits of one sandboxed command (SECURITY.md's table says how each is enforced).
 
-    memory_bytes caps the address space (RLIMIT_AS), cpu_seconds the CPU time (RLIMIT_CPU), processes the number
-    of processes of the sandbox's uid (RLIMIT_NPROC, only when running as root), timeout_s the wall clock,
-    file_bytes the largest file it can write (RLIMIT_FSIZE), disk_bytes / disk_files the work dir's size and entry
-    count (polled), tmp_bytes / shm_bytes the sizes of its private /tmp and /dev/shm, output_bytes the output the
-    host keeps (the first and last halves).
+    memory_bytes caps the address space of each process (RLIMIT_AS) and, where the host delegates a cgroup v2
+    (`cgroup.memory_mode()`), the sandbox's memory as a whole (`memory.max`, no swap); cpu_seconds the CPU time
+    (RLIMIT_CPU), processes the number of processes of the sandbox's uid (RLIMIT_NPROC, only when running as root;
+    also `pids.max` in a cgroup), timeout_s the wall clock, file_bytes the largest file it can write
+    (RLIMIT_FSIZE), disk_bytes / disk_files the work dir's size and entry count (fixed for the work dir's life: a
+    command that starts over them does not run; `fallocate` is refused; the rest is polled),
+    tmp_bytes / shm_bytes the sizes of its private /tmp and /dev/shm, output_bytes the output the host keeps (the
+    first and last halves), open_files the open files of a process (RLIMIT_NOFILE).
     """
 
     memory_bytes: int = 8 << 30
@@ -68,6 +72,7 @@ class SandboxLimits:
     tmp_bytes: int = 1 << 30
     shm_bytes: int = 256 << 20
     output_bytes: int = 64 << 20
+    open_files: int = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,24 +105,6 @@ def _check_bwrap(path: str) -> None:
     usage = subprocess.run([path, "--help"], capture_output=True, text=True).stdout
     if "--size" not in usage:
         raise SandboxUnavailable(f"{path} cannot bound its tmpfs mounts (no --size): bubblewrap >= 0.7 is needed")
-
-
-@contextmanager
-def _sandbox_uid() -> Iterator[int | None]:
-    """A free unprivileged uid for one sandbox when running as root, else None (we keep our own uid)."""
-    if os.geteuid() != 0:
-        yield None
-        return
-    # Each process gets its own block of uids, so concurrent harness processes do not share process limits.
-    base = _UID_BASE + (os.getpid() % 4096) * 256
-    with _uid_lock:
-        uid = next(u for u in range(base, base + 256) if u not in _uids_in_use)
-        _uids_in_use.add(uid)
-    try:
-        yield uid
-    finally:
-        with _uid_lock:
-            _uids_in_use.discard(uid)
 
 
 class _BoundedOutput:
@@ -157,9 +144,13 @@ class Sandbox:
         self.bwrap = bwrap_path()
         self.readable = [pathlib.Path(p).resolve() for p in readable]
         self.limits = limits
+        # A socket file under a readable path would connect the command to a host service: each is covered by an
+        # empty read-only file in the sandbox's view (a read-only mount does not stop connect()).
+        self.sockets = [sock for p in self.readable if p.exists() for sock in _sockets(p)]
+        self.memory_mode = memory_mode()  # "cgroup" or "seccomp" (SECURITY.md: what each bounds)
 
     def _argv(self, workdir: pathlib.Path, inputs: pathlib.Path | None, command: str, network: bool,
-              env: Mapping[str, str], uid: int | None, limits: SandboxLimits) -> list[str]:
+              env: Mapping[str, str], uid: int | None, limits: SandboxLimits, seccomp_fd: int) -> list[str]:
         argv = [self.bwrap]
         for path in _SYSTEM:
             if os.path.islink(path):
@@ -191,6 +182,8 @@ class Sandbox:
                     made.add(parent)
             argv += [how, str(path), str(target)]
             bound.append(target)
+        for sock in self.sockets:
+            argv += ["--ro-bind", "/dev/null", str(sock)]
         argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
                  "--new-session"]
         if not network:
@@ -201,7 +194,14 @@ class Sandbox:
         argv.append("--")
         if uid is not None:
             argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-        return argv + ["bash", "-c", command]
+        # A second bubblewrap, as the sandbox uid, over the same view: a user namespace of its own that maps that
+        # uid to itself and can make no more (`unshare -r` would give the command root over a new namespace), and
+        # the seccomp filter. The outer one must run as root: it binds paths under folders only root can enter
+        # (/root, pytest's 0700 /tmp folders), and a user namespace made by root would map the command to root.
+        # (/dev again with its devices: a mount copied into a user namespace is nodev.)
+        return argv + [self.bwrap, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--unshare-user",
+                       "--disable-userns", "--die-with-parent", "--seccomp", str(seccomp_fd), "--",
+                       "bash", "-c", command]
 
     def run(
         self,
@@ -241,17 +241,25 @@ class Sandbox:
                     raise ValueError(f"sandbox input name {name!r} must be a plain file name")
                 (private / name).write_text(text)
                 (private / name).chmod(0o644)
-            with _sandbox_uid() as uid:
-                start_usage, _ = tree_usage(workdir, limits.disk_files, chown_to=uid)
+            with reserve_uid() as uid:
+                start_usage, start_entries = tree_usage(workdir, limits.disk_files, chown_to=uid)
+                # The quota is the work dir's, fixed: what killed commands left counts, so a command that starts
+                # over it does not run (a quota measured from each command's start would ratchet up).
+                if start_usage > limits.disk_bytes or start_entries > limits.disk_files:
+                    return SandboxResult(None, "", False, 0.0, "disk")
                 free_at_start = disk_free(workdir)
-                argv = self._argv(workdir, private, command, network, full_env, uid, limits)
-                return self._supervise(argv, workdir, limits, max(limits.disk_bytes, start_usage), free_at_start)
+                bpf_fd = seccomp.fd_of(seccomp.filter_bpf(refuse_memfd=self.memory_mode != "cgroup"))
+                try:
+                    argv = self._argv(workdir, private, command, network, full_env, uid, limits, bpf_fd)
+                    return self._supervise(argv, workdir, limits, free_at_start, bpf_fd)
+                finally:
+                    os.close(bpf_fd)
         finally:
             if private is not None:
                 shutil.rmtree(private, ignore_errors=True)
 
-    def _supervise(self, argv: list[str], workdir: pathlib.Path, limits: SandboxLimits,
-                   disk_allowed: int, free_at_start: int) -> SandboxResult:
+    def _supervise(self, argv: list[str], workdir: pathlib.Path, limits: SandboxLimits, free_at_start: int,
+                   bpf_fd: int) -> SandboxResult:
         """Start the sandbox, keep a bounded part of its output, kill it at the timeout or past the disk quota.
 
         bubblewrap reports on a status pipe once the sandbox stands (`--json-status-fd`): only a failure before
@@ -261,15 +269,33 @@ class Sandbox:
         # preexec_fn: that runs Python between fork and exec, which can deadlock in a multithreaded parent
         # (the trainer's JAX threads), and it keeps CPython from using vfork.
         limit = ["prlimit", f"--as={limits.memory_bytes}", f"--cpu={limits.cpu_seconds}",
-                 f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", "--"]
+                 f"--nproc={limits.processes}", f"--fsize={limits.file_bytes}", f"--nofile={limits.open_files}", "--"]
+        group = SandboxCgroup(limits.memory_bytes, limits.processes) if self.memory_mode == "cgroup" else None
+        if group is not None:  # the first process joins the cgroup before it execs: all the sandbox is inside
+            limit = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group.procs), *limit]
         status_read, status_write = os.pipe()
         argv = [argv[0], "--json-status-fd", str(status_write), *argv[1:]]
         start = time.monotonic()
         try:
             proc = subprocess.Popen(limit + argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(status_write,))
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    pass_fds=(status_write, bpf_fd))
+        except BaseException:
+            if group is not None:
+                group.close()
+            raise
         finally:
             os.close(status_write)
+        try:
+            return self._watch(proc, workdir, limits, start, status_read, free_at_start, group)
+        finally:
+            if group is not None:
+                group.close()
+
+    def _watch(self, proc: subprocess.Popen, workdir: pathlib.Path, limits: SandboxLimits, start: float,
+               status_read: int, free_at_start: int, group: SandboxCgroup | None) -> SandboxResult:
+        """Read the output until the command ends; kill it at the timeout or past the work dir's quota."""
+        disk_allowed = limits.disk_bytes
         output, stopped = _BoundedOutput(limits.output_bytes), None
         next_poll = start + DISK_POLL_S
         with selectors.DefaultSelector() as selector:
@@ -303,11 +329,20 @@ class Sandbox:
         if stopped is None and _over_quota(workdir, limits, disk_allowed, free_at_start):
             stopped = "disk"  # it finished before a poll saw it: still reported, so the caller can say so
         text = output.text()
+        if group is not None and group.oom_killed():
+            text += f"\n[the sandbox reached its memory bound ({limits.memory_bytes >> 20} MiB): a process was killed]"
         started = _sandbox_started(status_read)
         if stopped is None and proc.returncode != 0 and not started:
             raise SandboxUnavailable(f"bubblewrap failed to start: {text.strip()[:2000]}")
         code = None if stopped is not None else proc.returncode
         return SandboxResult(code, text, stopped == "timeout", time.monotonic() - start, stopped)
+
+
+@functools.lru_cache(maxsize=256)
+def _sockets(path: pathlib.Path) -> tuple[pathlib.Path, ...]:
+    """The sockets under a readable path, found once per process: readable paths are host-written caches (an
+    interpreter: 60,000 entries, a second to walk), made before the episodes that bind them."""
+    return tuple(sockets_under(path))
 
 
 def _sandbox_started(status_read: int) -> bool:
@@ -338,6 +373,6 @@ def limit_note(result: SandboxResult, limits: SandboxLimits) -> str:
     if result.limit == "timeout":
         return f"[timed out after {limits.timeout_s:.0f} s; the command was killed]"
     if result.limit == "disk":
-        return (f"[killed: the work dir grew past its disk quota ({limits.disk_bytes >> 20} MiB or "
-                f"{limits.disk_files} files); remove files to go on]")
+        return (f"[stopped: the work dir is past its disk quota ({limits.disk_bytes >> 20} MiB or "
+                f"{limits.disk_files} files)]")
     return ""

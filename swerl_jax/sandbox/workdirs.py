@@ -94,3 +94,29 @@ def remove_tree(path: str | os.PathLike) -> None:
     if os.geteuid() != 0:  # a host that is not root cannot empty a folder the command made unreadable (chmod 000)
         subprocess.run(["chmod", "-R", "u+rwX", "--", str(path)], **quiet)  # links met inside are not followed
     subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], **quiet)
+
+
+
+def sockets_under(path: pathlib.Path) -> list[pathlib.Path]:
+    """The AF_UNIX socket files under `path` (itself included), links not followed. For the readable paths a
+    sandbox binds: host-written folders (interpreters, cached environments) that no command can write, so a
+    path-based walk is safe here; entry types come from the directory listing (no stat per file)."""
+    if path.is_socket():
+        return [path]
+    found, folders = [], [path]
+    while folders:
+        try:
+            scan = os.scandir(folders.pop())
+        except OSError:
+            continue  # unreadable to the host: the sandbox uid cannot list it either
+        with scan:
+            for entry in scan:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(pathlib.Path(entry.path))
+                    elif not entry.is_file(follow_symlinks=False) and not entry.is_symlink() and stat.S_ISSOCK(
+                            entry.stat(follow_symlinks=False).st_mode):  # only the rare non-file entries are stat'ed
+                        found.append(pathlib.Path(entry.path))
+                except OSError:
+                    continue
+    return found
