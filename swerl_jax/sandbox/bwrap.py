@@ -8,8 +8,8 @@ writable, the caller's `inputs` read-only at /run/swerl, and fresh size-limited 
 episodes, the project checkout) nor its AF_UNIX sockets can be reached. The network, PID, IPC, UTS and cgroup
 namespaces are unshared. When the harness runs as root the command drops to a per-sandbox unprivileged uid,
 reserved host-wide (`uids`; so RLIMIT_NPROC holds: the kernel exempts root) and runs under RLIMIT_AS (memory),
-RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_FSIZE (the largest file) and RLIMIT_NOFILE, inside a second bubblewrap that gives
-it a user namespace of its own that can make no more, and a seccomp filter (`seccomp`). Where the host delegates a
+RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_FSIZE (the largest file) and RLIMIT_NOFILE, under a seccomp filter (`seccomp`:
+no new user namespaces, mounts, keyrings, bpf, fallocate, ...). Where the host delegates a
 cgroup v2, the sandbox's memory as a whole is bounded (`cgroup`). The host keeps at most `output_bytes` of the
 output (head and tail), kills the sandbox at its wall-clock timeout, and polls the work dir's size against a fixed
 quota: a command that grows it past `disk_bytes` (or `disk_files` entries) is killed, and one that starts past it
@@ -191,17 +191,14 @@ class Sandbox:
         argv += ["--clearenv", "--chdir", str(workdir)]
         for key, value in env.items():
             argv += ["--setenv", key, value]
-        argv.append("--")
+        # The filter is loaded last, just before bubblewrap execs the command (setpriv), so it binds all of it.
+        # It also refuses new user namespaces (`unshare -r` gave the command root over one): bubblewrap's
+        # --disable-userns needs --unshare-user, which a root bubblewrap would map to root, and a second
+        # bubblewrap run as the sandbox uid to get one cost +7 ms a command (+30%).
+        argv += ["--seccomp", str(seccomp_fd), "--"]
         if uid is not None:
             argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-        # A second bubblewrap, as the sandbox uid, over the same view: a user namespace of its own that maps that
-        # uid to itself and can make no more (`unshare -r` would give the command root over a new namespace), and
-        # the seccomp filter. The outer one must run as root: it binds paths under folders only root can enter
-        # (/root, pytest's 0700 /tmp folders), and a user namespace made by root would map the command to root.
-        # (/dev again with its devices: a mount copied into a user namespace is nodev.)
-        return argv + [self.bwrap, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--unshare-user",
-                       "--disable-userns", "--die-with-parent", "--seccomp", str(seccomp_fd), "--",
-                       "bash", "-c", command]
+        return argv + ["bash", "-c", command]
 
     def run(
         self,

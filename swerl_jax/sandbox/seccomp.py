@@ -9,9 +9,9 @@ the calls that would pass the sandbox's bounds (SECURITY.md):
   answer of a file system without it, so glibc's `posix_fallocate` falls back to writing (bounded by RLIMIT_FSIZE).
 - `memfd_create` (only where no cgroup bounds the sandbox's memory): memfd pages count against no process's
   RLIMIT_AS, so one process could hold any amount of host memory in them.
-- new user namespaces (`unshare`/`clone` with CLONE_NEWUSER; `setns`): bubblewrap's `--disable-userns` already
-  stops them; the filter is a second wall. `clone3` passes its flags in memory a filter cannot read, so it is
-  refused with ENOSYS, which makes glibc fall back to `clone`.
+- new user namespaces (`unshare`/`clone` with CLONE_NEWUSER; `setns`): inside one the command is root over its
+  own namespaces, kernel surface no test needs. `clone3` passes its flags in memory a filter cannot read, so it is
+  refused with ENOSYS, which makes glibc (and so fork, threads, `unshare`) fall back to `clone`.
 - mounts, kernel keyrings, BPF, perf events, userfaultfd, io_uring, module loading, kexec, and the other calls of
   Docker's default deny list that no test suite uses.
 """
