@@ -71,9 +71,17 @@ def test_memory_of_many_processes_is_bounded_together(sandbox, workdir):
         result = sandbox.run(python("import os; os.memfd_create(\"x\"); print(\"MADE\")"), workdir)
         assert "MADE" not in result.output and "PermissionError" in result.output, result.output
         return
-    hold = ("import os, sys\nfor i in range(15):\n    if os.fork() == 0:\n        b = bytearray(64 << 20)\n"
-            "        for j in range(0, len(b), 4096): b[j] = 1\n        print('HELD', flush=True)\n"
-            "        sys.stdin = None; os.pause()\nos.wait()\n")
+    # 15 processes each fill 64 MiB and hold it until all are either holding or dead (events, not sleeps)
+    hold = ("import os, select\nheld_r, held_w = os.pipe()\nrelease_r, release_w = os.pipe()\npids = {}\n"
+            "for i in range(15):\n    pid = os.fork()\n    if pid == 0:\n        os.close(release_w)\n"
+            "        b = bytearray(b'x') * (64 << 20)\n        os.write(held_w, bytes([i]))\n"
+            "        os.read(release_r, 1)\n        os._exit(0)\n    pids[os.pidfd_open(pid)] = i\n"
+            "os.close(held_w)\nheld, dead = set(), set()\nwhile len(held | dead) < 15:\n"
+            "    waiting = [held_r] + [fd for fd, i in pids.items() if i not in dead]\n"
+            "    for fd in select.select(waiting, [], [])[0]:\n"
+            "        if fd == held_r:\n            held.update(os.read(held_r, 64))\n"
+            "        else:\n            dead.add(pids[fd])\n"
+            "print('HELD ' * len(held - dead), flush=True)\nos.close(release_w)\n")
     (workdir / "hold.py").write_text(hold)
     result = sandbox.run(f"{PY} hold.py", workdir, limits=LIMITS)
     assert result.output.count("HELD") < 4, result.output  # 256 MiB in all: at most three 64 MiB blocks
