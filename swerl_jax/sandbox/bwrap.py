@@ -148,6 +148,10 @@ class Sandbox:
         # empty read-only file in the sandbox's view (a read-only mount does not stop connect()).
         self.sockets = [sock for p in self.readable if p.exists() for sock in _sockets(p)]
         self.memory_mode = memory_mode()  # "cgroup" or "seccomp" (SECURITY.md: what each bounds)
+        try:  # built here, once per process, so a host without libseccomp fails at once, naming the fix
+            seccomp.filter_bpf(refuse_memfd=self.memory_mode != "cgroup")
+        except seccomp.SeccompUnavailable as err:
+            raise SandboxUnavailable(f"{err} (make install-dev installs both)") from None
 
     def _argv(self, workdir: pathlib.Path, inputs: pathlib.Path | None, command: str, network: bool,
               env: Mapping[str, str], uid: int | None, limits: SandboxLimits, seccomp_fd: int) -> list[str]:
