@@ -9,6 +9,8 @@ tests) and agentic RL all run model-written code through it:
 - `workdirs`: walking and removing trees the model could touch without following its links (`tree_usage`,
   `remove_tree`).
 - `confined`: the host's own file access inside a work dir, one `O_NOFOLLOW` component at a time (the editor).
+- `checkouts`: the one way a repository reaches a sandbox, a checkout of a base commit holding its reachable set
+  alone (no later commit: they hold the fix), verified (`history_free_checkout`, `verify_history_free`).
 
 The harness's executors and environment cache (`eval/executors.py`, `eval/environments.py`) stay with the harness:
 they grade SWE-bench instances through this package and import the harness's specs and log parsers, which this
