@@ -157,7 +157,7 @@ class SyntheticExecutor:
         if not (source / ".git").is_dir():
             return {"status": "no_repo", "error": f"no synthetic repository {source}"}
         repo_dir = work / "repo"
-        failed = checkout(source / ".git", repo_dir, instance["base_commit"])
+        failed = checkout(source / ".git", repo_dir, instance["base_commit"], self.out_dir / "history-free")
         if failed:
             (log_dir / "setup.log").write_text(failed)
             return {"status": "setup_failed", "error": failed}

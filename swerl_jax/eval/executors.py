@@ -27,13 +27,14 @@ def fresh_workdir(out_dir: pathlib.Path, instance_id: str) -> pathlib.Path:
     return work
 
 
-def checkout(git_dir: pathlib.Path, repo_dir: pathlib.Path, commit: str) -> str:
+def checkout(git_dir: pathlib.Path, repo_dir: pathlib.Path, commit: str, cache: pathlib.Path | None = None) -> str:
     """Check `commit` out of `git_dir` into `repo_dir` for a sandbox: '' on success, else what failed (for
     setup.log). Always `sandbox.checkouts.history_free_checkout`: a repository of its own holding the commit, its
     ancestors and their tags, verified to hold nothing later (a grading, a script run and an episode alike: model
-    code runs beside each, and the later commits hold the fix)."""
+    code runs beside each, and the later commits hold the fix). `cache`: a host folder no sandbox sees, where the
+    fetch is made once per base commit and copied from."""
     try:
-        history_free_checkout(git_dir, repo_dir, commit)
+        history_free_checkout(git_dir, repo_dir, commit, cache)
     except CheckoutError as err:
         return str(err)
     return ""
@@ -157,7 +158,7 @@ class LocalExecutor:
                 shutil.copy(log, log_dir / "env_build.log")
             return {"status": "env_failed", "error": str(err)}
         repo_dir = work / "repo"
-        failed = checkout(git_dir, repo_dir, instance["base_commit"])
+        failed = checkout(git_dir, repo_dir, instance["base_commit"], self.out_dir / "repos" / "history-free")
         if failed:
             (log_dir / "setup.log").write_text(failed)
             return {"status": "setup_failed", "error": f"checkout of {instance['base_commit']} failed: {failed[-300:]}"}

@@ -11,11 +11,15 @@ commit's reachable set. Executors call nothing else to materialise a repository,
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
+import uuid
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # Files git leaves in .git that name commits or object stores beyond a checkout's own (FETCH_HEAD names the
@@ -64,30 +68,64 @@ def _ancestor_tags(source: pathlib.Path, commit: str) -> list[tuple[str, str]]:
     return tags
 
 
-def history_free_checkout(source: pathlib.Path, dest: pathlib.Path, commit: str) -> None:
-    """Check `commit` (a full hash) out of the git dir `source` into the new directory `dest`, as a repository of
-    its own holding the commit, its ancestors and the tags that point into them, then `verify_history_free` it.
-
-    A fetch by hash from a local repository sends exactly the objects reachable from it (the source's other
-    commits stay behind); no remote is configured, no FETCH_HEAD written, no reflog kept. Raises CheckoutError
-    when a step fails and HistoryLeak when the result holds more (a bundle source, for one, brings its whole pack).
-    """
-    if not _SHA.fullmatch(commit):
-        raise CheckoutError(f"{commit!r} is not a full commit hash (a name could resolve differently here)")
-    dest = pathlib.Path(dest)
-    if dest.exists():
-        raise CheckoutError(f"{dest} exists: a checkout goes into a new directory")
+def _fetch_checkout(source: pathlib.Path, dest: pathlib.Path, commit: str) -> None:
+    """Make `dest` a repository of its own with `commit`, its ancestors and their tags, checked out (unverified)."""
     init = subprocess.run(["git", "init", "-q", "--template=", str(dest)], capture_output=True, text=True,
                           env=_git_env())  # no template: nothing of the host's git templates is copied
     if init.returncode != 0:
         raise CheckoutError(f"git init {dest}: {init.stderr}")
     _git(dest, "config", "core.logAllRefUpdates", "false")  # no reflog, from the first ref on
     _git(dest, "fetch", "-q", "--no-tags", "--no-write-fetch-head", str(source), commit)
-    # a git dir's tags; a bundle file (fetched whole, then refused below) has none to list
-    tags = _ancestor_tags(pathlib.Path(source), commit) if pathlib.Path(source).is_dir() else []
+    # a git dir's tags; a bundle file (fetched whole, then refused by the verifier) has none to list
+    tags = _ancestor_tags(source, commit) if source.is_dir() else []
     if tags:
         _git(dest, "update-ref", "--stdin", stdin="".join(f"create {ref} {sha}\n" for ref, sha in tags))
     _git(dest, "checkout", "-q", "--detach", commit)
+
+
+def _cached_store(source: pathlib.Path, commit: str, cache: pathlib.Path) -> pathlib.Path:
+    """A verified history-free repository of `commit` under `cache`, made once per (source, commit) and reused:
+    the fetch packs the whole ancestry (0.5 s for flask, far more for larger repositories), a copy does not."""
+    cache.mkdir(parents=True, exist_ok=True)
+    key = f"{commit}-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]}"
+    store = cache / key
+    with open(cache / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build per key, across threads (own open files) and processes
+        if not store.is_dir():
+            tmp = cache / f".{key}.{uuid.uuid4().hex[:8]}"
+            try:
+                _fetch_checkout(source, tmp, commit)
+                verify_history_free(tmp, commit)
+                tmp.rename(store)  # atomic: a half-made store is never seen under its name
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return store
+
+
+def history_free_checkout(source: pathlib.Path, dest: pathlib.Path, commit: str,
+                          cache: pathlib.Path | None = None) -> None:
+    """Check `commit` (a full hash) out of the git dir `source` into the new directory `dest`, as a repository of
+    its own holding the commit, its ancestors and the tags that point into them, then `verify_history_free` it.
+
+    A fetch by hash from a local repository sends exactly the objects reachable from it (the source's other
+    commits stay behind); no remote is configured, no FETCH_HEAD written, no reflog kept. `cache` (a host folder
+    no sandbox sees): fetch once per (source, commit) into it and copy that store's .git (copies, never hard
+    links: a sandbox owns and may rewrite its checkout's files). `dest` is verified either way. Raises
+    CheckoutError when a step fails and HistoryLeak when the result holds more (a bundle source, for one, brings
+    its whole pack).
+    """
+    if not _SHA.fullmatch(commit):
+        raise CheckoutError(f"{commit!r} is not a full commit hash (a name could resolve differently here)")
+    source, dest = pathlib.Path(source), pathlib.Path(dest)
+    if dest.exists():
+        raise CheckoutError(f"{dest} exists: a checkout goes into a new directory")
+    if cache is None:
+        _fetch_checkout(source, dest, commit)
+    else:
+        store = _cached_store(source, commit, pathlib.Path(cache))
+        dest.mkdir(parents=True)
+        shutil.copytree(store / ".git", dest / ".git", symlinks=True)
+        _git(dest, "checkout", "-q", "-f", "--detach", commit)  # the work tree (reset would write ORIG_HEAD)
     verify_history_free(dest, commit)
 
 

@@ -133,3 +133,21 @@ def test_a_bundle_source_is_refused_not_leaked(source, tmp_path):
     git(git_dir, "bundle", "create", str(bundle), "--all")
     with pytest.raises(HistoryLeak, match="not reachable"):
         history_free_checkout(bundle, tmp_path / "repo", base)
+
+
+def test_a_cached_store_is_copied_and_every_copy_is_verified(source, tmp_path):
+    """The fetch is made once per base commit; each checkout copies it, and is verified itself: a store someone
+    altered afterwards is refused in the copy."""
+    git_dir, base, fix = source
+    cache = tmp_path / "cache"
+    history_free_checkout(git_dir, tmp_path / "one", base, cache)
+    history_free_checkout(git_dir, tmp_path / "two", base, cache)
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 1
+    assert (tmp_path / "two" / "a.py").read_text() == "v = 2\n"
+    assert git(tmp_path / "two", "status", "--porcelain") == ""
+    one = sorted((tmp_path / "one" / ".git" / "objects").glob("??/*"))[0]  # a small fetch stays loose
+    assert not os.path.samefile(one, tmp_path / "two" / one.relative_to(tmp_path / "one"))  # copies, not links
+    store = next(p for p in cache.iterdir() if p.is_dir())
+    (store / ".git" / "FETCH_HEAD").write_text(f"{fix}\n")
+    with pytest.raises(HistoryLeak, match="FETCH_HEAD"):
+        history_free_checkout(git_dir, tmp_path / "three", base, cache)
