@@ -160,3 +160,22 @@ def test_flask_4045_fix_is_not_reachable_from_a_script(shared_data, tmp_path):
     assert result["status"] == "ran", result
     assert verdicts(result["output"]) == dict.fromkeys(PROBES, "clean"), result["output"][-3000:]
     assert int(result["output"].split()[-1]) > 1000  # the base's own history is there, as in SWE-bench's images
+
+
+def test_no_other_code_materialises_a_repository_for_a_sandbox():
+    """The class cannot come back unseen: outside `sandbox/checkouts.py`, no code of the layers that run model code
+    makes a clone that shares objects or fetches (the old grading checkout was a `--shared` clone whose store and
+    refs were the source's); the two clones left are the host's own (a bundle unpacked bare, a scratch copy that
+    writes a synthetic task's gold patch), never shown to a sandbox."""
+    package = pathlib.Path(__file__).resolve().parents[2] / "swerl_jax"
+    allowed = {("eval/environments.py", '"clone", "-q", "--bare"'), ("agent/synthetic.py", '"clone", "-q", str(repo)')}
+    found = []
+    for path in sorted(p for layer in ("eval", "agent", "sandbox") for p in (package / layer).rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel == "sandbox/checkouts.py":
+            continue
+        for line in path.read_text().splitlines():
+            for word in ('"--shared"', '"clone"', '"fetch"', '"--reference"', "alternates", '"worktree"'):
+                if word in line and not any(rel == a and text in line for a, text in allowed):
+                    found.append(f"{rel}: {line.strip()}")
+    assert not found, found
