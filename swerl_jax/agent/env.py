@@ -1,6 +1,6 @@
 """An SWE environment with rLLM's `SWEEnv` shape (reset / step / final reward) on the harness's sandbox.
 
-`reset()` checks the instance out at its base commit in a fresh work dir (the base commit alone: no later
+`reset()` checks the instance out at its base commit in a fresh work dir (its ancestors, verified: no later
 history to read the fix from), installs it into a thin venv over the harness's cached environment (the only step
 with the network, before any model-written code), and returns the task. The episode's sandbox sees its own work
 dir and nothing of the host's beyond the system and its interpreter (`sandbox.bwrap`). Hidden tests never enter
@@ -86,7 +86,7 @@ class SWEEnv:
         log_dir = self._host / "logs"
         log_dir.mkdir(parents=True)
         iid = self.instance["instance_id"]
-        ready = self.executor.prepare(self.instance, "", log_dir, self._work, history=False)
+        ready = self.executor.prepare(self.instance, "", log_dir, self._work)
         if "status" in ready:
             raise RuntimeError(f"{iid}: environment not ready ({ready['status']}): {ready.get('error')}")
         self.workspace = Workspace(ready["repo_dir"], self._work, ready["sandbox"], ready["env"], self.step_limits)

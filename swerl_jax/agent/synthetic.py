@@ -149,21 +149,19 @@ class SyntheticExecutor:
         """The sandbox environment: this machine's interpreter first on PATH, no bytecode files in the checkout."""
         return {"PATH": f"{self.python.parent}:/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
 
-    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path, *,
-                history: bool = True) -> dict:
+    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
         """A checkout of the task at its base commit in `work`, `patch` applied: {sandbox, env, repo_dir} or
-        {status, error}, like `LocalExecutor.prepare` (history=False: an episode's self-contained checkout; the
-        sandbox never sees the task repositories)."""
+        {status, error}, like `LocalExecutor.prepare` (a history-free checkout of its own, for an episode, a
+        grading and a script alike; the sandbox never sees the task repositories)."""
         source = self.repos_root / instance["instance_id"]
         if not (source / ".git").is_dir():
             return {"status": "no_repo", "error": f"no synthetic repository {source}"}
         repo_dir = work / "repo"
-        failed = checkout(source.resolve() / ".git", repo_dir, instance["base_commit"], history)
+        failed = checkout(source / ".git", repo_dir, instance["base_commit"], self.out_dir / "history-free")
         if failed:
             (log_dir / "setup.log").write_text(failed)
             return {"status": "setup_failed", "error": failed}
-        readable = self.readable + ([source.resolve()] if history else [])
-        sandbox = Sandbox(readable=readable, limits=self.limits)
+        sandbox = Sandbox(readable=self.readable, limits=self.limits)
         if patch.strip():
             done = sandbox.run(f"cd {shlex.quote(str(repo_dir))} && git apply -v \"$INPUTS/model.patch\"", work,
                                env=self.env(), inputs={"model.patch": patch if patch.endswith("\n") else patch + "\n"})

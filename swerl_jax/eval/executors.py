@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 from swerl_jax.eval import environments, grading, specs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
 from swerl_jax.sandbox.bwrap import INPUTS_DIR, Sandbox, SandboxLimits
+from swerl_jax.sandbox.checkouts import CheckoutError, history_free_checkout
 from swerl_jax.sandbox.workdirs import remove_tree
 
 
@@ -26,27 +27,16 @@ def fresh_workdir(out_dir: pathlib.Path, instance_id: str) -> pathlib.Path:
     return work
 
 
-def checkout(git_dir: pathlib.Path, repo_dir: pathlib.Path, commit: str, history: bool = True) -> str:
-    """Check `commit` out of `git_dir` into `repo_dir`: '' on success, else git's error output.
-
-    history=True: a --shared clone (objects stay in `git_dir`, which the sandbox must show). history=False: a
-    repository of its own that holds `commit` alone (a depth-1 fetch), so nothing after it can be read."""
-    if history:
-        steps = [["git", "clone", "-q", "--shared", "--no-checkout", str(git_dir), str(repo_dir)],
-                 ["git", "-C", str(repo_dir), "checkout", "-q", commit]]
-    else:
-        steps = [["git", "init", "-q", str(repo_dir)],
-                 ["git", "-C", str(repo_dir), "fetch", "-q", "--depth", "1", "--no-tags", str(git_dir), commit],
-                 ["git", "-C", str(repo_dir), "-c", "advice.detachedHead=false", "checkout", "-q", commit]]
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True)
-        if done.returncode != 0:
-            return f"$ {shlex.join(step)}\n{done.stderr}"
-    if not history:  # checked, not assumed: a bundle, for one, ignores --depth and brings everything
-        commits = subprocess.run(["git", "-C", str(repo_dir), "rev-list", "--all", "--max-count=2"],
-                                 capture_output=True, text=True).stdout.split()
-        if commits != [commit]:
-            return f"{git_dir} gave {len(commits)}+ commits for a history-free checkout of {commit} (a bundle?)"
+def checkout(git_dir: pathlib.Path, repo_dir: pathlib.Path, commit: str, cache: pathlib.Path | None = None) -> str:
+    """Check `commit` out of `git_dir` into `repo_dir` for a sandbox: '' on success, else what failed (for
+    setup.log). Always `sandbox.checkouts.history_free_checkout`: a repository of its own holding the commit, its
+    ancestors and their tags, verified to hold nothing later (a grading, a script run and an episode alike: model
+    code runs beside each, and the later commits hold the fix). `cache`: a host folder no sandbox sees, where the
+    fetch is made once per base commit and copied from."""
+    try:
+        history_free_checkout(git_dir, repo_dir, commit, cache)
+    except CheckoutError as err:
+        return str(err)
     return ""
 
 
@@ -92,8 +82,7 @@ class ScriptExecutor(Executor, Protocol):
         """See `LocalExecutor.run_script`."""
         ...
 
-    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path, *,
-                history: bool = True) -> dict:
+    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
         """See `LocalExecutor.prepare`."""
         ...
 
@@ -150,12 +139,12 @@ class LocalExecutor:
             if not self.keep_workdirs:
                 remove_tree(work)
 
-    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path, *,
-                history: bool = True) -> dict:
-        """Clone, install and patch the instance in `work`: {sandbox, env, repo_dir, spec} or {status, error}.
+    def prepare(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
+        """Check out, install and patch the instance in `work`: {sandbox, env, repo_dir, spec} or {status, error}.
 
-        history=False (an agent's episode): the checkout holds the base commit alone, self-contained, and the
-        sandbox does not see the clone it came from, whose later commits hold the fix."""
+        The checkout is history-free (`checkout`), for a grading, a script and an agent's episode alike: it holds
+        the base commit's reachable set alone, and the sandbox never sees the clone it came from, whose later
+        commits hold the fix."""
         try:
             git_dir = environments.resolve_clone(self.repos_dir, instance["repo"], self.out_dir / "repos")
         except (FileNotFoundError, subprocess.CalledProcessError) as err:
@@ -169,15 +158,13 @@ class LocalExecutor:
                 shutil.copy(log, log_dir / "env_build.log")
             return {"status": "env_failed", "error": str(err)}
         repo_dir = work / "repo"
-        # The resolved path: the clone's alternates must name a path the sandbox shows (not a link under /tmp).
-        git_dir = git_dir.resolve()
-        failed = checkout(git_dir, repo_dir, instance["base_commit"], history)
+        failed = checkout(git_dir, repo_dir, instance["base_commit"], self.out_dir / "repos" / "history-free")
         if failed:
             (log_dir / "setup.log").write_text(failed)
             return {"status": "setup_failed", "error": f"checkout of {instance['base_commit']} failed: {failed[-300:]}"}
         venv = environments.overlay_venv(env_dir, work / "venv")
         python_home = (env_dir / "bin" / "python").resolve().parent.parent
-        sandbox = Sandbox(readable=[env_dir, python_home] + ([git_dir] if history else []), limits=self.limits)
+        sandbox = Sandbox(readable=[env_dir, python_home], limits=self.limits)  # never the clone: it holds the fix
         env = {**environments.overlay_env(venv), "PIP_NO_INPUT": "1"}
 
         # Install the base commit (the repository's own code, before any model edit): the index is reachable.

@@ -11,6 +11,8 @@ tests) and agentic RL all run model-written code through it:
 - `seccomp`, `cgroup`, `uids`: the sandbox's seccomp filter (libseccomp), its cgroup v2 memory bound where the host
   delegates one (`memory_mode()`), and host-wide reservation of its unprivileged uids.
 - `confined`: the host's own file access inside a work dir, one `O_NOFOLLOW` component at a time (the editor).
+- `checkouts`: the one way a repository reaches a sandbox, a checkout of a base commit holding its reachable set
+  alone (no later commit: they hold the fix), verified (`history_free_checkout`, `verify_history_free`).
 
 The harness's executors and environment cache (`eval/executors.py`, `eval/environments.py`) stay with the harness:
 they grade SWE-bench instances through this package and import the harness's specs and log parsers, which this

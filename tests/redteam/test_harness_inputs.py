@@ -1,5 +1,5 @@
 """Adversarial harness input (issue 30, defects 8 and 9): prediction ids that are paths, and concurrent gradings of
-one instance; and the episode checkout that holds no later history (defect 2, the fix's commit)."""
+one instance; and the checkout that holds no later history (issue 45 defect 2, the fix's commit)."""
 
 from __future__ import annotations
 
@@ -90,18 +90,21 @@ def test_concurrent_gradings_of_one_instance_never_share_a_work_dir(tmp_path, mo
     assert len(set(seen)) == 2 and not any(p.exists() for p in seen)  # each its own, each removed after
 
 
-def test_an_episode_checkout_holds_the_base_commit_alone(tmp_path, shared_data):
-    """Defect 2: an episode's checkout must not carry the history after its base commit (the fix is there)."""
+def test_a_checkout_holds_nothing_after_the_base_commit(tmp_path, shared_data):
+    """Defect 2: a checkout (an episode's, a grading's, a script's) must not carry the history after its base commit
+    (the fix is there); the base's own ancestors stay, as in SWE-bench's images."""
     bundle = shared_data / "repos" / "pallets__flask.bundle"
     base = "d8c37f43724cd9fb0870f77877b7c4c7e38a19e0"
-    assert "a bundle?" in checkout(bundle, tmp_path / "from_bundle", base, history=False)  # refused, not leaked
+    assert "not reachable from" in checkout(bundle, tmp_path / "from_bundle", base)  # refused, not leaked
     clone = environments.resolve_clone(shared_data / "repos", "pallets/flask", tmp_path / "clones")
-    assert checkout(clone, tmp_path / "repo", base, history=False) == ""
+    assert checkout(clone, tmp_path / "repo", base) == ""
     commits = subprocess.run(["git", "-C", str(tmp_path / "repo"), "rev-list", "--all"], capture_output=True,
                              text=True, check=True).stdout.split()
-    assert commits == [base]
+    assert set(commits) == set(subprocess.run(["git", "--git-dir", str(clone), "rev-list", base], capture_output=True,
+                                              text=True, check=True).stdout.split())  # the base and its ancestors
     assert not (tmp_path / "repo" / ".git" / "objects" / "info" / "alternates").exists()
-    later = subprocess.run(["git", "-C", str(tmp_path / "repo"), "cat-file", "-e", "HEAD~1"], capture_output=True)
+    later = subprocess.run(["git", "-C", str(tmp_path / "repo"), "cat-file", "-e", "7c5261407dae61679c268b44c63d739"
+                            "09c3fe652"], capture_output=True)  # flask-4045's fix
     assert later.returncode != 0
     assert pathlib.Path(tmp_path / "repo" / "src" / "flask" / "blueprints.py").is_file()
 
