@@ -171,3 +171,76 @@ def test_a_record_needs_the_announced_nonce_and_the_expected_ids():
     assert verdict(records.get(0), ["a.T.t"]).resolved
     assert not verdict(records.get(0), ["a.T.t", "a.T.u"]).resolved  # an expected id that never ran
     assert not verdict(read_records("\n".join(hello + [other])).get(0), ["a.T.t"]).resolved
+
+
+# --- patches that change how tests run ("Also"): flagged everywhere, unresolved for RL when asked ------------------
+
+def _new_file(path: str, text: str = "x = 1\n") -> str:
+    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1 @@\n"
+            f"+{text}")
+
+
+def _edit(path: str, old: str, new: str, context: str = "[metadata]") -> str:
+    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,2 +1,2 @@\n {context}\n-{old}\n"
+            f"+{new}\n")
+
+
+@pytest.mark.parametrize("patch, flagged", [
+    (_new_file("conftest.py"), ["conftest.py"]),
+    (_new_file("tests/unit/conftest.py"), ["tests/unit/conftest.py"]),
+    (_new_file("sitecustomize.py"), ["sitecustomize.py"]),
+    (_new_file("lib/usercustomize.py"), ["lib/usercustomize.py"]),
+    (_new_file("evil.pth", "import os"), ["evil.pth"]),
+    (_new_file("unittest.py"), ["unittest.py"]),
+    (_new_file("pytest.ini", "[pytest]"), ["pytest.ini"]),
+    (_edit("tox.ini", "a", "b"), ["tox.ini"]),
+    (_edit("setup.cfg", "addopts = -q", "addopts = -p no:x", "[tool:pytest]"), ["setup.cfg"]),
+    (_edit("pyproject.toml", "a = 1", "a = 2", "[tool.pytest.ini_options]"), ["pyproject.toml"]),
+    (_edit("setup.cfg", "version = 1", "version = 2"), []),  # packaging metadata only
+    (_edit("src/pkg/unittest.py", "a", "b"), []),  # a package's own module of that name shadows nothing
+    (_edit("src/pkg/core.py", "-- a/conftest.py", "b"), []),  # a removed line that looks like a header
+    ("", []),
+])
+def test_test_infra_paths(patch, flagged):
+    from swerl_jax.reward.test_infra import test_infra_paths
+
+    assert test_infra_paths(patch) == flagged
+
+
+def test_a_test_infra_patch_is_unresolved_for_rl_only_when_asked(synthetic, tmp_path):
+    from swerl_jax.agent.env import SWEEnv
+
+    tasks, executor = synthetic
+    instance = tasks.instances[0]
+    patch = instance["patch"] + _new_file("conftest.py")
+    rewards = {}
+    for switch in (False, True):
+        env = SWEEnv(instance, tasks.root / "repos", tmp_path / f"w{switch}", executor=executor,
+                     test_infra_unresolved=switch)
+        env._host = tmp_path / f"host{switch}"
+        env._host.mkdir()
+        env.patch = lambda: patch
+        rewards[switch] = env.reward()
+    assert rewards[False][0] == 1.0 and rewards[True][0] == 0.0
+    assert rewards[True][1]["test_infra_paths"] == ["conftest.py"] and rewards[True][1]["tests_resolved"]
+
+
+def test_rl_metrics_and_the_harness_report_name_test_infra_patches(tmp_path):
+    from types import SimpleNamespace
+
+    from swerl_jax.agent.trainer import episode_metrics
+    from swerl_jax.eval.harness import write_report
+
+    def episode(reward, infra, resolved):
+        return SimpleNamespace(reward=reward, termination="finish", token_mask=None,
+                               reward_info={"test_infra_paths": infra, "tests_resolved": resolved})
+
+    rollouts = [episode(1.0, [], True), episode(1.0, ["conftest.py"], True), episode(0.0, ["tox.ini"], True),
+                episode(0.0, ["conftest.py"], False)]
+    assert episode_metrics(rollouts)["agent/resolved_test_infra_rate"] == pytest.approx(2 / 3)
+    base = {"status": "resolved", "resolved": True, "empty_patch": False}
+    results = {"a": {**base, "test_infra_paths": ["conftest.py"]}, "b": {**base, "test_infra_paths": []},
+               "c": {**base, "status": "unresolved", "resolved": False, "test_infra_paths": ["setup.cfg"]}}
+    report = write_report(tmp_path, results, [], 3)
+    assert report["resolved_ids"] == ["a", "b"]  # grading stays official
+    assert report["test_infra_ids"] == ["a", "c"] and report["resolved_test_infra_ids"] == ["a"]
