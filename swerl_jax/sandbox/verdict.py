@@ -142,9 +142,8 @@ def child(root, module, out_w, res_w, token, ok_code):
         os.dup2(out_w, 2)
         fd = random.SystemRandom().randrange(64, 1000)  # not at a guessable number (it can still be found)
         os.dup2(res_w, fd)
-        for other in (out_w, res_w):
-            if other not in (1, 2, fd):
-                os.close(other)
+        os.closerange(3, fd)  # only stdin, the output pipe and the result pipe: nothing else of the driver's
+        os.closerange(fd + 1, 1 << 16)
         os.chdir(root)
         sys.path.append(root)  # after the standard library: the repository cannot shadow it
         os.environ["HOME"] = root
