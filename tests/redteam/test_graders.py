@@ -244,3 +244,13 @@ def test_rl_metrics_and_the_harness_report_name_test_infra_patches(tmp_path):
     report = write_report(tmp_path, results, [], 3)
     assert report["resolved_ids"] == ["a", "b"]  # grading stays official
     assert report["test_infra_ids"] == ["a", "c"] and report["resolved_test_infra_ids"] == ["a"]
+
+
+def test_the_nonce_is_not_in_the_test_childs_reach(testbed_records):
+    """The code under test shares the driver's forked memory: the nonce there must already be zeroed, and it is in
+    no argv, environment or input file (the forged-records attack above searches those)."""
+    record = testbed_records[0]
+    probe = ('import __main__, os, sys\nleft = bytes(getattr(__main__, "NONCE", b"?"))\n'
+             'sys.stderr.write("NONCE-ZEROED\\n" if left and not any(left) else f"NONCE-LEAKED {left!r}\\n")\n')
+    (outcome,) = run_hidden_tests_many([(record, _prepend(record, probe))], timeout_s=20)
+    assert "NONCE-ZEROED" in outcome.output_tail, outcome.output_tail[-500:]
