@@ -194,6 +194,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # which model tokens carry an episode's advantage: episode (all of them: DeepSWE) | until_error (a below-
     # baseline episode's tokens after its first failed tool call are left out of the loss; agent/trainer.py)
     c.agent.error_credit = "episode"
+    # True: the execution reward scores a patch that changes how tests run (conftest.py, pytest/tox settings,
+    # sitecustomize/usercustomize, .pth; swerl_jax/reward/test_infra.py) as unresolved: such a patch can pass the
+    # hidden tests without a fix, and RL learns whatever passes. False keeps the grader's verdict (SWE-bench's
+    # official one); either way agent/resolved_test_infra_rate reports how many resolved episodes touched them.
+    c.agent.test_infra_unresolved = False
     # The sandbox's limits for every command an episode runs and its grading (SECURITY.md: how each is enforced,
     # what the model sees when it hits one); the step's wall clock is agent.step_timeout_s.
     c.agent.memory_mb = 8192  # address space of a command (RLIMIT_AS)

@@ -194,6 +194,7 @@ class AgentSection:
     kv_cache: str = _choices("reprefill", "kept")
     eval_tasks: int
     error_credit: str = _choices("episode", "until_error")
+    test_infra_unresolved: bool
     memory_mb: int
     processes: int
     disk_mb: int

@@ -26,6 +26,7 @@ from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
 from swerl_jax.agent.tools import STEP_OUTPUT_BYTES, ToolError, Workspace, cut
 from swerl_jax.eval import environments
 from swerl_jax.eval.executors import LocalExecutor, ScriptExecutor
+from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits
 from swerl_jax.sandbox.workdirs import remove_tree
 
@@ -50,13 +51,16 @@ class SWEEnv:
                  envs: environments.EnvironmentCache | None = None, reward: str = "execution", max_turns: int = 30,
                  timeout_s: float = 1800.0, step_timeout_s: float = 120.0,
                  limits: SandboxLimits = SandboxLimits(), executor: ScriptExecutor | None = None,
-                 compact: bool = False) -> None:
+                 compact: bool = False, test_infra_unresolved: bool = False) -> None:
         """`executor` sets up and grades the instance (`prepare` / `evaluate`): default the harness's
-        `LocalExecutor` over `repos_dir`; `agent.synthetic.SyntheticExecutor` for synthetic tasks."""
+        `LocalExecutor` over `repos_dir`; `agent.synthetic.SyntheticExecutor` for synthetic tasks.
+        test_infra_unresolved: the execution reward scores a patch that changes how tests run (conftest.py, pytest
+        or tox settings, sitecustomize, .pth; swerl_jax/reward/test_infra.py) as unresolved."""
         if reward not in REWARDS:
             raise ValueError(f"reward={reward!r} is not one of {REWARDS}")
         self.instance, self.reward_kind = instance, reward
         self.max_turns, self.timeout_s, self.compact = max_turns, timeout_s, compact
+        self.test_infra_unresolved = test_infra_unresolved
         self.work_root = pathlib.Path(work_root)
         self.executor = executor or LocalExecutor(pathlib.Path(repos_dir), self.work_root,
                                                   envs or environments.EnvironmentCache(), limits)
@@ -149,7 +153,14 @@ class SWEEnv:
         log_dir = self._host / "grade"
         log_dir.mkdir(exist_ok=True)
         result = self.executor.evaluate(self.instance, patch, log_dir)
-        return (1.0 if result.get("status") == "resolved" else 0.0), {"patch": patch, **result}
+        # A patch that changes how tests run can pass them without a fix; always named in the info (the metric
+        # agent/resolved_test_infra_rate), scored unresolved when the run says so.
+        infra = test_infra_paths(patch)
+        resolved = result.get("status") == "resolved"
+        info = {"patch": patch, **result, "test_infra_paths": infra, "tests_resolved": resolved}
+        if resolved and infra and self.test_infra_unresolved:
+            resolved = False
+        return (1.0 if resolved else 0.0), info
 
     def close(self) -> None:
         """Remove the episode's work dir and the host's files of it."""

@@ -6,7 +6,8 @@ module, one commit with fixed dates, so the base commit's hash is the same on ev
 repo, base_commit, problem_statement, patch = the gold change as git writes it, test_patch, FAIL_TO_PASS,
 PASS_TO_PASS), so `SWEEnv` runs it like a real one; `SyntheticExecutor` is its executor: a shared clone of the
 task's repository per episode, no install step, and grading that applies the hidden tests to a fresh checkout of
-the final diff in the sandbox (resolved when both tests pass: the issue's FAIL_TO_PASS and an import check).
+the final diff in the sandbox (resolved when both tests pass: the issue's FAIL_TO_PASS and an import check; the
+verdict is swerl_jax/sandbox/verdict.py's record, never the test output).
 
     tasks = SyntheticTasks(root, n=8, seed=0)         # materialises the repositories under root (once)
     env = SWEEnv(tasks.instances[0], root, work, executor=tasks.executor(), reward="execution")
@@ -25,6 +26,7 @@ import uuid
 from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.eval.executors import checkout, fresh_workdir
 from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits
+from swerl_jax.sandbox.verdict import driver_command, driver_inputs, read_records, verdict
 from swerl_jax.sandbox.workdirs import remove_tree
 
 # The test per bug kind (`m` is the module, {noun} its noun); each fails on the bug and passes on the fix.
@@ -197,17 +199,24 @@ class SyntheticExecutor:
             ready = self.prepare(instance, patch, log_dir, work)
             if "status" in ready:
                 return ready
+            # The verdict is the driver's record (swerl_jax/sandbox/verdict.py), never the test output: an
+            # isolated interpreter (a repository `unittest.py` cannot shadow the stdlib), each expected test id's
+            # result reported after the run, under a nonce the code under test cannot read.
             module = instance["test_file"][:-3].replace("/", ".")
+            expected = [*instance["FAIL_TO_PASS"], *instance["PASS_TO_PASS"]]
+            inputs = {"test.patch": instance["test_patch"],
+                      **driver_inputs([{"module": module, "expected": expected, "root": str(ready["repo_dir"])}],
+                                      timeout_s=self.limits.timeout_s * 0.9)}
             script = (f"cd {shlex.quote(str(ready['repo_dir']))} && git apply \"$INPUTS/test.patch\" && "
-                      f"python -m unittest -v {module}")
-            done = ready["sandbox"].run(script, work, env=ready["env"], inputs={"test.patch": instance["test_patch"]})
+                      f"{driver_command(str(self.python))}")
+            done = ready["sandbox"].run(script, work, env=ready["env"], inputs=inputs)
             (log_dir / "test.log").write_text(f"{script}\n---\n{done.output}")
-            if done.timed_out:
+            v = verdict(read_records(done.output).get(0), expected)
+            if done.timed_out or v.status == "timeout":
                 return {"status": "timeout", "error": f"tests ran past {self.limits.timeout_s:.0f}s"}
-            ran = "Ran 2 tests" in done.output
-            passed = done.returncode == 0 and ran and "\nOK" in done.output
-            return {"status": "resolved" if passed else "unresolved", "tests_ran": ran,
-                    "returncode": done.returncode, "log": str(log_dir / "test.log")}
+            return {"status": "resolved" if v.resolved else "unresolved", "tests_ran": v.status != "missing",
+                    "returncode": done.returncode, "passed": list(v.passed), "failed": list(v.failed),
+                    "log": str(log_dir / "test.log")}
         finally:
             remove_tree(work)
 

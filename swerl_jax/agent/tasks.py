@@ -62,7 +62,8 @@ class AgentTasks:
         a = config.agent
         return SWEEnv(instance, self.repos_dir, self.work_root, executor=self.executor, reward=str(a.reward),
                       max_turns=int(a.max_turns), timeout_s=float(a.timeout_s), step_timeout_s=float(a.step_timeout_s),
-                      limits=_limits(config), compact=bool(a.compact_prompt))
+                      limits=_limits(config), compact=bool(a.compact_prompt),
+                      test_infra_unresolved=bool(a.test_infra_unresolved))
 
 
 def _limits(config: Any) -> SandboxLimits:

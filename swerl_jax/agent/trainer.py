@@ -15,7 +15,8 @@ carried, dropped (older than the staleness bound) and in flight. Everything afte
 (advantages, compact filtering, the clipped update, publishing, metrics, checkpoints) is `GRPOTrainer`'s.
 
 Metrics on top of GRPO's: agent/turns_mean, agent/tool_error_rate (tool errors / turns), agent/termination/<why>
-(finish, max_turns, max_context, timeout, env_error), agent/resolved_rate, agent/model_tokens_mean, and the
+(finish, max_turns, max_context, timeout, env_error), agent/resolved_rate, agent/resolved_test_infra_rate (of the
+episodes whose tests passed, those whose patch changes how tests run), agent/model_tokens_mean, and the
 time split time/generate_s vs time/env_wait_s (environment time not hidden behind generation) and
 time/env_busy_s (all environment time); with agent.error_credit = "until_error", agent/credit_masked_tokens and
 agent/credit_masked_episodes; with eval.every_steps, eval/resolved_rate of greedy episodes on held-out
@@ -159,11 +160,19 @@ def episode_metrics(rollouts: list) -> dict[str, float]:
     out = {"agent/turns_mean": float(turns.mean()), "agent/turns_max": float(turns.max()),
            "agent/tool_error_rate": errors / max(1.0, float(turns.sum())),
            "agent/resolved_rate": sum(r.reward >= 1.0 for r in rollouts) / n,
+           # of the episodes the tests resolved, those whose patch changes how tests run (scored 0 with
+           # agent.test_infra_unresolved): a rising rate is the policy learning the grader, not the fix
+           "agent/resolved_test_infra_rate": _test_infra_rate(rollouts),
            "agent/model_tokens_mean": float(np.mean([r.token_mask.sum() if r.token_mask is not None else 0
                                                      for r in rollouts] or [0]))}
     for why in (*TERMINATIONS, "env_error"):
         out[f"agent/termination/{why}"] = sum(r.termination == why for r in rollouts) / n
     return out
+
+
+def _test_infra_rate(rollouts: list) -> float:
+    resolved = [r for r in rollouts if r.reward_info.get("tests_resolved", r.reward >= 1.0)]
+    return sum(bool(r.reward_info.get("test_infra_paths")) for r in resolved) / max(1, len(resolved))
 
 
 def mask_after_first_error(groups: RolloutGroups, advantages: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:

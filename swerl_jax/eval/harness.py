@@ -10,7 +10,8 @@ logs/<id>/ (env_build / setup / patch / test logs), work/<id>.<random>/ (removed
 --keep-workdirs), repos/ (bare clones unpacked from .bundle files) and report.json. The cached environments live
 in $SWERL_JAX_HOME/eval/envs (or --env-cache), shared between runs. Stdout ends with a line of counts per status
 and `resolved N/M`; the exit code is 1 when a prediction was malformed or named an unknown instance, or nothing
-could be graded. Ctrl-C writes the report of what finished.
+could be graded. Ctrl-C writes the report of what finished. Patches that change how tests run (conftest.py, pytest
+settings, sitecustomize, .pth) are graded as the official harness grades them and listed in test_infra_ids.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tqdm import tqdm
 from swerl_jax.data.swebench import load_instances
 from swerl_jax.eval import environments
 from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
+from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits, bwrap_path
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
@@ -175,7 +177,7 @@ class Harness:
         base = {"instance_id": iid, "model_name_or_path": prediction["model_name_or_path"],
                 "patch_sha256": _patch_digest(patch), "empty_patch": not patch.strip(), "log_dir": str(log_dir),
                 "result_key": result_key(self.instances[iid], patch, self.executor),
-                "harness_version": HARNESS_VERSION}
+                "harness_version": HARNESS_VERSION, "test_infra_paths": test_infra_paths(patch)}
         try:
             result = self.executor.evaluate(self.instances[iid], patch, log_dir)
         except Exception as err:  # noqa: BLE001 - one instance's failure must not stop the run; logged
@@ -202,8 +204,8 @@ class Harness:
             if iid not in self.instances:
                 continue
             done = self._finished(iid, prediction["model_patch"])
-            if done is not None:
-                results[iid] = done
+            if done is not None:  # (graded before the flag existed: it is the patch's, not the grading's)
+                results[iid] = {**done, "test_infra_paths": test_infra_paths(prediction["model_patch"])}
             else:
                 todo.append(prediction)
         bar = tqdm(total=len(todo), desc="instances", disable=not progress, file=sys.stderr)
@@ -257,6 +259,10 @@ def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[d
         "unresolved_ids": having(lambda r: r["status"] == "unresolved"),
         "empty_patch_ids": having(lambda r: r["empty_patch"]),
         "error_ids": having(lambda r: r["status"] not in graded),
+        # patches that change how tests run (conftest.py, pytest/tox settings, sitecustomize, .pth): graded as the
+        # official harness grades them, flagged here (swerl_jax/reward/test_infra.py)
+        "test_infra_ids": having(lambda r: bool(r.get("test_infra_paths"))),
+        "resolved_test_infra_ids": having(lambda r: r["resolved"] and bool(r.get("test_infra_paths"))),
         "unknown_ids": sorted(str(e["instance_id"]) for e in errors if e["status"] == "unknown_instance"),
         "malformed_predictions": sum(e["status"] != "unknown_instance" for e in errors),
         "status_counts": dict(sorted(counts.items())),

@@ -1,0 +1,329 @@
+"""Unittest verdicts the code under test cannot forge by printing: a trusted driver inside the sandbox and its record.
+
+    inputs = driver_inputs([{"module": "tests.test_x", "expected": ids, "root": repo}], timeout_s=30)
+    done = sandbox.run(driver_command(python), work, inputs=inputs)
+    records = read_records(done.output)                # {task index: record}, only those carrying the run's nonce
+    v = verdict(records.get(0), expected=ids)          # Verdict(resolved, passed, failed, status, output)
+
+A grader that reads test output ("Ran 2 tests ... OK", "test_x (...) ... ok") believes whatever the code under test
+prints: a module that prints unittest's summary and calls os._exit(0) at import, or a `unittest.py` that shadows the
+standard library, used to score as a fix. Here the verdict is a record, not output:
+
+- The driver runs as `python -I -S` (no environment, no site, no script or work dir on sys.path): it imports unittest
+  from the standard library before any repository path exists on sys.path, and the repository's root is appended
+  after the standard library, so a `unittest.py`, `sitecustomize.py` or `.pth` in the repository is never loaded in
+  its place.
+- Per task it forks a child that runs the named test module with a result class that records each test id's outcome
+  and, only after the whole run finished, writes them to a result pipe (at a random descriptor number) with a
+  per-task token, then exits with a per-task random status; a message without both is no message. The child's
+  stdout/stderr go to another pipe; they are kept for the log and never parsed. A child that exits early (os._exit),
+  is killed, or writes no result has no results: every expected test counts as not run.
+- The driver writes one record per task to the sandbox's output after the child is gone and every other process of
+  the sandbox is killed: the per-run nonce, the test ids it expected, each test's outcome. The nonce is made by the
+  driver (os.urandom) after it made itself non-dumpable and before any code under test runs, announced first, kept
+  only in one bytearray that each forked child zeroes at once (so it is in no argv, environment, file or child
+  memory); the host takes the first record line as the announcement and ignores every line without its nonce.
+
+Still possible (see SECURITY.md): code that runs inside the test child can change unittest there (patch TestCase or
+the result class) or find the result pipe in its own descriptor table and write a results message before exiting:
+a grader that runs tests in the process of the code it grades cannot rule that out. It cannot reach the driver's
+output, forge the nonce, or pass a test that did not run by printing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from collections.abc import Sequence
+
+from swerl_jax.sandbox.bwrap import INPUTS_DIR
+
+MARK = "@@swerl-verdict@@ "  # starts the driver's record lines
+OUTPUT_HEAD, OUTPUT_TAIL = 4096, 8192  # bytes of a task's test output the driver keeps (first and last)
+DRIVER_NAME, SPEC_NAME = "verdict_driver.py", "verdict_tasks.json"
+# The driver, run inside the sandbox by the host's interpreter with -I -S (stdlib only, nothing from the environment).
+_DRIVER = r'''
+import ctypes, json, os, random, select, shutil, signal, subprocess, sys, time, traceback, unittest
+
+MARK = sys.argv[2].encode()
+HEAD, TAIL = int(sys.argv[3]), int(sys.argv[4])
+try:  # non-dumpable first: no other process of the sandbox may read this one's memory or descriptors
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+except Exception:
+    pass
+# The nonce lives only in this bytearray (never a str or bytes copy): a forked child zeroes it before running tests.
+RAW, NONCE = bytearray(16), bytearray(32)
+with open("/dev/urandom", "rb", buffering=0) as f:
+    f.readinto(RAW)
+for k in range(16):
+    NONCE[2 * k], NONCE[2 * k + 1] = b"0123456789abcdef"[RAW[k] >> 4], b"0123456789abcdef"[RAW[k] & 15]
+RAW[:] = bytes(16)
+
+
+def emit(record):
+    sys.stdout.flush()
+    body = json.dumps(record).encode()
+    os.writev(1, [MARK, b'{"nonce": "', NONCE, b'", ', body[1:], b"\n"])
+
+
+def clean(folder):
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except BaseException:  # unreadable or nested too deep for Python's recursion: rm copes
+            subprocess.run(["rm", "-rf", "--", path], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def lay_out(root, files):
+    os.mkdir(root)
+    for path, text in files.items():
+        parts = path.split("/")
+        if path.startswith("/") or "\\" in path or "\0" in path or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"unsafe path {path!r}")
+        folder = root
+        for part in parts[:-1]:
+            folder = os.path.join(folder, part)
+            if not os.path.isdir(folder):
+                os.mkdir(folder)
+        fd = os.open(os.path.join(root, path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(text)
+    for folder, _, names in os.walk(root):  # regular packages: an installed `tests` package cannot shadow ours
+        if folder != root and any(n.endswith(".py") for n in names) and "__init__.py" not in names:
+            os.close(os.open(os.path.join(folder, "__init__.py"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+
+
+class Recorder(unittest.TextTestResult):
+    """Each test id's outcome; a test with any failing subtest fails."""
+
+    outcomes = {}
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self.outcomes.setdefault(test.id(), "ok")
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self.outcomes[test.id()] = "fail"
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self.outcomes[test.id()] = "error"
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self.outcomes[test.id()] = "skip"
+
+    def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err)
+        self.outcomes[test.id()] = "xfail"
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self.outcomes[test.id()] = "xpass"
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self.outcomes[test.id()] = "fail"
+
+
+def child(root, module, out_w, res_w, token, ok_code):
+    code = 2
+    try:
+        NONCE[:] = bytes(len(NONCE))  # the nonce is gone from this process before any repository code runs
+        os.setsid()
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        fd = random.SystemRandom().randrange(64, 1000)  # not at a guessable number (it can still be found)
+        os.dup2(res_w, fd)
+        os.closerange(3, fd)  # only stdin, the output pipe and the result pipe: nothing else of the driver's
+        os.closerange(fd + 1, 1 << 16)
+        os.chdir(root)
+        sys.path.append(root)  # after the standard library: the repository cannot shadow it
+        os.environ["HOME"] = root
+        suite = unittest.defaultTestLoader.loadTestsFromName(module)
+        result = unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=Recorder).run(suite)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.write(fd, json.dumps({"token": token, "outcomes": Recorder.outcomes, "ran": result.testsRun}).encode())
+        code = ok_code
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def run(root, module, timeout):
+    sys.stdout.flush()
+    out_r, out_w = os.pipe()
+    res_r, res_w = os.pipe()
+    # Per task, known to the child: a results message counts only with this token and this exit status, so a
+    # module that writes a made-up message to every descriptor and exits must first find them in the runner's frames.
+    token, ok_code = "%032x" % random.SystemRandom().getrandbits(128), random.SystemRandom().randrange(10, 100)
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(res_r)
+        child(root, module, out_w, res_w, token, ok_code)
+    os.close(out_w)
+    os.close(res_w)
+    head, tail, total, status, timed_out, res = bytearray(), bytearray(), 0, None, False, bytearray()
+    open_fds = [out_r, res_r]
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready = select.select(open_fds, [], [], min(left, 0.05))[0] if open_fds else []
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.remove(fd)
+            elif fd == res_r:
+                res += chunk[:(1 << 20) - len(res)]
+            else:
+                total += len(chunk)
+                room = HEAD - len(head)
+                head += chunk[:max(room, 0)]
+                tail = (tail + chunk[max(room, 0):])[-TAIL:]
+        if not ready:
+            if status is not None:
+                break  # the child exited and its pipes are drained; a process it left may hold them
+            done, waited = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = waited
+            elif not open_fds:
+                time.sleep(0.005)
+    os.close(out_r)
+    os.close(res_r)
+    try:
+        os.kill(-1, signal.SIGKILL)  # every other process of the sandbox: the child, anything it started
+    except ProcessLookupError:
+        pass
+    if status is None:
+        status = os.waitpid(pid, 0)[1]
+    out = head.decode("utf-8", "replace")
+    if total > len(head) + len(tail):
+        out += f"\n[... {total - len(head) - len(tail)} bytes cut ...]\n"
+    out += tail.decode("utf-8", "replace")
+    rc = os.waitstatus_to_exitcode(status)
+    outcomes = None
+    if rc == ok_code and not timed_out:  # a child that did not finish its run reported nothing, whatever it wrote
+        try:
+            message = json.loads(bytes(res))
+            if message["token"] == token:
+                outcomes = {str(k): str(v) for k, v in dict(message["outcomes"]).items()}
+                rc = 0
+        except Exception:
+            outcomes = None
+    return rc, out, timed_out, outcomes
+
+
+def main():
+    sys.dont_write_bytecode = True
+    with open(sys.argv[1], encoding="utf-8") as f:
+        spec = json.load(f)
+    emit({"hello": True})  # the announcement: the first record line, before any repository code runs
+    work = os.getcwd()
+    for i, task in enumerate(spec["tasks"]):
+        try:
+            if task.get("files") is not None:  # a laid-out task: nothing of the one before it is left
+                root = os.path.join(work, f"t{i}")
+                for folder in (work, "/tmp", "/dev/shm"):
+                    clean(folder)
+                lay_out(root, task["files"])
+            else:
+                root = task["root"]
+            rc, out, timed_out, outcomes = run(root, task["module"], spec["timeout"])
+        except Exception as e:
+            rc, out, timed_out, outcomes = 3, f"verdict driver: {e!r}", False, None
+        emit({"i": i, "expected": task["expected"], "outcomes": outcomes, "rc": rc, "timed_out": timed_out,
+              "out": out})
+
+
+main()
+'''
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A task's verdict from its record: resolved (every expected test id ran and passed), the expected ids that
+    passed and the others, a status (resolved | failed: results came, some expected test did not pass | error: the
+    test child reported nothing, e.g. an import error or an early exit | timeout | missing: no record with the
+    run's nonce) and the test output (for logs only)."""
+
+    resolved: bool
+    passed: tuple[str, ...]
+    failed: tuple[str, ...]
+    status: str
+    output: str
+
+
+def driver_inputs(tasks: Sequence[dict], timeout_s: float) -> dict[str, str]:
+    """The sandbox inputs for `driver_command`: the driver and its task list. A task is {"module": dotted test
+    module, "expected": [test ids], and "root": the folder to run it in, or "files": {path: text} to lay out in a
+    fresh folder of the work dir (the work dir, /tmp and /dev/shm are emptied first)}."""
+    spec = {"timeout": timeout_s, "tasks": [{"module": t["module"], "expected": list(t["expected"]),
+                                             "root": t.get("root"), "files": t.get("files")} for t in tasks]}
+    return {DRIVER_NAME: _DRIVER, SPEC_NAME: json.dumps(spec)}
+
+
+def driver_command(python: str) -> str:
+    """The shell command that runs the driver with `python` (isolated: -I -S) over the inputs of `driver_inputs`."""
+    return (f"exec {shlex.quote(python)} -I -S {INPUTS_DIR}/{DRIVER_NAME} {INPUTS_DIR}/{SPEC_NAME} "
+            f"{shlex.quote(MARK)} {OUTPUT_HEAD} {OUTPUT_TAIL}")
+
+
+def read_records(output: str) -> dict[int, dict]:
+    """The task records in a sandbox's output: the first record line is the driver's announcement and names the
+    nonce; later lines count only with that nonce (one record per task index, the first)."""
+    nonce, records = None, {}
+    for line in output.split("\n"):  # not splitlines: it also splits at \x1c-\x1e, \x85, ...
+        if not line.startswith(MARK):
+            continue
+        try:
+            record = json.loads(line[len(MARK):])
+        except ValueError:
+            if nonce is None:
+                return {}  # the first record line must be the announcement
+            continue
+        if not isinstance(record, dict):
+            continue
+        if nonce is None:
+            if record.get("hello") is not True or not isinstance(record.get("nonce"), str):
+                return {}
+            nonce = record["nonce"]
+            continue
+        if record.get("nonce") != nonce or not isinstance(record.get("i"), int) or record["i"] in records:
+            continue
+        records[record["i"]] = record
+    return records
+
+
+def verdict(record: dict | None, expected: Sequence[str]) -> Verdict:
+    """The verdict on `expected` test ids from a record of `read_records` (None: the task has none)."""
+    expected = tuple(expected)
+    if record is None:
+        return Verdict(False, (), expected, "missing", "")
+    out = str(record.get("out", ""))
+    outcomes = record.get("outcomes")
+    if record.get("expected") != list(expected) or not isinstance(outcomes, dict):
+        status = "timeout" if record.get("timed_out") else "error"
+        return Verdict(False, (), expected, status, out)
+    passed = tuple(t for t in expected if outcomes.get(t) == "ok")
+    failed = tuple(t for t in expected if outcomes.get(t) != "ok")
+    resolved = bool(expected) and not failed and record.get("rc") == 0 and not record.get("timed_out")
+    status = "resolved" if resolved else "timeout" if record.get("timed_out") else (
+        "failed" if any(t in outcomes for t in expected) else "error")
+    return Verdict(resolved, passed, failed, status, out)
