@@ -63,7 +63,10 @@ def probe_script(fix: str, secret: str) -> str:
 
 def verdicts(output: str) -> dict[str, str]:
     """{probe: 'LEAK' | 'clean'} read from the probe script's output; every probe must have reported."""
-    found = dict(re.findall(r"^PROBE (\w+) (LEAK|clean)$", output, re.M))
+    # a grading's test output reaches the log inside the verdict driver's records (JSON): read their "out" too
+    outs = [json.loads(m)["out"] for m in re.findall(r"^@@swerl-verdict@@ (\{.*\})$", output, re.M)
+            if '"out"' in m]
+    found = dict(re.findall(r"^PROBE (\w+) (LEAK|clean)$", "\n".join([output, *outs]), re.M))
     assert set(found) == set(PROBES), f"not every probe ran: {sorted(found)}\n{output[-3000:]}"
     return found
 
@@ -168,7 +171,8 @@ def test_no_other_code_materialises_a_repository_for_a_sandbox():
     refs were the source's); the two clones left are the host's own (a bundle unpacked bare, a scratch copy that
     writes a synthetic task's gold patch), never shown to a sandbox."""
     package = pathlib.Path(__file__).resolve().parents[2] / "swerl_jax"
-    allowed = {("eval/environments.py", '"clone", "-q", "--bare"'), ("agent/synthetic.py", '"clone", "-q", str(repo)')}
+    allowed = {("eval/environments.py", '"clone", "-q", "--bare"'), ("agent/synthetic.py", '"clone", "-q", str(repo)'),
+               ("sandbox/seccomp.py", 'for call in ("unshare", "clone"):')}  # the clone(2) system call, not git
     found = []
     for path in sorted(p for layer in ("eval", "agent", "sandbox") for p in (package / layer).rglob("*.py")):
         rel = path.relative_to(package).as_posix()
