@@ -47,6 +47,17 @@ def cut_note(head: str, tail: str, total: int) -> str:
     return f"{head}\n[... {total - len(head) - len(tail)} characters cut ...]\n{tail}"
 
 
+# C0 controls but newline and tab, DEL and C1: a terminal's commands (ESC starts a cursor move, BS overwrites, NUL
+# ends a C string), not text; a tool's output or a file's text may hold any of them.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """`text` as an observation or a log shows it: line ends made "\n" (as the editor reads files), every other
+    control character dropped."""
+    return _CONTROLS.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
 class ToolError(ValueError):
     """A tool call that cannot be done as asked; the message is the observation."""
 

@@ -144,3 +144,22 @@ def test_plain_text_renders_to_the_templates_own_ids(tokenizers, family):
     whole = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert render_ids(tokenizer, messages) == tokenizer.encode(whole, add_special_tokens=False)
 
+
+# --- defect 8: terminal control bytes never reach the model or a log ------------------------------------------
+
+def test_control_bytes_in_a_tools_output_are_not_observed(tmp_path):
+    """A file (or a command's output) of escape sequences, backspaces and NULs: the observation keeps its text,
+    newlines and tabs only."""
+    import time
+
+    from swerl_jax.agent.env import SWEEnv
+
+    ws, repo = _workspace(tmp_path)
+    (repo / "tty.txt").write_bytes(b"ok\x1b[2J\x1b]0;title\x07\tx\x08\x00y\x7f\x1b\xc2\x9bz\r\nend\n")
+    env = SWEEnv({"instance_id": "t", "repo": "r", "problem_statement": "p"}, tmp_path, tmp_path,
+                 executor=object())
+    env.workspace, env._started = ws, time.monotonic()
+    observation, _, info = env.step('<function=file_editor>\n<parameter=command>view</parameter>\n'
+                                    '<parameter=path>tty.txt</parameter>\n</function>')
+    assert not info["error"]
+    assert observation == "     1\tok[2J]0;title\txyz\n     2\tend"
