@@ -6,9 +6,10 @@ The editor runs here, not in the sandbox, because it only reads and writes files
 `../../etc/passwd`, a link planted by a bash command, a FIFO or a link loop is an observation, never a host read
 or write; files over `MAX_FILE_BYTES` are not loaded. Search and bash run in the sandbox, like every other
 command the model writes, and their text is bounded (`MAX_COMMAND_CHARS`). Observations are cut to a head and a
-tail. Commands that install packages or start servers are refused before they run. `Workspace.call` turns every
-failure a tool call can cause into a `ToolError`, whose message is the observation: nothing the model writes
-makes the host raise.
+tail (a view formats only the lines kept: `agent.lines`) and shown without terminal control characters (`visible`,
+applied by `env.step`); their text is encoded as text, never as role tokens (`swerl_jax.chat`). Commands that
+install packages or start servers are refused before they run. `Workspace.call` turns every failure a tool call
+can cause into a `ToolError`, whose message is the observation: nothing the model writes makes the host raise.
 """
 
 from __future__ import annotations
