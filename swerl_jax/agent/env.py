@@ -23,7 +23,7 @@ import time
 import uuid
 
 from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
-from swerl_jax.agent.tools import STEP_OUTPUT_BYTES, ToolError, Workspace, cut
+from swerl_jax.agent.tools import STEP_OUTPUT_BYTES, ToolError, Workspace, cut, visible
 from swerl_jax.eval import environments
 from swerl_jax.eval.executors import LocalExecutor, ScriptExecutor
 from swerl_jax.reward.test_infra import test_infra_paths
@@ -126,8 +126,9 @@ class SWEEnv:
             done, self.stats.termination = True, "max_turns"
         if not done and time.monotonic() - self._started > self.timeout_s:
             done, self.stats.termination = True, "timeout"
-        # what reaches the tokenizer is valid text: a file name or an echoed parameter may hold lone surrogates
-        observation = cut(observation).encode("utf-8", errors="replace").decode("utf-8")
+        # what reaches the tokenizer (and every transcript and log made from it) is valid text without terminal
+        # controls: a file name or an echoed parameter may hold lone surrogates, a tool's output escape sequences
+        observation = cut(visible(observation)).encode("utf-8", errors="replace").decode("utf-8")
         return observation, done, {"error": error, "termination": self.stats.termination}
 
     def end(self, termination: str) -> None:

@@ -27,6 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from swerl_jax.agent.env import SWEEnv
+from swerl_jax.chat import encode_parts, render_ids
 from swerl_jax.rl.collect import rollout_seed
 from swerl_jax.rl.rollouts import Rollout, RolloutGroups
 from swerl_jax.sampler.types import Completion, SamplingParams
@@ -53,23 +54,18 @@ class ChatFormat:
         else:
             self.eos_text, self.observation_open = "", self.turn_close
 
-    def _encode(self, text: str) -> np.ndarray:
-        return np.asarray(self.tokenizer.encode(text, add_special_tokens=False), np.int32)
-
     def prompt(self, system: str, user: str) -> np.ndarray:
-        """The first turn's ids, ending with the assistant header."""
-        ids = self.tokenizer.apply_chat_template([{"role": "system", "content": system},
-                                                 {"role": "user", "content": user}],
-                                                add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return np.asarray(ids, np.int32)
+        """The first turn's ids, ending with the assistant header (the task's text, an issue, encoded as text)."""
+        return np.asarray(render_ids(self.tokenizer, [{"role": "system", "content": system},
+                                                      {"role": "user", "content": user}]), np.int32)
 
     def observation(self, text: str, model_stopped: bool) -> np.ndarray:
         """An observation's ids: closes a model turn that was cut (no end-of-turn sampled), the user turn, the
-        next assistant header."""
+        next assistant header. The observation is text a repository or the policy wrote: a role token's string in
+        it stays characters (`chat.encode_parts`); only the template's own pieces are control tokens."""
         close = "" if model_stopped else self.eos_text
-        return self._encode(close + self.observation_open + text + self.observation_close)
+        return np.asarray(encode_parts(self.tokenizer, [(close + self.observation_open, True), (text, False),
+                                                        (self.observation_close, True)]), np.int32)
 
 
 class TurnGenerator(Protocol):

@@ -23,6 +23,7 @@ import numpy as np
 from swerl_jax.agent.actions import format_action
 from swerl_jax.agent.rollout import SYSTEM, ChatFormat, run_episodes
 from swerl_jax.agent.tasks import AgentTasks
+from swerl_jax.chat import encode_text
 from swerl_jax.data.loader import collate
 from swerl_jax.sampler.types import Completion, SamplingParams
 from swerl_jax.sft.trainer import SFTTrainer
@@ -58,7 +59,8 @@ class Scripted:
     def _completion(self, prompt: np.ndarray, turn: int) -> Completion:
         actions = next(s for key, s in self.scripts.items() if prompt.tobytes().startswith(key))
         text = actions[min(turn, len(actions) - 1)]
-        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        # a gold edit is the repository's code: its text is never a role token (the turn's end is one)
+        ids = encode_text(self.tokenizer, text) + [self.tokenizer.eos_token_id]
         tokens = np.asarray(ids, np.int32)
         return Completion(0, 0, tokens, np.zeros(len(tokens), np.float32), text, "stop", len(prompt), len(tokens), 0)
 

@@ -19,13 +19,13 @@ import os
 import pathlib
 import shlex
 import shutil
-import subprocess
 import sys
 import uuid
 
 from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.eval.executors import checkout, fresh_workdir
 from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits
+from swerl_jax.sandbox.hostgit import host_git
 from swerl_jax.sandbox.verdict import driver_command, driver_inputs, read_records, verdict
 from swerl_jax.sandbox.workdirs import remove_tree
 
@@ -66,9 +66,7 @@ _GIT_ENV = {"GIT_AUTHOR_NAME": "swerl", "GIT_AUTHOR_EMAIL": "swerl@example.inval
 
 
 def _git(repo: pathlib.Path, *args: str, stdin: str | None = None) -> str:
-    env = {**os.environ, **_GIT_ENV, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(repo)}
-    done = subprocess.run(["git", "-C", str(repo), "-c", "core.hooksPath=/dev/null", *args], input=stdin,
-                          capture_output=True, text=True, env=env)
+    done = host_git(repo, *args, input=stdin, capture_output=True, text=True, env={**_GIT_ENV, "HOME": str(repo)})
     if done.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} in {repo} failed: {done.stderr.strip()[-300:]}")
     return done.stdout

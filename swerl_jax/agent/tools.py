@@ -6,9 +6,10 @@ The editor runs here, not in the sandbox, because it only reads and writes files
 `../../etc/passwd`, a link planted by a bash command, a FIFO or a link loop is an observation, never a host read
 or write; files over `MAX_FILE_BYTES` are not loaded. Search and bash run in the sandbox, like every other
 command the model writes, and their text is bounded (`MAX_COMMAND_CHARS`). Observations are cut to a head and a
-tail. Commands that install packages or start servers are refused before they run. `Workspace.call` turns every
-failure a tool call can cause into a `ToolError`, whose message is the observation: nothing the model writes
-makes the host raise.
+tail (a view formats only the lines kept: `agent.lines`) and shown without terminal control characters (`visible`,
+applied by `env.step`); their text is encoded as text, never as role tokens (`swerl_jax.chat`). Commands that
+install packages or start servers are refused before they run. `Workspace.call` turns every failure a tool call
+can cause into a `ToolError`, whose message is the observation: nothing the model writes makes the host raise.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import shlex
 from collections.abc import Mapping
 
 from swerl_jax.agent.actions import Action
+from swerl_jax.agent.lines import Lines, numbered
 from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits, limit_note
 from swerl_jax.sandbox.confined import Confined, ConfinedError, split
 
@@ -38,8 +40,23 @@ def cut(text: str, limit: int = MAX_OBSERVATION) -> str:
     """`text`, or its head and tail around a note of how much was left out."""
     if len(text) <= limit:
         return text
-    head, tail = text[:limit * 2 // 3], text[-(limit // 3):]
-    return f"{head}\n[... {len(text) - len(head) - len(tail)} characters cut ...]\n{tail}"
+    return cut_note(text[:limit * 2 // 3], text[-(limit // 3):], len(text))
+
+
+def cut_note(head: str, tail: str, total: int) -> str:
+    """A cut text of `total` characters shown as its `head` and `tail` around a note of how much was left out."""
+    return f"{head}\n[... {total - len(head) - len(tail)} characters cut ...]\n{tail}"
+
+
+# C0 controls but newline and tab, DEL and C1: a terminal's commands (ESC starts a cursor move, BS overwrites, NUL
+# ends a C string), not text; a tool's output or a file's text may hold any of them.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """`text` as an observation or a log shows it: line ends made "\n" (as the editor reads files), every other
+    control character dropped."""
+    return _CONTROLS.sub("", text.replace("\r\n", "\n").replace("\r", "\n"))
 
 
 class ToolError(ValueError):
@@ -113,18 +130,22 @@ class Workspace:
             raise ToolError(f"{path}: no such file or directory" if kind is None else
                             f"{path}: {'a symbolic link' if kind == 'link' else 'not a regular file'}; "
                             "the editor opens regular files (use execute_bash)")
-        lines = self.files.read(parts, MAX_FILE_BYTES).decode("utf-8", errors="replace")
-        lines = lines.replace("\r\n", "\n").replace("\r", "\n").splitlines()
-        start, end = 1, len(lines)
+        text = self.files.read(parts, MAX_FILE_BYTES).decode("utf-8", errors="replace")
+        # offsets, not a list of lines: 8 MiB of newlines as 8M line strings cost the host ~720 MB per view
+        lines = Lines(text.replace("\r\n", "\n").replace("\r", "\n"))
+        del text
+        start, end = 1, lines.count
         if view_range.strip():
             try:
                 start, end = (int(v) for v in view_range.replace(",", " ").split())
             except ValueError:
                 raise ToolError(f"view_range {view_range!r}: expected two integers 'START END'") from None
-            end = len(lines) if end == -1 else end
-            if not 1 <= start <= max(end, 1) <= max(len(lines), 1):
-                raise ToolError(f"view_range {view_range!r} is outside the file's {len(lines)} lines")
-        return cut("\n".join(f"{i:6d}\t{line}" for i, line in enumerate(lines[start - 1:end], start)))
+            end = lines.count if end == -1 else end
+            if not 1 <= start <= max(end, 1) <= max(lines.count, 1):
+                raise ToolError(f"view_range {view_range!r} is outside the file's {lines.count} lines")
+        # only the lines the observation keeps are formatted (the text is what cut() of every line would give)
+        return numbered(lines, start, min(end, lines.count), cut_note, MAX_OBSERVATION * 2 // 3,
+                        MAX_OBSERVATION // 3, MAX_OBSERVATION)
 
     def _write(self, parts: tuple[str, ...], text: str, before: str | None) -> None:
         data = _encoded(text, "the new text")
@@ -172,13 +193,15 @@ class Workspace:
             at = int(insert_line)
         except ValueError:
             raise ToolError(f"insert_line {insert_line!r} is not an integer") from None
-        lines = text.splitlines(keepends=True)
-        if not 0 <= at <= len(lines):
-            raise ToolError(f"insert_line {at} is outside the file's {len(lines)} lines")
-        if lines and not lines[-1].endswith("\n") and at == len(lines):
-            lines[-1] += "\n"
+        lines = Lines(text)  # offsets, not a list of lines (host memory)
+        if not 0 <= at <= lines.count:
+            raise ToolError(f"insert_line {at} is outside the file's {lines.count} lines")
+        offset = lines.start(at + 1)
+        before = text[:offset]
+        if at == lines.count and before and not before.endswith("\n"):
+            before += "\n"
         added = new_str + ("" if new_str.endswith("\n") else "\n")
-        self._write(parts, "".join(lines[:at] + [added] + lines[at:]), text)
+        self._write(parts, before + added + text[offset:], text)
         return f"Inserted after line {at} of {self._shown(parts)}."
 
     def undo_edit(self, path: str) -> str:
@@ -198,7 +221,8 @@ class Workspace:
         return f"Reverted the last edit of {self._shown(parts)}."
 
     def _lines(self, parts: tuple[str, ...]) -> int:
-        return max(1, len(self.files.read(parts, MAX_FILE_BYTES).decode("utf-8", errors="replace").splitlines()))
+        text = self.files.read(parts, MAX_FILE_BYTES).decode("utf-8", errors="replace")
+        return max(1, Lines(text.replace("\r\n", "\n").replace("\r", "\n")).count)
 
     # --- sandboxed commands ------------------------------------------------------------------------------------
     @staticmethod

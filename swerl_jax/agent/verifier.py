@@ -25,6 +25,7 @@ import numpy as np
 
 from swerl_jax.agent.sft import examples_iterator
 from swerl_jax.batching import bucket_length, pack_rows
+from swerl_jax.chat import render_ids
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.sft.trainer import SFTTrainer
 
@@ -44,11 +45,8 @@ def answer_ids(tokenizer) -> tuple[int, int]:
 
 
 def _chat_ids(tokenizer, text: str) -> np.ndarray:
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                        tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-        ids = ids["input_ids"]
-    return np.asarray(ids, np.int32)
+    # the issue, the transcript (role tokens included) and the patch are text: none may open a turn of its own
+    return np.asarray(render_ids(tokenizer, [{"role": "user", "content": text}]), np.int32)
 
 
 def verifier_prompt(tokenizer, problem_statement: str, transcript: str, patch: str, max_len: int) -> np.ndarray:

@@ -28,6 +28,7 @@ from typing import Any
 import grain
 import numpy as np
 
+from swerl_jax.chat import encode_parts
 from swerl_jax.config import rl_seed
 from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.data.prompts import build_prompt
@@ -156,7 +157,8 @@ class SFTPrepare(grain.transforms.Map):
             return {DROP: f"invalid record: {getattr(e, 'reason', 'no search/replace oracle')}", "error": str(e)}
         tok = load_tokenizer(self.tokenizer)
         # The end-of-turn token ends the completion (ChatML: <|im_end|>); the model must learn to emit it.
-        target_ids = np.asarray(tok(target + (tok.eos_token or ""), add_special_tokens=False)["input_ids"], np.int32)
+        # the oracle's code is the repository's text (never a control token); the end of turn is one
+        target_ids = np.asarray(encode_parts(tok, [(target, False), (tok.eos_token or "", True)]), np.int32)
         budget = min(self.max_prompt_len, self.max_len - len(target_ids))
         prompt = build_prompt(record, tok, budget, self.prompt_style) if budget > 0 else None
         if prompt is None or not prompt.fits:

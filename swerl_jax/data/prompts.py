@@ -20,6 +20,7 @@ import difflib
 
 import numpy as np
 
+from swerl_jax.chat import encode_parts, encode_text, template_parts
 from swerl_jax.data.records import changed_paths
 
 # Source: facebookresearch/swe-rl, src/swerl/core/prompts.py (THINKING_SYSTEM), reproduced exactly.
@@ -143,14 +144,14 @@ def render(tokenizer, messages: list[dict[str, str]]) -> tuple[str, np.ndarray]:
     """Chat-template text (with the assistant generation prompt) and its int32 token ids."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat template (model.tokenizer)")
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    # The template already wrote any BOS/special tokens as text; adding them again would duplicate them.
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return text, np.asarray(ids, dtype=np.int32)
+    parts = template_parts(tokenizer, messages)
+    # The issue and the code are the repository's text: a role token's string in them is characters, never a
+    # control id (`chat.render_ids`); the template's own BOS/role tokens are its structure.
+    return "".join(p for p, _ in parts), np.asarray(encode_parts(tokenizer, parts), dtype=np.int32)
 
 
 def _count(tokenizer, text: str) -> int:
-    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return len(encode_text(tokenizer, text))
 
 
 def _changed_spans(old: str, new: str | None) -> list[tuple[int, int]]:

@@ -8,7 +8,9 @@ once, and a new one past that evicts (closes) the oldest pending one. So idle, s
 that never authenticate cost a thread each for a few seconds and can never hold the slots of the clients that
 do: those are *active*, at most `max_connections` at once (a client past that waits, pending, for a slot).
 An active connection must deliver every message within `frame_timeout_s` of its first byte and may idle up to
-`idle_timeout_s` between messages, so a stalled or idle peer holds only its own thread. Requests
+`idle_timeout_s` between messages, so a stalled or idle peer holds only its own thread. Without a secret any
+local process is a client, so a peer that pings once and then idles could hold a slot for `idle_timeout_s`:
+there the idle timeout is `open_idle_timeout_s` (a few seconds; the client reconnects transparently). Requests
 are limited to `max_header_bytes` + `max_body_bytes`, checked (with the MAC over the declared lengths) before a
 byte of them is read. Any malformed message gets an error reply; the server stays up.
 Between requests it loads the newest published policy version from `sampler.weights_dir`; a request with
@@ -119,16 +121,21 @@ class SamplerServer:
     def __init__(self, engine: SamplingEngine, host: str = "127.0.0.1", port: int = 0, secret: bytes | None = None,
                  weights_dir: str = "", *, max_connections: int = 16, frame_timeout_s: float = 60.0,
                  idle_timeout_s: float = 600.0, max_header_bytes: int = 1 << 20,
-                 max_body_bytes: int = 64 << 20, max_pending: int = 64, handshake_timeout_s: float = 10.0) -> None:
+                 max_body_bytes: int = 64 << 20, max_pending: int = 64, handshake_timeout_s: float = 10.0,
+                 open_idle_timeout_s: float = 2.0) -> None:
         if not is_loopback(host) and not secret:
             raise ValueError(f"sampler.host={host!r} is not a loopback address: set a shared secret in "
                              f"${SECRET_ENV} (or the env var given by --secret_env) to expose the sampler")
-        if handshake_timeout_s <= 0:
-            raise ValueError(f"handshake_timeout_s={handshake_timeout_s} must be > 0")
+        if handshake_timeout_s <= 0 or open_idle_timeout_s <= 0:
+            raise ValueError(f"handshake_timeout_s={handshake_timeout_s} and open_idle_timeout_s="
+                             f"{open_idle_timeout_s} must be > 0")
         self.engine = engine
         self.secret = secret or None
         self.watcher = WeightWatcher(weights_dir, like=engine.params) if weights_dir else None
-        self.frame_timeout_s, self.idle_timeout_s = frame_timeout_s, idle_timeout_s
+        # Without a secret a first message proves nothing: 16 peers that ping once and idle took every active slot
+        # for idle_timeout_s (600 s) and a real client waited that long. They now idle out in seconds.
+        self.frame_timeout_s = frame_timeout_s
+        self.idle_timeout_s = idle_timeout_s if self.secret else min(idle_timeout_s, open_idle_timeout_s)
         self.handshake_timeout_s = handshake_timeout_s
         self.max_header_bytes, self.max_body_bytes = max_header_bytes, max_body_bytes
         self.admission = _Admission(max_connections, max_pending)

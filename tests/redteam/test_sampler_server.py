@@ -156,3 +156,34 @@ def test_bad_pool_sizes_are_refused(engine):
         SamplerServer(engine, "127.0.0.1", 0, max_pending=0)
     with pytest.raises(ValueError, match="handshake_timeout_s=0"):
         SamplerServer(engine, "127.0.0.1", 0, handshake_timeout_s=0)
+
+
+def test_peers_that_ping_once_and_idle_do_not_block_a_client_of_a_server_without_secret(engine):
+    # Issue 45 (defect 8): without a secret a first message proves nothing, so 16 peers that ping once and then idle
+    # took all 16 active slots for idle_timeout_s (600 s) and a client waited that long. Only pre-fix constructor
+    # arguments; the client's wait is bounded by the server's idle timeout (asserted short next to the hang guard).
+    server = SamplerServer(engine, "127.0.0.1", 0, secret=None, max_connections=16, frame_timeout_s=LONG_S,
+                           idle_timeout_s=LONG_S)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    idle = []
+    try:
+        for _ in range(16):
+            sock = socket.create_connection(server.address, timeout=GUARD_S)
+            channel = protocol.Channel.connect(sock, None)
+            channel.send("ping")
+            assert channel.recv().type == "pong"
+            idle.append(sock)
+        assert server.admission.active == 16
+        # the idle peers' hold on the slots is what bounds the client's wait: it must be short next to the guard
+        assert server.idle_timeout_s < GUARD_S / 4, f"idle peers hold the slots for {server.idle_timeout_s} s"
+        with socket.create_connection(server.address, timeout=GUARD_S) as sock:
+            channel = protocol.Channel.connect(sock, None)
+            channel.send("ping")
+            assert channel.recv().type == "pong"  # a slot was freed by an idle peer timing out
+        assert all(_closed_by_server(sock) for sock in idle)
+    finally:
+        for sock in idle:
+            sock.close()
+        server.shutdown()
+        thread.join(timeout=GUARD_S)

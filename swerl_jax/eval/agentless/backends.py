@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from swerl_jax.chat import render_ids
 from swerl_jax.sampler.types import SamplingParams
 
 Chat = Callable[[Sequence[list[dict]], float], list[str]]
@@ -34,10 +35,8 @@ class EngineChat:
         self.top_p, self.top_k, self.seed, self.calls, self.skipped = top_p, top_k, seed, 0, 0
 
     def _ids(self, messages: list[dict]) -> np.ndarray:
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        return np.asarray(ids, np.int32)
+        # the prompts hold repository code and issues: their text never becomes a role token
+        return np.asarray(render_ids(self.tokenizer, messages), np.int32)
 
     def __call__(self, conversations: Sequence[list[dict]], temperature: float) -> list[str]:
         sampling = SamplingParams(temperature=temperature, top_p=self.top_p, top_k=self.top_k,

@@ -16,11 +16,11 @@ import ast
 import pathlib
 import random
 import re
-import subprocess
 import tempfile
 from collections.abc import Callable
 
 from swerl_jax.data.prompts import AGENTLESS_REPAIR
+from swerl_jax.sandbox.hostgit import host_git
 
 _PYTHON_BLOCK = re.compile(r"```python\n(.*?)\n```", re.DOTALL)
 _SEARCH, _REPLACE, _DIVIDER = "<<<<<<< SEARCH", ">>>>>>> REPLACE", "\n=======\n"
@@ -94,22 +94,34 @@ def edited_files(answer: str, contents: dict[str, str]) -> tuple[list[str], list
     return paths, new
 
 
+def scratch_path(path: str) -> str:
+    """`path` if it names a file inside a repository's work tree, else ValueError: absolute paths, empty, `.` and
+    `..` components and `.git` (any case) would write outside the scratch repository or into its git config."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\0" in path or any(
+            p in ("", ".", "..") or p.lower() == ".git" for p in parts):
+        raise ValueError(f"{path!r} is not a path inside a repository's work tree")
+    return path
+
+
 def git_diff(paths: list[str], old: list[str], new: list[str]) -> str:
-    """`git diff` from `old` to `new` contents of `paths`, made in a scratch repository."""
+    """`git diff` from `old` to `new` contents of `paths`, made in a scratch repository by host git (hooks and
+    fsmonitor off: `sandbox.hostgit`); a path outside the work tree is refused (ValueError) before any write."""
+    paths = [scratch_path(p) for p in paths]
     with tempfile.TemporaryDirectory(prefix="agentless-diff-") as tmp:
         root = pathlib.Path(tmp)
-        git = ["git", "-C", tmp, "-c", "user.name=agentless", "-c", "user.email=agentless@localhost",
-               "-c", "core.autocrlf=false"]
-        subprocess.run([*git, "init", "-q"], check=True)
+        config = ("user.name=agentless", "user.email=agentless@localhost", "core.autocrlf=false")
+        host_git(tmp, "init", "-q", config=config, check=True)
         for path, text in zip(paths, old):
             (root / path).parent.mkdir(parents=True, exist_ok=True)
             (root / path).write_text(text)
         if paths:
-            subprocess.run([*git, "add", "--", *paths], check=True)
-            subprocess.run([*git, "commit", "-q", "-m", "base"], check=True)
+            host_git(tmp, "add", "--", *paths, config=config, check=True)
+            host_git(tmp, "commit", "-q", "-m", "base", config=config, check=True)
         for path, text in zip(paths, new):
             (root / path).write_text(text)
-        return subprocess.run([*git, "diff", "."], capture_output=True, check=True).stdout.decode()
+        return host_git(tmp, "diff", "--no-ext-diff", "--no-textconv", ".", config=config, capture_output=True,
+                        check=True).stdout.decode()
 
 
 def parses(codes: list[str]) -> bool:
