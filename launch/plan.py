@@ -190,8 +190,9 @@ class Plan:
         return train, sampler
 
     def split_flags(self) -> str:
-        """The split as the trainer's command-line overrides ("" when the sampler has devices of its own)."""
-        if not self.shared_samplers:
+        """The split as the trainer's command-line overrides: GPUs only ("" when the sampler has devices of its own,
+        and on CPU meshes, where XLA's memory fraction does not apply)."""
+        if not self.shared_samplers or get_mesh_spec(self.mesh).device_kind != "gpu":
             return ""
         train, sampler = self.memory_split()
         return f"--config.rl.trainer_memory_fraction={train} --config.sampler.memory_fraction={sampler}"
@@ -288,6 +289,9 @@ def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str =
     # The largest per-device micro-batch (sequences) whose train step fits: what rl.micro_batch_size could be.
     shared = str(config.sampler.mode) == "process" and not str(config.sampler.devices).strip()
     shared_samplers = int(config.sampler.num_processes) if shared and mode == "rl" else 0
+    if shared_samplers and spec.device_kind == "tpu":  # a TPU chip belongs to one process
+        notes.append("the sampler process shares the trainer's TPU chips (sampler.devices=''), which one process "
+                     "holds at a time: run it inline (sampler.mode='inline') or on chips of its own")
     budget = spec.hbm_bytes * usable - shared_samplers * rows["sampler total"]  # what the samplers leave
     fit = 0
     for per_device in (1, 2, 4, 8, 16, 32, 64):
