@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from swerl_jax.eval import specs
 
@@ -50,5 +51,18 @@ def grade(instance: dict, log: str) -> dict:
     report["resolved"] = resolved
     # pytest's own crash (INTERNALERROR: out of memory under the cap, a broken plugin): the tests' statuses are
     # missing, not failed, so an unresolved verdict would be the harness's failure counted as the patch's
-    report["runner_crashed"] = output is not None and "INTERNALERROR>" in output
+    report["runner_crashed"] = output is not None and runner_crashed(output)
     return report
+
+
+# pytest's closing line ("==== 2 failed, 129 passed in 3.69s ===="): a session that printed it finished.
+_SUMMARY = re.compile(r"^=+ .*\bin \d+(?:\.\d+)?s\b.* =+$")
+
+
+def runner_crashed(output: str) -> bool:
+    """Whether pytest itself crashed: an `INTERNALERROR>` line with no closing summary after it. pytest's own test
+    suite prints INTERNALERROR lines in the captured output of tests that check them (pytest-dev__pytest-11148's
+    empty-patch run read as a crash, an infrastructure error, though its session finished)."""
+    lines = output.splitlines()
+    last = max((i for i, line in enumerate(lines) if line.startswith("INTERNALERROR>")), default=None)
+    return last is not None and not any(_SUMMARY.match(line.strip()) for line in lines[last + 1:])

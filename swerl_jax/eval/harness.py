@@ -39,7 +39,7 @@ from swerl_jax.sandbox.bwrap import SandboxLimits, bwrap_path
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
 # Bump when grading, patching or the sandbox changes what a result means: every stored result is then re-graded.
-HARNESS_VERSION = 3
+HARNESS_VERSION = 4  # 4: history-free checkouts, the seccomp filter, a finished pytest session is no crash
 # Statuses that say the infrastructure failed, not the patch: never reused, so a fixed cause is graded anew.
 INFRA_FAILURES = ("no_repo", "env_failed", "setup_failed")
 # The instance fields a result depends on (with the patch and the executor's fingerprint).

@@ -194,3 +194,10 @@ def test_a_crashed_test_runner_is_an_error_not_unresolved():
     inst = {**instance("a"), "repo": "pallets/flask", "FAIL_TO_PASS": '["tests/test_a.py::test_x"]'}
     report = grading.grade(inst, log)
     assert report["tests_ran"] and report["runner_crashed"] and not report["resolved"]
+    # pytest's own tests print INTERNALERROR lines in captured output; the session then closes with its summary
+    # (pytest-dev__pytest-11148's empty patch read as a crash)
+    finished = (f"{consts.START_TEST_OUTPUT}\n----- Captured stdout call -----\nINTERNALERROR> ZeroDivisionError\n"
+                f"FAILED tests/test_a.py::test_x\n===== 1 failed, 129 passed, 1 skipped in 3.69s =====\n"
+                f"{consts.END_TEST_OUTPUT}\n")
+    report = grading.grade(inst, finished)
+    assert not report["runner_crashed"] and not report["resolved"]
