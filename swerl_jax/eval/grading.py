@@ -55,8 +55,9 @@ def grade(instance: dict, log: str) -> dict:
     return report
 
 
-# pytest's closing line ("==== 2 failed, 129 passed in 3.69s ===="): a session that printed it finished.
-_SUMMARY = re.compile(r"^=+ .*\bin \d+(?:\.\d+)?s\b.* =+$")
+# pytest's closing line ("==== 2 failed, 129 passed in 3.69s ====", before pytest 5.1 "in 1.45 seconds"): a session
+# that printed it finished.
+_SUMMARY = re.compile(r"^=+ .*\bin \d+(?:\.\d+)?(?:s| seconds)\b.* =+$")
 
 
 def runner_crashed(output: str) -> bool:

@@ -201,3 +201,5 @@ def test_a_crashed_test_runner_is_an_error_not_unresolved():
                 f"{consts.END_TEST_OUTPUT}\n")
     report = grading.grade(inst, finished)
     assert not report["runner_crashed"] and not report["resolved"]
+    older = finished.replace("in 3.69s", "in 1.45 seconds")  # pytest < 5.1 (pytest-dev__pytest-5692's own run)
+    assert not grading.grade(inst, older)["runner_crashed"]
