@@ -163,3 +163,19 @@ def test_control_bytes_in_a_tools_output_are_not_observed(tmp_path):
                                     '<parameter=path>tty.txt</parameter>\n</function>')
     assert not info["error"]
     assert observation == "     1\tok[2J]0;title\txyz\n     2\tend"
+
+
+@pytest.mark.parametrize("line", ["x\f\n", "x\x1c\n", "x\x0b", "x\u2028"])
+def test_other_line_breaks_keep_host_memory_bounded(tmp_path, line):
+    """Held-out red team (2026-11-27): the other separators str.splitlines knows were rewritten with re.sub, which
+    on millions of matches held +221 MiB of host memory for 8 MiB of "x\\f\\n" (the "\\n" test above did not see it)."""
+    ws, repo = _workspace(tmp_path)
+    (repo / "breaks.txt").write_text(line * ((8 << 20) // len(line.encode()) - 1), encoding="utf-8")
+    tracemalloc.start()
+    try:
+        out = ws.view("breaks.txt", "")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, f"view held {peak >> 20} MiB of host memory"
+    assert len(out) < MAX_OBSERVATION + 100 and "x" in out
