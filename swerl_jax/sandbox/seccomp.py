@@ -7,8 +7,9 @@ the calls that would pass the sandbox's bounds (SECURITY.md):
 
 - `fallocate` reserves any amount of disk in one call, faster than the quota's poll: refused with EOPNOTSUPP, the
   answer of a file system without it, so glibc's `posix_fallocate` falls back to writing (bounded by RLIMIT_FSIZE).
-- `memfd_create` (only where no cgroup bounds the sandbox's memory): memfd pages count against no process's
-  RLIMIT_AS, so one process could hold any amount of host memory in them.
+- `memfd_create` and `shmget` (only where no cgroup bounds the sandbox's memory): memfd pages and SysV shared
+  memory segments count against no process's RLIMIT_AS, so one process could hold any amount of host memory in them
+  (a held-out red team held 512 MiB in four detached segments under a 256 MiB limit).
 - new user namespaces (`unshare`/`clone` with CLONE_NEWUSER; `setns`): inside one the command is root over its
   own namespaces, kernel surface no test needs. `clone3` passes its flags in memory a filter cannot read, so it is
   refused with ENOSYS, which makes glibc (and so fork, threads, `unshare`) fall back to `clone`.
@@ -55,8 +56,9 @@ def filter_bpf(refuse_memfd: bool) -> bytes:
     for name in _REFUSED:
         _deny(sc, filt, name, sc.ERRNO(errno.EPERM))
     _deny(sc, filt, "fallocate", sc.ERRNO(errno.EOPNOTSUPP))
-    if refuse_memfd:
-        _deny(sc, filt, "memfd_create", sc.ERRNO(errno.EPERM))
+    if refuse_memfd:  # memory held by no process: memfd pages and SysV shared memory segments
+        for name in ("memfd_create", "shmget"):  # libseccomp also matches i386's multiplexed ipc(SHMGET)
+            _deny(sc, filt, name, sc.ERRNO(errno.EPERM))
     for call in ("unshare", "clone"):  # only with CLONE_NEWUSER: plain clone is fork and threads
         _deny(sc, filt, call, sc.ERRNO(errno.EPERM), sc.Arg(0, sc.MASKED_EQ, _CLONE_NEWUSER, _CLONE_NEWUSER))
     _deny(sc, filt, "clone3", sc.ERRNO(errno.ENOSYS))

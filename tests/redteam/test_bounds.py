@@ -98,6 +98,22 @@ def test_memfd_cannot_hold_memory_outside_the_bound(sandbox, workdir):
     assert "HELD" not in result.output, result.output
 
 
+def test_sysv_shared_memory_cannot_hold_memory_outside_the_bound(sandbox, workdir):
+    """Held-out red team (2026-11-27): four detached 128 MiB SysV segments held 512 MiB under a 256 MiB limit, like
+    memfd: their pages count against no process."""
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.shmat.restype = ctypes.c_void_p\n"
+            "libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]\n"
+            "libc.shmdt.argtypes = [ctypes.c_void_p]\nheld = 0\n"
+            "for k in range(6):\n    i = libc.shmget(0, ctypes.c_size_t(64 << 20), 0o1600)\n    if i < 0:\n"
+            "        print('shmget errno', ctypes.get_errno())\n        break\n    a = libc.shmat(i, None, 0)\n"
+            "    ctypes.memset(a, 1, 64 << 20)\n    libc.shmdt(ctypes.c_void_p(a))\n    held += 64\n"
+            "print('HELD', held, 'MiB')\n")
+    (workdir / "shm.py").write_text(code)
+    result = sandbox.run(f"{PY} shm.py", workdir)
+    assert "HELD 384 MiB" not in result.output, result.output
+
+
 def test_no_nested_user_namespace(sandbox, workdir):
     """Defect 7: `unshare -r` gave root in a new user namespace inside the sandbox."""
     result = sandbox.run("unshare -r id -u; echo rc=$?; unshare --user --map-root-user --fork id -u; echo rc=$?",
