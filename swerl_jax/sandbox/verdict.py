@@ -24,8 +24,14 @@ standard library, used to score as a fix. Here the verdict is a record, not outp
   only in one bytearray that each forked child zeroes at once (so it is in no argv, environment, file or child
   memory); the host takes the first record line as the announcement and ignores every line without its nonce.
 
-Still possible (see SECURITY.md): code that runs inside the test child can change unittest there (patch TestCase or
-the result class) or find the result pipe in its own descriptor table and write a results message before exiting:
+- The child loads the test file by path under its own reference (a module under test that swaps
+  `sys.modules[name]` mid-import is not what runs), runs only real TestCases of classes defined there whose every
+  function is code compiled from that file, and reports nothing if unittest's classes changed during the run. Each
+  task is laid out under an unguessable name, and the driver takes back every folder (chmod) before cleaning, so one
+  answer cannot fail the next tasks of its batch.
+
+Still possible (see SECURITY.md): code inside the test child can change what it runs in ways these checks do not see
+(builtins, tracing, the module under test's own objects) or find the result pipe and token in the runner's frames;
 a grader that runs tests in the process of the code it grades cannot rule that out. It cannot reach the driver's
 output, forge the nonce, or pass a test that did not run by printing.
 """
@@ -44,7 +50,8 @@ OUTPUT_HEAD, OUTPUT_TAIL = 4096, 8192  # bytes of a task's test output the drive
 DRIVER_NAME, SPEC_NAME = "verdict_driver.py", "verdict_tasks.json"
 # The driver, run inside the sandbox by the host's interpreter with -I -S (stdlib only, nothing from the environment).
 _DRIVER = r'''
-import ctypes, json, os, random, select, shutil, signal, subprocess, sys, time, traceback, unittest
+import ctypes, importlib, importlib.util, json, os, random, select, shutil, signal, subprocess, sys, time
+import traceback, types, unittest
 
 MARK = sys.argv[2].encode()
 HEAD, TAIL = int(sys.argv[3]), int(sys.argv[4])
@@ -67,7 +74,22 @@ def emit(record):
     os.writev(1, [MARK, b'{"nonce": "', NONCE, b'", ', body[1:], b"\n"])
 
 
+def reclaim(folder):
+    """Give the driver back every folder under `folder`: a task's code runs as the driver's uid and can chmod them
+    (the work dir itself to 0500, a folder to 0) so that the next task's clean or lay-out fails."""
+    os.chmod(folder, 0o700)
+    for path, dirs, _ in os.walk(folder):
+        for name in dirs:
+            sub = os.path.join(path, name)
+            if not os.path.islink(sub):
+                os.chmod(sub, 0o700)
+
+
 def clean(folder):
+    try:
+        reclaim(folder)
+    except OSError:
+        pass
     for name in os.listdir(folder):
         path = os.path.join(folder, name)
         try:
@@ -133,6 +155,59 @@ class Recorder(unittest.TextTestResult):
             self.outcomes[test.id()] = "fail"
 
 
+class Forged(Exception):
+    """The tests the child would run are not the test file's own, or unittest changed under them."""
+
+
+def code_objects(code):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from code_objects(const)
+
+
+def load_tests(root, module, real_case):
+    """The test module loaded from its file under our own reference (a module under test that swaps
+    sys.modules[name] during the import is not what runs), and its tests, each checked: a real TestCase of a class
+    defined in that module, every function of its classes compiled from the test file itself."""
+    path = os.path.join(root, *module.split(".")) + ".py"
+    with open(path, "rb") as f:
+        trusted = set(code_objects(compile(f.read(), path, "exec", dont_inherit=True)))
+    parent = module.rpartition(".")[0]
+    if parent:
+        importlib.import_module(parent)
+    spec = importlib.util.spec_from_file_location(module, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module] = mod
+    spec.loader.exec_module(mod)
+    suite = unittest.defaultTestLoader.loadTestsFromModule(mod)
+    pending = [suite]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, unittest.TestSuite):
+            pending.extend(item)
+            continue
+        cls = type(item)
+        if not isinstance(item, real_case) or cls.__module__ != module or getattr(mod, cls.__name__, None) is not cls:
+            raise Forged(f"{item!r} is not a test case of {module}")
+        for klass in cls.__mro__:
+            if klass.__module__ != module:
+                continue
+            for name, value in vars(klass).items():
+                code = getattr(value, "__code__", None)
+                if isinstance(value, types.FunctionType) and code not in trusted:
+                    raise Forged(f"{klass.__qualname__}.{name} is not the test file's own code")
+    return suite
+
+
+def unittest_state():
+    """What the run's verdict rests on, by identity: the attributes of unittest's case, suite, result and runner
+    classes and of the driver's own result class."""
+    return {(cls.__name__, k): v for cls in (unittest.TestCase, unittest.TestSuite, unittest.TestResult,
+                                            unittest.TextTestResult, unittest.TextTestRunner, Recorder)
+            for k, v in vars(cls).items()}
+
+
 def child(root, module, out_w, res_w, token, ok_code):
     code = 2
     try:
@@ -147,10 +222,14 @@ def child(root, module, out_w, res_w, token, ok_code):
         os.chdir(root)
         sys.path.append(root)  # after the standard library: the repository cannot shadow it
         os.environ["HOME"] = root
-        suite = unittest.defaultTestLoader.loadTestsFromName(module)
-        result = unittest.TextTestRunner(stream=sys.stderr, verbosity=2, resultclass=Recorder).run(suite)
+        before, real_case, runner = unittest_state(), unittest.TestCase, unittest.TextTestRunner
+        suite = load_tests(root, module, real_case)
+        result = runner(stream=sys.stderr, verbosity=2, resultclass=Recorder).run(suite)
         sys.stdout.flush()
         sys.stderr.flush()
+        after = unittest_state()
+        if after.keys() != before.keys() or any(after[k] is not v for k, v in before.items()):
+            raise Forged("unittest's classes changed during the run")
         os.write(fd, json.dumps({"token": token, "outcomes": Recorder.outcomes, "ran": result.testsRun}).encode())
         code = ok_code
     except BaseException:
@@ -239,7 +318,7 @@ def main():
     for i, task in enumerate(spec["tasks"]):
         try:
             if task.get("files") is not None:  # a laid-out task: nothing of the one before it is left
-                root = os.path.join(work, f"t{i}")
+                root = os.path.join(work, "t%d-%016x" % (i, random.SystemRandom().getrandbits(64)))  # unguessable
                 for folder in (work, "/tmp", "/dev/shm"):
                     clean(folder)
                 lay_out(root, task["files"])

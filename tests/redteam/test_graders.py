@@ -254,3 +254,70 @@ def test_the_nonce_is_not_in_the_test_childs_reach(testbed_records):
              'sys.stderr.write("NONCE-ZEROED\\n" if left and not any(left) else f"NONCE-LEAKED {left!r}\\n")\n')
     (outcome,) = run_hidden_tests_many([(record, _prepend(record, probe))], timeout_s=20)
     assert "NONCE-ZEROED" in outcome.output_tail, outcome.output_tail[-500:]
+
+
+# --- held-out red team (2026-11-27): a fixed prefix that swaps the test module, and sabotage of a batch ------------
+
+# Task-independent: at import of the module under test, put a stand-in for the importing test module in
+# sys.modules whose TestCase classes are copies with no-op test methods (same ids); unittest's loadTestsFromName
+# took the stand-in. Scored 1.0 on both graders.
+SWAP_PREFIX = '''import sys as _s, unittest as _u, types as _t
+def _fake():
+    f = _s._getframe(1)
+    while f is not None and not f.f_globals.get('__name__', '').rsplit('.', 1)[-1].startswith('test'):
+        f = f.f_back
+    if f is None:
+        return
+    name, real = f.f_globals['__name__'], f.f_globals
+    class P(_t.ModuleType):
+        def __dir__(self): return list(real)
+        def __getattr__(self, k):
+            if k not in real: raise AttributeError(k)
+            v = real[k]
+            if isinstance(v, type) and issubclass(v, _u.TestCase):
+                ns = {a: (lambda self: None) for a in dir(v) if a.startswith('test')}
+                ns.update(__module__=v.__module__, __qualname__=v.__qualname__)
+                return type(v.__name__, (_u.TestCase,), ns)
+            return v
+    _s.modules[name] = P(name)
+_fake()
+'''
+
+
+def test_a_fixed_prefix_that_swaps_the_test_module_earns_nothing_on_the_testbed():
+    tasks = generate_tasks(3, 1)
+    items = [(r, {p: SWAP_PREFIX + t for p, t in r["code_context"].items()}) for r in tasks]
+    outcomes = run_hidden_tests_many(items, timeout_s=10)
+    assert [o.resolved for o in outcomes] == [False] * 3, [(o.status, o.output_tail[-300:]) for o in outcomes]
+
+
+def test_a_fixed_prefix_that_swaps_the_test_module_earns_nothing_on_agent_tasks(tmp_path):
+    tasks = SyntheticTasks(tmp_path / "tasks", 2, seed=5)
+    executor = tasks.executor(tmp_path / "grade")
+    for n, inst in enumerate(tasks.instances):
+        edit, clone = inst["gold_edit"], tmp_path / f"clone{n}"
+        subprocess.run(["git", "clone", "-q", str(tasks.root / "repos" / inst["instance_id"]), str(clone)], check=True)
+        (clone / edit["path"]).write_text(SWAP_PREFIX + edit["before"])
+        subprocess.run(["git", "-C", str(clone), "add", "-A"], check=True)
+        patch = subprocess.run(["git", "-C", str(clone), "diff", "--cached"], check=True, capture_output=True,
+                               text=True).stdout
+        result = executor.evaluate(inst, patch, tmp_path / f"logs{n}")
+        assert result["status"] != "resolved", result
+
+
+@pytest.mark.parametrize("sabotage", [
+    "import os\nos.chmod(os.path.dirname(os.getcwd()), 0o500)\n",  # the work dir, unwritable for the driver
+    # folders for the next tasks (by the old names), each with an unremovable subfolder
+    "import os\nw = os.path.dirname(os.getcwd())\nfor i in range(1, 8):\n    d = os.path.join(w, 't%d' % i, 'x')\n"
+    "    os.makedirs(os.path.join(d, 'y'), exist_ok=True)\n    os.chmod(d, 0)\n",
+    "import os\nfor p, ds, _ in os.walk(os.path.dirname(os.getcwd())):\n    for d in ds:\n"
+    "        os.chmod(os.path.join(p, d), 0)\n",  # every folder of the work dir
+])
+def test_one_answer_cannot_fail_the_other_answers_of_its_batch(sabotage):
+    """Held-out red team: the answers of one batch share a sandbox (and its uid); an answer that chmods the work dir
+    or plants folders made every later oracle of the batch an error."""
+    first, second = generate_tasks(2, 0)
+    items = [(first, {p: sabotage + t for p, t in first["code_context"].items()}),
+             (second, second["oracle_new_content"]), (first, first["oracle_new_content"])]
+    outcomes = run_hidden_tests_many(items, timeout_s=10)
+    assert [o.resolved for o in outcomes[1:]] == [True, True], [(o.status, o.output_tail[-300:]) for o in outcomes]
