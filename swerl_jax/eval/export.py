@@ -6,8 +6,9 @@ loads: a training checkpoint (Orbax) or a policy version published to the sample
 The model config comes from the run's own `WORKDIR/config.json` (the trainer's `policy.model_config_from`), the
 weights from `WORKDIR/checkpoints/<step>/state` (the newest step by default; its integrity manifest is verified
 first) or from `WORKDIR/policy/` version N (`--version`; `-1` is the newest); `--stage sft` takes the SFT stage's
-checkpoints (`WORKDIR/sft/checkpoints`: the SFT baseline). The directory gets config.json, safetensors and the run's
-tokenizer with its chat template; `repair_score --hf_dir` evaluates it.
+checkpoints (`WORKDIR/sft/checkpoints`: the SFT baseline). The directory gets config.json, safetensors, the run's
+tokenizer with its chat template, and the stop ids (eos, bos, pad in config.json and generation_config.json), so
+transformers' `generate` stops where our sampler does; `repair_score --hf_dir` evaluates it.
 """
 
 from __future__ import annotations
@@ -122,8 +123,28 @@ def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
     model_config = model_config.replace(param_dtype=str(next(iter(jax.tree.leaves(params))).dtype))
     path = save_hf(model_config, params, out)
     if jax.process_index() == 0:
-        tokenizer_for(config.model).save_pretrained(str(path))
+        tokenizer = tokenizer_for(config.model)
+        tokenizer.save_pretrained(str(path))
+        write_stop_ids(path, tokenizer)
     return {**source, "dtype": model_config.param_dtype, "path": str(path)}
+
+
+def write_stop_ids(path: str | pathlib.Path, tokenizer: Any) -> dict:
+    """Make transformers stop where our sampler stops: the tokenizer's eos (our engine's default stop id), bos and pad
+    ids in config.json and a generation_config.json (without them `generate` ran past `<|im_end|>` to its length
+    limit). Returns the ids written."""
+    from transformers import GenerationConfig
+
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+           "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id}
+    if ids["eos_token_id"] is None:
+        raise ValueError(f"{path}: the run's tokenizer has no eos token: nothing would stop generation")
+    config_path = pathlib.Path(path) / "config.json"
+    hf = json.loads(config_path.read_text())
+    hf.update({k: v for k, v in ids.items() if v is not None})
+    config_path.write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
+    GenerationConfig(**{k: v for k, v in ids.items() if v is not None}).save_pretrained(str(path))
+    return ids
 
 
 def main(argv: list[str] | None = None) -> dict:

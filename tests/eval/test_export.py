@@ -95,3 +95,34 @@ def test_sft_checkpoint_exports_and_scores_its_training_records(tiny_cpu_short_r
     rows = (tmp_path / "repair" / "repair.jsonl").read_text().splitlines()
     assert result.scored == result.answers == len(rows) == 2
     assert 0.0 <= result.exact_rate <= result.format_rate <= 1.0 and result.score <= 100 * result.format_rate
+
+
+def test_an_export_generates_in_transformers_as_our_sampler_does(tiny_cpu_short_run, tmp_path):
+    """Issue 46: without eos/pad ids in config.json and a generation_config.json, transformers' `generate` ran past
+    `<|im_end|>` to its length limit. Greedy, on the exported weights: the same tokens as our engine, ending at the
+    same stop token."""
+    from transformers import GenerationConfig
+
+    from swerl_jax.data.loader import source_from_config
+    from swerl_jax.data.prompts import build_prompt
+    from swerl_jax.sampler.engine import SamplingEngine
+    from swerl_jax.sampler.types import SamplingParams
+    from swerl_jax.tokenizer import tokenizer_for
+
+    run, _ = tiny_cpu_short_run
+    export.main(["--run", str(run), "--out", str(tmp_path / "hf")])
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert GenerationConfig.from_pretrained(str(tmp_path / "hf")).eos_token_id == tok.eos_token_id
+    config = load_run_config(run)
+    _, params = export.checkpoint_params(run / "checkpoints", 16)
+    record = next(iter(source_from_config(config)))  # a training record: the policy learned to answer and stop
+    prompt = build_prompt(record, tokenizer_for(config.model), int(config.data.max_prompt_len),
+                          str(config.data.prompt_style)).ids.tolist()
+    engine = SamplingEngine(model_config_from(config), params, tokenizer=tokenizer_for(config.model),
+                            max_batch=1, max_prompt_len=len(prompt) + 16, max_new_tokens=256)
+    ours = engine.generate([prompt], SamplingParams(temperature=0.0, max_new_tokens=256))[0][0].tokens.tolist()
+    assert ours[-1] == tok.eos_token_id and len(ours) < 256, "the policy must stop by itself for this test to mean it"
+    model = LlamaForCausalLM.from_pretrained(str(tmp_path / "hf"), torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = model.generate(torch.as_tensor([prompt]), max_new_tokens=256, do_sample=False)[0, len(prompt):]
+    assert theirs.tolist() == ours
