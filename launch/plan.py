@@ -49,6 +49,7 @@ from swerl_jax import sharding  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
 from swerl_jax.model.config import FROM_CHECKPOINT, LlamaConfig, get_model_config  # noqa: E402
 from swerl_jax.resolve import resolve_config  # noqa: E402
+from swerl_jax.runs.affinity import sampler_shares_devices  # noqa: E402
 
 GiB = 1024**3
 # What a sampler process needs beyond its planned weights and KV cache: the decode step's temporaries (logits,
@@ -287,7 +288,7 @@ def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str =
     num_micro = max(1, step_batch // max(1, work.micro_batch))  # > 1 adds the fp32 gradient accumulator
     rows = estimate(model, sizes, rules, work, micro_batches=num_micro)
     # The largest per-device micro-batch (sequences) whose train step fits: what rl.micro_batch_size could be.
-    shared = str(config.sampler.mode) == "process" and not str(config.sampler.devices).strip()
+    shared = sampler_shares_devices(str(config.sampler.mode), str(config.sampler.devices))
     shared_samplers = int(config.sampler.num_processes) if shared and mode == "rl" else 0
     if shared_samplers and spec.device_kind == "tpu":  # a TPU chip belongs to one process
         notes.append("the sampler process shares the trainer's TPU chips (sampler.devices=''), which one process "

@@ -118,6 +118,11 @@ MEM_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 SHARED_DEVICE_BUDGET = 0.95
 
 
+def sampler_shares_devices(sampler_mode: str, sampler_devices: str) -> bool:
+    """Whether sampler processes run on the trainer's own accelerators (mode "process", no sampler.devices)."""
+    return sampler_mode == "process" and not str(sampler_devices).strip()
+
+
 def check_memory_split(trainer_fraction: float, sampler_fraction: float, num_processes: int,
                        sampler_devices: str, sampler_mode: str) -> None:
     """Load-time check of `rl.trainer_memory_fraction` and `sampler.memory_fraction`: each in [0, 1), and where
@@ -126,7 +131,7 @@ def check_memory_split(trainer_fraction: float, sampler_fraction: float, num_pro
     for key, f in (("rl.trainer_memory_fraction", trainer_fraction), ("sampler.memory_fraction", sampler_fraction)):
         if not 0.0 <= f < 1.0:
             raise ValueError(f"{key}={f}: a share of each GPU's memory in (0, 1), or 0 for the runtime's default")
-    shared = sampler_mode == "process" and not str(sampler_devices).strip()
+    shared = sampler_shares_devices(sampler_mode, sampler_devices)
     total = trainer_fraction + num_processes * sampler_fraction
     if shared and trainer_fraction > 0 and sampler_fraction > 0 and total > SHARED_DEVICE_BUDGET:
         raise ValueError(
@@ -140,7 +145,7 @@ def shared_device_problem(platform: str, trainer_fraction: float, sampler_fracti
                           sampler_mode: str) -> str:
     """Why a GRPO run on `platform` would fail to allocate once its sampler process starts ("" if it would not):
     on a GPU, a sampler process on the trainer's own GPUs needs both memory fractions set."""
-    shared = sampler_mode == "process" and not str(sampler_devices).strip()
+    shared = sampler_shares_devices(sampler_mode, sampler_devices)
     if platform != "gpu" or not shared or (trainer_fraction > 0 and sampler_fraction > 0):
         return ""
     return ("the sampler process shares the trainer's GPUs (sampler.devices='') but rl.trainer_memory_fraction="
