@@ -37,8 +37,9 @@ def unknown_config_keys(config: Any, argv: list[str]) -> list[str]:
 
 
 def load_experiment_config(config_arg: str) -> Any:
-    """The ConfigDict of `experiments/NAME.py[:arg]` (`get_config(arg)`), as `--config` names it on any command line;
-    FileNotFoundError names a missing file. The repository root goes on sys.path (experiments import
+    """The ConfigDict of `experiments/NAME.py[:arg]` (`get_config(arg)`), as `--config` names it on any command line
+    (a relative path from the current directory, else from the repository root); FileNotFoundError names a missing
+    file. The repository root goes on sys.path (experiments import
     `experiments.base`)."""
     import importlib.util
     import pathlib
@@ -48,6 +49,9 @@ def load_experiment_config(config_arg: str) -> Any:
     if repo_root not in sys.path:
         sys.path.insert(0, repo_root)
     path, _, arg = config_arg.partition(":")
+    path = os.path.expanduser(path)
+    if not os.path.isabs(path) and not os.path.exists(path) and os.path.exists(os.path.join(repo_root, path)):
+        path = os.path.join(repo_root, path)  # `experiments/NAME.py` from outside the clone, as data paths resolve
     spec = importlib.util.spec_from_file_location("_swerl_experiment", path)
     if spec is None or not os.path.exists(path):
         raise FileNotFoundError(f"--config={config_arg}: no such config file {path!r}")

@@ -23,7 +23,7 @@ import numpy as np
 
 from swerl_jax import sharding
 from swerl_jax.config import load_experiment_config
-from swerl_jax.data.paths import expand_record_paths
+from swerl_jax.data.paths import config_path, expand_record_paths, user_path
 from swerl_jax.meshes import MESHES
 from swerl_jax.model.attention import IMPLEMENTATIONS
 from swerl_jax.model.config import FROM_CHECKPOINT, MODEL_CONFIGS
@@ -46,6 +46,25 @@ def resolve_config(config: Any, check_files: bool = True) -> Experiment:
     exp = config if isinstance(config, Experiment) else read_sections(config)
     validate_config(exp, check_files=check_files)
     return exp
+
+
+# Config keys that name a folder or file to read (resolved as data.* paths are), and one the run writes.
+INPUT_PATH_KEYS = ("model.hf_dir", "model.tokenizer", "agent.instances", "agent.repos")
+OUTPUT_PATH_KEYS = ("sampler.weights_dir",)
+
+
+def absolute_paths(config: Any) -> Any:
+    """Make the path keys of an experiment ConfigDict absolute, once, at the entry point (before `resolve_config`):
+    an input from the current directory, else the repository root (`data.paths.config_path`), an output from the
+    current directory; registry names ('smollm2', 'testbed') stay. A sampler process, Orbax (which refuses
+    relative paths) and a resume from another directory then all read the same folder. Returns `config`."""
+    for key in INPUT_PATH_KEYS + OUTPUT_PATH_KEYS:
+        section, field = key.split(".")
+        value = str(getattr(getattr(config, section), field) or "")
+        if value and value not in NAMED_TOKENIZERS and not os.path.isabs(value):
+            setattr(getattr(config, section), field,
+                    user_path(value) if key in OUTPUT_PATH_KEYS else config_path(value))
+    return config
 
 
 def ensure_resolved(config: Any) -> Experiment:

@@ -9,6 +9,10 @@ A directory holding both kinds (curation writes both by default) yields its `.ar
 access format the loader prefers. `.array_record` is the extension this project writes; `.arrayrecord` is still
 read. A relative entry resolves from the current directory, else from the repository root, so configs that say
 `../shared/data/...` work from any directory.
+
+Every entry point makes the paths it is given absolute once, before anything uses them (a sampler process, Orbax
+and a later resume all need the same folder): `user_path` for a path typed on the command line (the current
+directory's), `config_path` for a path a config names (the rule above: records, SWE-bench files, model folders).
 """
 
 from __future__ import annotations
@@ -22,6 +26,25 @@ JSONL = ".jsonl"
 ARRAY_RECORD = ".array_record"
 RECORD_SUFFIXES = (JSONL, ARRAY_RECORD, ".arrayrecord")
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def user_path(path: str | os.PathLike) -> str:
+    """A path typed on the command line, absolute against the current directory (`~` expanded; "" stays "")."""
+    text = os.fspath(path)
+    return os.path.abspath(os.path.expanduser(text)) if text else text
+
+
+def config_path(entry: str | os.PathLike) -> str:
+    """A path a config names, absolute: from the current directory when it exists there, else from the repository
+    root when it exists there (a default such as `../shared/data/swebench_lite.json`), else the current
+    directory's (so an error names where it was looked for). "" stays ""."""
+    text = os.path.expanduser(os.fspath(entry))
+    if not text:
+        return text
+    for candidate in _candidates(text):
+        if os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    return os.path.abspath(text)
 
 
 def _kind(path: str) -> str | None:

@@ -26,6 +26,7 @@ import orbax.checkpoint as ocp
 from jax.sharding import Mesh
 
 from swerl_jax import sharding
+from swerl_jax.data.paths import user_path
 from swerl_jax.meshes import AXES
 from swerl_jax.model.config import LlamaConfig
 from swerl_jax.model.convert import save_hf
@@ -34,6 +35,7 @@ from swerl_jax.resolve import load_run_config
 from swerl_jax.runs.integrity import has_manifest, verify_manifest
 from swerl_jax.sampler import weights
 from swerl_jax.tokenizer import tokenizer_for
+from swerl_jax.weights_check import check_stored_weights
 
 
 def export_shardings(model_config: LlamaConfig) -> Any:
@@ -57,9 +59,8 @@ def _sharded_target(path: Any, shardings: Any, subtree: str | None) -> Any:
                         is_leaf=lambda x: hasattr(x, "shape") and hasattr(x, "dtype"))
 
 
-def checkpoint_params(checkpoints: pathlib.Path, step: int | None = None, shardings: Any = None) -> tuple[int, dict]:
-    """(step, params) of a training checkpoint: `step`, or the newest finished one. Only the params are read: onto
-    `shardings` (a params-like tree; each process reads its slices), or as host numpy arrays when None."""
+def checkpoint_step(checkpoints: pathlib.Path, step: int | None = None) -> int:
+    """`step` when `checkpoints` holds it, else the newest step there (None); FileNotFoundError names the folder."""
     steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.is_dir() and p.name.isdigit()) \
         if checkpoints.is_dir() else []
     if not steps:
@@ -67,6 +68,14 @@ def checkpoint_params(checkpoints: pathlib.Path, step: int | None = None, shardi
     step = steps[-1] if step is None else step
     if step not in steps:
         raise FileNotFoundError(f"checkpoint step {step} is not in {checkpoints} (steps: {steps})")
+    return step
+
+
+def checkpoint_params(checkpoints: pathlib.Path, step: int | None = None, shardings: Any = None) -> tuple[int, dict]:
+    """(step, params) of a training checkpoint: `step`, or the newest finished one. Only the params are read: onto
+    `shardings` (a params-like tree; each process reads its slices), or as host numpy arrays when None."""
+    checkpoints = pathlib.Path(checkpoints).absolute()  # Orbax reads a relative path as nothing
+    step = checkpoint_step(checkpoints, step)
     path = checkpoints / str(step)
     if has_manifest(path):
         verify_manifest(path)  # CorruptCheckpointError names the file
@@ -105,18 +114,26 @@ def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
         raise ValueError(f"--out {out}: inside the run (or another run's folder); the export would overwrite its "
                          "files: choose a folder of its own")
     model_config = model_config_from(config)
+    # Weights of another model than config.json's: one line naming both, before anything is read or written.
+    if version is not None:
+        policy_dir = config.sampler.weights_dir or str(run / "policy")
+        version = weights.require_policy(policy_dir, version)
+        check_stored_weights(weights.version_path(policy_dir, version), config,
+                             str(weights.version_path(policy_dir, version)), str(run / "config.json"))
+    else:
+        checkpoints = run / "sft" / "checkpoints" if stage == "sft" else run / "checkpoints"
+        step = checkpoint_step(checkpoints, step)
+        check_stored_weights(checkpoints / str(step) / "state", config, str(checkpoints / str(step) / "state"),
+                             str(run / "config.json"), subtree="params")
     # The weights stay sharded over every device from the read to the write (`save_hf` writes each HF tensor from
     # the process that holds it): no host holds the model, and a multi-process launch splits the work.
     shardings = export_shardings(model_config)
     if version is not None:
-        policy_dir = config.sampler.weights_dir or str(run / "policy")
-        version = weights.require_policy(policy_dir, version)
         like = _sharded_target(weights.version_path(policy_dir, version), shardings, None)
         params = weights.load(policy_dir, version, like=like)
         source = {"policy_version": version}
     else:
-        step, params = checkpoint_params(run / "sft" / "checkpoints" if stage == "sft" else run / "checkpoints", step,
-                                         shardings)
+        step, params = checkpoint_params(checkpoints, step, shardings)
         source = {"stage": stage, "checkpoint_step": step}
     if dtype:
         params = jax.tree.map(lambda x: x.astype(jnp.dtype(dtype)), params)  # on the devices, shard by shard
@@ -158,8 +175,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--stage", choices=("grpo", "sft"), default="grpo", help="whose checkpoints (sft: WORKDIR/sft)")
     args = p.parse_args(argv)
     try:
-        done = export_run(args.run, args.out, step=args.step, version=args.version, dtype=args.dtype,
-                          stage=args.stage)
+        # the paths typed, from the current directory, once (Orbax reads a relative path as nothing)
+        done = export_run(user_path(args.run), user_path(args.out), step=args.step, version=args.version,
+                          dtype=args.dtype, stage=args.stage)
     except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"swerl_jax.eval.export: {e}") from None
     print(json.dumps(done), flush=True)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from swerl_jax.data.paths import expand_record_paths
+from swerl_jax.data.paths import expand_record_paths, user_path
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import read_records
 from swerl_jax.data.synthetic import config_records
@@ -214,11 +214,15 @@ def main(argv: list[str] | None = None) -> RepairScore:
 
     rest, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
     args = _parser().parse_args(rest)
-    from swerl_jax.resolve import resolve_config
+    from swerl_jax.resolve import absolute_paths, resolve_config
     from swerl_jax.tokenizer import tokenizer_for
 
+    # every path typed, from the current directory, once (Orbax refuses relative paths; a config's own paths
+    # resolve as data paths do: absolute_paths)
+    args.weights, args.hf_dir, args.out = user_path(args.weights), user_path(args.hf_dir), user_path(args.out)
     config = load_experiment_config(args.config)
     apply_overrides(config, overrides)
+    absolute_paths(config)
     from swerl_jax.sampler import source as policy_source
 
     source = policy_source.PolicySource(

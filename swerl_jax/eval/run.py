@@ -12,6 +12,7 @@ import pathlib
 import sys
 
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
+from swerl_jax.data.paths import config_path, user_path
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
 from swerl_jax.eval.harness import index_instances
 from swerl_jax.sampler import source as policy_source
@@ -83,6 +84,17 @@ def evaluated_model(c) -> dict:
             **({"policy": str(c.policy)} if "hf_dir" in evaluated and not c.hf_dir else {})}
 
 
+PATH_KEYS = ("instances", "repos", "weights", "hf_dir")  # files and folders the eval config reads
+
+
+def absolute_paths(c) -> None:
+    """The eval config's paths made absolute once, before anything reads them: from the current directory, else
+    from the repository root (the defaults `../shared/data/...` from any directory), as data.* paths are."""
+    for key in PATH_KEYS:
+        if str(c[key]):
+            c[key] = config_path(str(c[key]))
+
+
 def check_out_dir(out: pathlib.Path, c) -> None:
     """Refuse an --out that holds a run of another config (its predictions would be reused), listing the keys."""
     from swerl_jax.runs.rundir import refuse_other_config
@@ -101,6 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(rest)
     c = load_experiment_config(args.config)
     apply_overrides(c, overrides)
+    absolute_paths(c)
     if c.backend not in BACKENDS:
         close = difflib.get_close_matches(str(c.backend), BACKENDS, n=1)
         raise ValueError(f"backend={c.backend!r} is not one of {BACKENDS}"
@@ -114,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
     if missing:
         raise KeyError(f"instance_ids: {missing} are not in {c.instances}")
     instances = [all_instances[i] for i in ids] if ids else list(all_instances.values())
-    out = pathlib.Path(args.out)
+    out = pathlib.Path(user_path(args.out))
     evaluated = evaluated_model(c)
     c.model_name = evaluated["model_name"]
     check_out_dir(out, c)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from swerl_jax.sampler.weights import require_policy
+from swerl_jax.sampler.weights import require_policy, version_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,12 +49,18 @@ class PolicySource:
 def describe(source: PolicySource, config: Any, config_name: str) -> dict:
     """What `source` evaluates with the (resolved) experiment `config`: {"what", "policy_version", and "weights" |
     "hf_dir" | "address" | "random_init_seed"}. Checked here, before anything loads: a `weights` path without a
-    published policy (or without the asked version) and a model without weights (unless `random_init`) raise."""
+    published policy (or without the asked version), weights of another model than the config's
+    (`CheckpointError`, naming both) and a model without weights (unless `random_init`) raise."""
     source.check()
     if source.address:
         return {"what": f"the sampler server at {source.address}", "address": source.address, "policy_version": None}
     if source.weights:
         version = require_policy(source.weights, -1 if source.version is None else source.version)
+        from swerl_jax.weights_check import check_stored_weights
+
+        # another model's weights: one line naming both models now, not Orbax's tree or shape errors when loading
+        check_stored_weights(version_path(source.weights, version), config,
+                             f"{source.name('weights')} {source.weights}", config_name)
         return {"what": f"policy version {version} (GRPO step {version}) of {source.weights}",
                 "weights": source.weights, "policy_version": version}
     if source.hf_dir:

@@ -15,6 +15,7 @@ from swerl_jax.model.llama import forward
 from swerl_jax.policy import model_config_from
 from swerl_jax.resolve import load_run_config
 from swerl_jax.sampler import weights
+from tests.eval.fake_runs import STEP, small_run
 
 TOL = 1e-4  # the project's float32 logit bound (swerl_jax.model.check_logits)
 
@@ -126,3 +127,27 @@ def test_an_export_generates_in_transformers_as_our_sampler_does(tiny_cpu_short_
     with torch.no_grad():
         theirs = model.generate(torch.as_tensor([prompt]), max_new_tokens=256, do_sample=False)[0, len(prompt):]
     assert theirs.tolist() == ours
+
+
+def test_relative_run_and_out_paths_resolve_from_the_current_directory(tmp_path, monkeypatch):
+    """Issue 46 item 9: the README's `--run runs/X` (relative) raised `AttributeError: 'NoneType' object has no
+    attribute 'tree'` (Orbax reads relative paths as nothing)."""
+    small_run(tmp_path / "runs" / "X")
+    monkeypatch.chdir(tmp_path)
+    done = export.main(["--run", "runs/X", "--out", "hf"])
+    assert done["checkpoint_step"] == STEP and done["path"] == str(tmp_path / "hf")
+    assert (tmp_path / "hf" / "config.json").is_file()
+    assert export.main(["--run", "runs/X", "--out", "hf-v", "--version", "-1"])["policy_version"] == STEP
+
+
+def test_weights_of_another_model_are_one_line_before_anything_is_written(tmp_path):
+    """Issue 46 item 10: a checkpoint of another shape than its run's config.json gave Orbax's shape errors."""
+    run = small_run(tmp_path / "run", model="demo-7m", weights_model="tiny")
+    for extra in ([], ["--version", "-1"]):
+        with pytest.raises(SystemExit) as err:
+            export.main(["--run", str(run), "--out", str(tmp_path / "hf"), *extra])
+        (line,) = str(err.value).splitlines()
+        assert line.startswith("swerl_jax.eval.export: ") and "the weights are not" in line, line
+        assert f"{run / 'config.json'}'s model.name='demo-7m'" in line and "embed_tokens is [512, 64] in the " \
+            "weights, [49152, 128] in the model" in line, line
+    assert not (tmp_path / "hf").exists()

@@ -17,6 +17,7 @@ from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import init_params
 from swerl_jax.sampler import weights
 from swerl_jax.tokenizer import load_tokenizer
+from tests.eval.fake_runs import STEP, small_run
 
 RECORDS = synthetic_records(4, seed=9)
 
@@ -177,3 +178,32 @@ def test_the_held_out_score_is_eval_reward_kinds_whatever_reward_the_run_trains_
     c.eval.every_steps, c.eval.reward_kind = 1, "contnuous"
     with pytest.raises(ValueError, match="eval.reward_kind='contnuous' is unknown"):
         resolve_config(c, check_files=False)
+
+
+def test_paths_resolve_from_the_current_directory(tmp_path, monkeypatch):
+    """Issue 46 item 9: the README's `--weights runs/X/policy` failed with Orbax's "Checkpoint path should be
+    absolute"; `--config=experiments/...` is found from outside the clone as data paths are."""
+    small_run(tmp_path / "runs" / "X")
+    write_records(tmp_path / "recs.jsonl", RECORDS[:1])
+    monkeypatch.chdir(tmp_path)
+    rs.main(["--config=experiments/tiny_cpu.py", "--records=recs.jsonl", "--out=out", "--weights=runs/X/policy",
+             "--max_new_tokens=4"])
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["weights"] == str(tmp_path / "runs" / "X" / "policy") and summary["policy_version"] == STEP
+
+
+def test_weights_of_another_model_are_one_line_naming_both_models(tmp_path):
+    """Issue 46 item 10: a run's weights of another model than the config's gave Orbax's tree-structure mismatch
+    (suggesting `partial_restore=True`); the run's config.json beside policy/ names its model."""
+    from swerl_jax.model.convert import CheckpointError
+
+    small_run(tmp_path / "T", model="tiny")
+    write_records(tmp_path / "recs.jsonl", RECORDS[:1])
+    with pytest.raises(CheckpointError) as err:
+        rs.main(["--config=experiments/tiny_cpu.py", f"--records={tmp_path / 'recs.jsonl'}", f"--out={tmp_path / 'o'}",
+                 f"--weights={tmp_path / 'T' / 'policy'}", "--max_new_tokens=4"])
+    (line,) = str(err.value).splitlines()
+    assert line.startswith(f"--weights {tmp_path / 'T' / 'policy'}: the weights are model.name='tiny' "
+                           f"({tmp_path / 'T' / 'config.json'}), but experiments/tiny_cpu.py is "
+                           "model.name='demo-7m'"), line
+    assert not (tmp_path / "o").exists()

@@ -26,7 +26,8 @@ def test_a_mistyped_weights_path_is_an_error_with_a_did_you_mean(tmp_path):
         eval_run.evaluated_model(config(weights=str(tmp_path / "run")))  # the run dir instead of its policy/
     with pytest.raises(FileNotFoundError, match=r"policy version 7 is not there \(kept: \[3\]\)"):
         eval_run.evaluated_model(config(weights=str(tmp_path / "run" / "policy"), version=7))
-    named = eval_run.evaluated_model(config(weights=str(tmp_path / "run" / "policy")))
+    # the policy config of the published weights' model (demo-7m; the cpu config's own is smollm2-135m)
+    named = eval_run.evaluated_model(config(policy="experiments/tiny_cpu.py", weights=str(tmp_path / "run" / "policy")))
     assert named["policy_version"] == 3 and named["model_name"] == "swerl_jax-smollm2-135m@v3"
     assert "policy version 3 (GRPO step 3)" in named["what"]
 
@@ -67,3 +68,33 @@ def test_a_run_folder_given_as_hf_dir_is_named_as_such(tmp_path):
     (tmp_path / "run" / "config.json").write_text('{"seed": 0, "model": {}}')
     with pytest.raises(FileNotFoundError, match="not a Hugging Face model folder .* python -m swerl_jax.eval export"):
         eval_run.evaluated_model(config(hf_dir=str(tmp_path / "run")))
+
+
+def test_default_data_paths_and_relative_paths_resolve_from_outside_the_repository(shared_data, tmp_path,
+                                                                                   monkeypatch):
+    """Issue 46 item 9: from outside the clone, the config's `../shared/data/...` was looked for under the current
+    directory; it resolves as data.* paths do, and --out and the config file from the current directory."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    result = eval_run.main(["--config", "experiments/eval_agentless_mini.py:cpu", "--out", "out", "--no-progress",
+                            "--config.backend=oracle", "--config.grade=false", "--config.agentless.regression=false",
+                            "--config.agentless.reproduction_tests=0", "--config.instance_ids=pallets__flask-4045"])
+    assert result["failed"] == [] and (tmp_path / "out" / "predictions.jsonl").is_file()
+    saved = json.loads((tmp_path / "out" / "eval_config.json").read_text())
+    assert saved["instances"] == str(shared_data / "swebench_lite.json") and saved["repos"] == str(
+        shared_data / "repos")
+
+
+def test_weights_of_another_model_are_one_line_naming_both_models(tmp_path):
+    """Issue 46 item 10: weights of another model than the policy config's gave Orbax internals when loading."""
+    from swerl_jax.model.convert import CheckpointError
+    from tests.eval.fake_runs import small_run
+
+    small_run(tmp_path / "T", model="tiny")
+    with pytest.raises(CheckpointError) as err:
+        eval_run.evaluated_model(config(policy="experiments/tiny_cpu.py", weights=str(tmp_path / "T" / "policy")))
+    (line,) = str(err.value).splitlines()
+    assert line.startswith(f"weights {tmp_path / 'T' / 'policy'}: the weights are model.name='tiny' "
+                           f"({tmp_path / 'T' / 'config.json'}), but policy=experiments/tiny_cpu.py is "
+                           "model.name='demo-7m'"), line

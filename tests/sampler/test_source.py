@@ -5,6 +5,7 @@ import jax
 import ml_collections
 import pytest
 
+from swerl_jax.config import load_experiment_config
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import init_params
 from swerl_jax.sampler import weights
@@ -12,7 +13,9 @@ from swerl_jax.sampler.source import PolicySource, describe
 
 
 def _config(hf_dir: str = "") -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({"model": {"name": "tiny", "hf_dir": hf_dir}, "seed": 7})
+    c = load_experiment_config("experiments/base.py")  # model.name 'tiny': the published weights' model
+    c.model.hf_dir, c.seed = hf_dir, 7
+    return c
 
 
 def test_two_sources_or_a_version_without_weights_are_refused_in_the_entry_points_spelling():
