@@ -36,6 +36,19 @@ def unknown_config_keys(config: Any, argv: list[str]) -> list[str]:
     return out
 
 
+def config_file_arg(config_arg: str) -> str:
+    """`--config`'s `PATH[:arg]` with PATH found from the current directory, else from the repository root (so
+    `experiments/NAME.py` works from outside the clone, as data paths do); unchanged when neither has it."""
+    import pathlib
+
+    path, sep, arg = config_arg.partition(":")
+    path = os.path.expanduser(path)
+    repo_path = os.path.join(str(pathlib.Path(__file__).resolve().parents[1]), path)
+    if not os.path.isabs(path) and not os.path.exists(path) and os.path.exists(repo_path):
+        path = repo_path
+    return path + sep + arg
+
+
 def load_experiment_config(config_arg: str) -> Any:
     """The ConfigDict of `experiments/NAME.py[:arg]` (`get_config(arg)`), as `--config` names it on any command line
     (a relative path from the current directory, else from the repository root); FileNotFoundError names a missing
@@ -48,10 +61,7 @@ def load_experiment_config(config_arg: str) -> Any:
     repo_root = str(pathlib.Path(__file__).resolve().parents[1])
     if repo_root not in sys.path:
         sys.path.insert(0, repo_root)
-    path, _, arg = config_arg.partition(":")
-    path = os.path.expanduser(path)
-    if not os.path.isabs(path) and not os.path.exists(path) and os.path.exists(os.path.join(repo_root, path)):
-        path = os.path.join(repo_root, path)  # `experiments/NAME.py` from outside the clone, as data paths resolve
+    path, _, arg = config_file_arg(config_arg).partition(":")
     spec = importlib.util.spec_from_file_location("_swerl_experiment", path)
     if spec is None or not os.path.exists(path):
         raise FileNotFoundError(f"--config={config_arg}: no such config file {path!r}")

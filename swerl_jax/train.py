@@ -22,12 +22,14 @@ import time
 from typing import Any
 
 from swerl_jax import sharding
-from swerl_jax.config import load_experiment_config, unknown_config_keys
-from swerl_jax.resolve import ensure_resolved, resolve_config
+from swerl_jax.config import config_file_arg, load_experiment_config, unknown_config_keys
+from swerl_jax.model.convert import CheckpointError
+from swerl_jax.resolve import absolute_paths, ensure_resolved, resolve_config
 from swerl_jax.rl.build import build_grpo_trainer
 from swerl_jax.runs import affinity, rundir
 from swerl_jax.runs.summary import summarize_run
 from swerl_jax.sft.trainer import SFTTrainer
+from swerl_jax.weights_check import check_hf_checkpoint
 
 log = logging.getLogger("swerl_jax.train")
 
@@ -62,6 +64,9 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
             str(config.sampler.devices), str(config.sampler.mode))
         if problem:  # before SFT spends its hours: the sampler would fail to allocate when GRPO starts
             raise affinity.PlacementError(problem)
+    # the checkpoint and tokenizer the run will load, checked before the workdir exists: a mismatch is one line and
+    # leaves nothing behind (CheckpointError)
+    check_hf_checkpoint(config)
     workdir = pathlib.Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     if sharding.is_main_process():
@@ -140,6 +145,11 @@ def parse_flags(argv: list[str]) -> list[str]:
     from absl import flags
 
     config_arg = _config_arg(argv)
+    if config_arg and config_file_arg(config_arg) != config_arg:  # absl reads the file from the current directory
+        argv = [f"--config={config_file_arg(config_arg)}" if a == f"--config={config_arg}" else
+                config_file_arg(config_arg) if a == config_arg and i and argv[i - 1] == "--config" else a
+                for i, a in enumerate(argv)]
+        config_arg = config_file_arg(config_arg)
     if config_arg:
         repo_root = str(pathlib.Path(__file__).resolve().parents[1])
         if repo_root not in sys.path:  # experiments/ import `experiments.base` from the repository root
@@ -165,14 +175,16 @@ def main(argv: list[str]) -> None:
     config = f.config
     workdir = f.workdir or rundir.default_workdir(f["config"].config_filename)
     try:
-        config = resolve_config(config)  # bad keys, types, values, missing files: one line naming the key
+        # the config's paths from the current directory (else the repository root), once: the sampler process and
+        # a resume from another directory read the same folders
+        config = resolve_config(absolute_paths(config))  # bad keys, types, values, missing files: one line
     except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
         raise SystemExit(f"swerl_jax.train: {str(e).strip(chr(39))}") from None
     # before JAX starts its CPU backend, whose thread pool is sized from the cores the process may use
     affinity.pin(affinity.parse_cpus(str(config.rl.trainer_cpus), "rl.trainer_cpus"), "rl.trainer_cpus")
     try:
         summary = run_experiment(config, workdir, allow_config_change=f.allow_config_change)
-    except (rundir.ConfigChangeError, affinity.PlacementError) as e:
+    except (rundir.ConfigChangeError, affinity.PlacementError, CheckpointError) as e:
         raise SystemExit(f"swerl_jax.train: {e}") from None
     except KeyboardInterrupt:  # the trainers closed their sampler, reward workers and checkpoint writes
         steps = rundir.latest_steps(workdir) if pathlib.Path(workdir).is_dir() else {}

@@ -27,7 +27,7 @@ def check_hf_checkpoint(config: Any) -> LlamaConfig:
     """The model config of `config` after checking `model.hf_dir` (when set) the way loading it would: the family
     and shape against `model.name`, unsupported attention (sliding windows), a missing shard, a tensor of another
     shape, all from config.json and the safetensors headers (no weight is read); and, when the SFT stage runs,
-    that the tokenizer writes no id past the model's vocabulary. CheckpointError / ValueError: one line."""
+    that the tokenizer writes no id past the model's vocabulary. CheckpointError: one line naming the file or key."""
     model_config = model_config_from(config)  # CheckpointError: family, shape, sliding window, rope (names the file)
     if config.model.hf_dir:
         reader = CheckpointReader(resolve_hf_dir(str(config.model.hf_dir)))  # CheckpointError: a missing shard
@@ -40,14 +40,14 @@ def check_hf_checkpoint(config: Any) -> LlamaConfig:
 
 
 def check_tokenizer_fits(model: Any, vocab_size: int) -> None:
-    """ValueError naming model.name and model.tokenizer when the tokenizer has ids past the model's vocabulary: the
-    embedding lookup would clamp them to its last row (the SFT trainer checks each batch too, but only after the
-    run's folder exists)."""
+    """CheckpointError (a ValueError) naming model.name and model.tokenizer when the tokenizer has ids past the
+    model's vocabulary: the embedding lookup would clamp them to its last row (the SFT trainer checks each batch
+    too, but only after the run's folder exists)."""
     from swerl_jax.tokenizer import tokenizer_for
 
     size = len(tokenizer_for(model))
     if size > vocab_size:
-        raise ValueError(f"model.tokenizer={str(model.tokenizer) or 'smollm2'!r} has {size} tokens (ids up to "
+        raise CheckpointError(f"model.tokenizer={str(model.tokenizer) or 'smollm2'!r} has {size} tokens (ids up to "
                          f"{size - 1}), outside model.name={str(model.name)!r}'s vocabulary of {vocab_size}: the "
                          "model has no row for them; pick a model whose vocab_size covers the tokenizer (e.g. "
                          "testbed-* with 'testbed', demo-7m or smollm2-135m with SmolLM2's)")
