@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from swerl_jax import sharding
+from swerl_jax.cli import input_error_line
 from swerl_jax.config import config_file_arg, load_experiment_config, unknown_config_keys
 from swerl_jax.model.convert import CheckpointError
 from swerl_jax.resolve import absolute_paths, ensure_resolved, resolve_config
@@ -179,7 +180,7 @@ def main(argv: list[str]) -> None:
         # a resume from another directory read the same folders
         config = resolve_config(absolute_paths(config))  # bad keys, types, values, missing files: one line
     except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
-        raise SystemExit(f"swerl_jax.train: {str(e).strip(chr(39))}") from None
+        raise SystemExit(input_error_line("swerl_jax.train", e)) from None  # KeyError's quotes, not the message's
     # before JAX starts its CPU backend, whose thread pool is sized from the cores the process may use
     affinity.pin(affinity.parse_cpus(str(config.rl.trainer_cpus), "rl.trainer_cpus"), "rl.trainer_cpus")
     try:

@@ -23,7 +23,10 @@ def _train(*args, timeout=600, cwd=REPO_ROOT):
 def test_cli_errors_are_one_line():
     for args, expected in (
             (["--config.rl.num_step=2"], "unknown config key 'rl.num_step'; did you mean rl.num_steps?"),
-            (["--config.rl.num_steps=abc"], "flag --config.rl.num_steps=abc: invalid literal for int()")):
+            (["--config.rl.num_steps=abc"], "flag --config.rl.num_steps=abc: invalid literal for int()"),
+            # issue 46 item 15: the message's own closing quote was stripped with KeyError's quotes
+            (["--config.rl.old_logprobs=recompute", "--config.rl.max_staleness=1"],
+             "set rl.old_logprobs='sampler'\n")):
         proc = _train("--config=experiments/tiny_cpu.py", *args, timeout=120)
         assert proc.returncode != 0
         assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr  # one line, no traceback

@@ -16,6 +16,7 @@ import json
 import os
 import pathlib
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -99,6 +100,12 @@ class SamplerClient:
     # --- process management ---------------------------------------------------------------------------------
 
     @property
+    def stopping(self) -> bool:
+        """Whether the server is being stopped (`kill`, `close`, or Ctrl-C reached it): a request failing now is
+        the run stopping, not a server to restart or a part to re-send elsewhere."""
+        return self._stopping
+
+    @property
     def log_path(self) -> pathlib.Path:
         """The started server's combined stdout/stderr."""
         return self._log_dir / "sampler.log"
@@ -122,6 +129,10 @@ class SamplerClient:
         deadline = time.monotonic() + self.start_timeout_s
         while not port_file.exists():
             if self.proc.poll() is not None:
+                if self._stopping or self.proc.returncode == -signal.SIGINT:  # our shutdown's kill, or Ctrl-C
+                    self._stopping = True
+                    raise SamplerError("the sampler was stopped while starting: the run is stopping (its own "
+                                       "shutdown or Ctrl-C, not a crash)")
                 raise SamplerError(f"sampler process exited with code {self.proc.returncode} while starting "
                                    f"({' '.join(cmd)}); log tail:\n{self._log_tail()}")
             if time.monotonic() > deadline:
@@ -227,6 +238,10 @@ class SamplerClient:
                     raise SamplerError(f"the sampler at {self.address} was stopped while a request was in flight "
                                        f"({type(e).__name__})") from e
                 dead = self.proc is not None and self.proc.poll() is not None
+                if dead and self.proc.returncode == -signal.SIGINT:  # Ctrl-C reached its process group too
+                    self._stopping = True
+                    raise SamplerError(f"the sampler at {self.address} was interrupted (SIGINT: Ctrl-C); the run "
+                                       "is stopping, so it is not restarted") from e
                 cause = (f"sampler process died (exit code {self.proc.returncode})" if dead else
                          f"no answer from the sampler at {self.address} within {timeout_s:.0f}s"
                          if isinstance(e, TimeoutError) else f"connection to the sampler at {self.address} failed")

@@ -18,7 +18,8 @@ The contract:
     closed and dropped with a warning naming it and its log; its part is cut again (at batch boundaries) over
     the clients left and re-sent, with the same offsets, so the result is unchanged and nothing is lost. A
     `SamplerRequestError` (a bad request: every server would refuse it) is raised once the parts in flight are
-    back, never retried. With no client left, `SamplerError`.
+    back, never retried. With no client left, `SamplerError`. A failure while the fleet is being stopped (`kill`,
+    `close`, or Ctrl-C reaching a server: `SamplerClient.stopping`) is the run stopping: raised, nothing re-sent.
   * One request per client at a time; the fleet itself serves one caller at a time (the trainer serialises).
 """
 
@@ -62,6 +63,7 @@ class SamplerFleet:
         self._all = list(clients)
         self._live = list(clients)
         self._max_batch: int | None = None
+        self._stopping = False  # kill() or close(): a failing part is the run stopping, not a server to replace
 
     @property
     def clients(self) -> tuple[SamplerClient, ...]:
@@ -116,11 +118,15 @@ class SamplerFleet:
         idle = list(self._live)  # every live client is idle or running
         error: BaseException | None = None
 
+        stopped: set[int] = set()  # clients that failed because the run is stopping (asked before closing them)
+
         def send(client: SamplerClient, start: int, stop: int) -> list[list[Completion]]:
             try:
                 return client.generate(prompts[start:stop], sampling, num_samples, seed, min_policy_version,
                                        wait_timeout_s, prompt_offset=prompt_offset + start)
             except SamplerError:
+                if client.stopping:
+                    stopped.add(id(client))
                 _close_quietly(client)  # a hung server must not keep its cores
                 raise
 
@@ -138,6 +144,9 @@ class SamplerFleet:
                         done[start] = future.result()
                         idle.append(client)
                     except SamplerError as e:
+                        if self._stopping or id(client) in stopped:
+                            error = error or e  # our own shutdown (or Ctrl-C): nothing to drop or re-send
+                            continue
                         self._drop(client, e)
                         if not self._live:
                             error = error or SamplerError(f"no sampler left in the fleet: all {len(self._all)} "
@@ -156,12 +165,14 @@ class SamplerFleet:
 
     def close(self) -> None:
         """Close every client (live or dropped): stops the servers they started."""
+        self._stopping = True
         for client in self._all:
             _close_quietly(client)
 
     def kill(self) -> None:
         """Stop every member's server at once (`SamplerClient.kill`): a request in flight fails, none is re-sent
         to a live member because none is left."""
+        self._stopping = True
         for client in self._all:
             try:
                 client.kill()

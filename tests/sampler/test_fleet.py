@@ -114,6 +114,10 @@ class _Fake:
 
     def __init__(self, fail: Exception | None = None) -> None:
         self.fail, self.proc, self.address, self.calls = fail, None, ("fake", 0), []
+        self.stopping = False
+
+    def kill(self):
+        self.stopping = True
 
     def ping(self):
         return {"max_batch": 4}
@@ -142,6 +146,24 @@ def test_failover_and_bad_requests_without_processes(caplog):
     with pytest.raises(SamplerRequestError, match="too_large"):
         bad.generate(prompts, num_samples=2)
     assert len(bad) == 2
+
+
+def test_a_fleet_stopped_by_its_own_shutdown_neither_drops_nor_resends(caplog):
+    """Issue 46 item 15: on Ctrl-C the log said "re-sending prompts" for the samplers our shutdown had stopped."""
+    prompts = [np.array([i + 1]) for i in range(10)]
+    fleet = None
+
+    class _StoppedMidRequest(_Fake):
+        def generate(self, *args, **kwargs):
+            fleet.kill()  # the trainer's shutdown, while this request is in flight
+            raise SamplerError("the sampler at fake was stopped while a request was in flight")
+
+    stopped, good = _StoppedMidRequest(), _Fake()
+    fleet = SamplerFleet([stopped, good])
+    with caplog.at_level(logging.WARNING, logger="swerl_jax.sampler"), pytest.raises(SamplerError, match="stopped"):
+        fleet.generate(prompts, num_samples=2)
+    assert "re-sending" not in caplog.text and "dropping" not in caplog.text, caplog.text
+    assert len(good.calls) <= 1  # its own part at most: nothing re-sent to it
 
 
 def test_a_bad_cpus_flag_fails_the_server_start_naming_it(tmp_path, monkeypatch):
