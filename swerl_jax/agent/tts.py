@@ -27,6 +27,7 @@ from swerl_jax.agent.rollout import SYSTEM, ChatFormat, run_episodes
 from swerl_jax.agent.sft import Scripted, gold_actions
 from swerl_jax.agent.synthetic import SyntheticTasks
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
+from swerl_jax.data.paths import config_paths, user_path
 from swerl_jax.eval.agentless.backends import EngineChat
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings
 from swerl_jax.resolve import resolve_config
@@ -160,13 +161,15 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(rest)
     c = load_experiment_config(args.config)
     apply_overrides(c, overrides)
+    # the paths typed or defaulted, absolute once: from the current directory, else the repository root
+    config_paths(c, ("weights", "hf_dir", "instances", "repos"), keep=("synthetic",))
     bad = [s for s in str(c.selectors).split(",") if s not in scaling.SELECTORS]
     if bad:
         raise ValueError(f"selectors: {bad} are not among {scaling.SELECTORS}")
     for key in ("k", "max_turns", "env_workers"):
         if int(c[key]) < 1:
             raise ValueError(f"{key}={c[key]} must be >= 1")
-    out = pathlib.Path(args.out)
+    out = pathlib.Path(user_path(args.out))
     refuse_other_config(out / "tts_config.json", json.loads(c.to_json()))  # finished batches are reused
 
     from swerl_jax.sampler import source as policy_source

@@ -21,6 +21,7 @@ import glob
 import os
 import pathlib
 from collections.abc import Sequence
+from typing import Any
 
 JSONL = ".jsonl"
 ARRAY_RECORD = ".array_record"
@@ -45,6 +46,15 @@ def config_path(entry: str | os.PathLike) -> str:
         if os.path.exists(candidate):
             return os.path.abspath(candidate)
     return os.path.abspath(text)
+
+
+def config_paths(config: Any, keys: Sequence[str], keep: Sequence[str] = ()) -> None:
+    """Make each of `keys` in `config` (a ConfigDict or dict) a `config_path`, in place; empty values and the
+    names in `keep` (values that are not paths, such as "synthetic") stay."""
+    for key in keys:
+        value = str(config[key] or "")
+        if value and value not in keep:
+            config[key] = config_path(value)
 
 
 def _kind(path: str) -> str | None:

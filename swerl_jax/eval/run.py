@@ -12,7 +12,7 @@ import pathlib
 import sys
 
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
-from swerl_jax.data.paths import config_path, user_path
+from swerl_jax.data.paths import config_paths, user_path
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
 from swerl_jax.eval.harness import index_instances
 from swerl_jax.sampler import source as policy_source
@@ -87,14 +87,6 @@ def evaluated_model(c) -> dict:
 PATH_KEYS = ("instances", "repos", "weights", "hf_dir")  # files and folders the eval config reads
 
 
-def absolute_paths(c) -> None:
-    """The eval config's paths made absolute once, before anything reads them: from the current directory, else
-    from the repository root (the defaults `../shared/data/...` from any directory), as data.* paths are."""
-    for key in PATH_KEYS:
-        if str(c[key]):
-            c[key] = config_path(str(c[key]))
-
-
 def check_out_dir(out: pathlib.Path, c) -> None:
     """Refuse an --out that holds a run of another config (its predictions would be reused), listing the keys."""
     from swerl_jax.runs.rundir import refuse_other_config
@@ -113,7 +105,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(rest)
     c = load_experiment_config(args.config)
     apply_overrides(c, overrides)
-    absolute_paths(c)
+    # its paths absolute once, before anything reads them: from the current directory, else from the repository
+    # root (the defaults `../shared/data/...` from any directory), as data.* paths are
+    config_paths(c, PATH_KEYS)
     if c.backend not in BACKENDS:
         close = difflib.get_close_matches(str(c.backend), BACKENDS, n=1)
         raise ValueError(f"backend={c.backend!r} is not one of {BACKENDS}"

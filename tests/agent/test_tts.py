@@ -44,3 +44,23 @@ def test_tts_command_runs_every_stage_and_reports(agent_tts_tiny_run):
                            text=True, timeout=300)
     assert again.returncode == 2 and "holds results of another config (verifier.num_steps: 2 -> 3)" in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_relative_weights_of_another_model_are_one_line_from_outside_the_clone(tmp_path, monkeypatch):
+    """Issue 46 items 9 and 10: `--config.weights=RUN/policy` typed relative (and `--config=experiments/...` from
+    outside the clone) resolve from the current directory, and weights of another model than the policy config's
+    are one line naming both before the --out folder is made (they reached Orbax, which refuses relative paths)."""
+    import pytest
+
+    from swerl_jax.agent import tts
+    from swerl_jax.model.convert import CheckpointError
+    from tests.eval.fake_runs import small_run
+
+    small_run(tmp_path / "T", model="tiny")  # agent_tts.py:tiny's policy is tiny_cpu's demo-7m
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError) as err:
+        tts.main(["--config=experiments/agent_tts.py:tiny", "--out=o", "--config.weights=T/policy"])
+    assert str(err.value).startswith(f"weights {tmp_path / 'T' / 'policy'}: the weights are model.name='tiny' "
+                                     f"({tmp_path / 'T' / 'config.json'}), but policy=experiments/tiny_cpu.py is "
+                                     "model.name='demo-7m'"), err.value
+    assert not (tmp_path / "o").exists()
