@@ -31,7 +31,8 @@ import socket
 import sys
 import threading
 
-from swerl_jax.resolve import resolve_config
+from swerl_jax.data.paths import user_path
+from swerl_jax.resolve import absolute_paths, resolve_config
 from swerl_jax.runs import affinity
 from swerl_jax.sampler import protocol
 from swerl_jax.sampler.engine import SamplingEngine
@@ -296,7 +297,8 @@ def main(argv: list[str]) -> None:
     if bool(f.config) == bool(f.config_json):
         raise app_usage_error("give exactly one of --config (an experiment file) and --config_json (a saved config)")
     # the typed sections (swerl_jax.config): a bad key or value fails here, naming it, before any weights load
-    config = resolve_config(f.config or json.loads(open(f.config_json).read()))
+    # the config's paths absolute once (a --config's model.hf_dir, sampler.weights_dir: from the current directory)
+    config = resolve_config(absolute_paths(f.config) if f.config else json.loads(open(f.config_json).read()))
     # sampler.cpus (or --cpus, one fleet member's share): before the engine starts JAX's CPU backend (its thread
     # pool is sized from these cores)
     cpus, key = (f.cpus, "--cpus") if f.cpus else (str(config.sampler.cpus), "sampler.cpus")
@@ -309,7 +311,7 @@ def main(argv: list[str]) -> None:
     host = f.host or config.sampler.host
     port = f.port if f.port >= 0 else config.sampler.port
     secret = os.environ.get(f.secret_env, "").encode() or None
-    weights_dir = f.weights_dir or config.sampler.weights_dir
+    weights_dir = user_path(f.weights_dir) or config.sampler.weights_dir  # Orbax refuses a relative path
     server = server_from_config(config, host=host, port=port, secret=secret, weights_dir=weights_dir,
                                 with_tokenizer=f.tokenizer)
     if f.port_file:

@@ -254,3 +254,18 @@ def test_kill_ends_a_request_waiting_for_a_version_at_once(tmp_path):
     with pytest.raises(SamplerError, match="was stopped"):
         client.ping()
     server.shutdown()
+
+
+def test_a_relative_weights_dir_is_the_current_directorys(tmp_path, monkeypatch):
+    """Issue 46 item 9: `--weights_dir runs/X/policy` (relative) reached Orbax, which refuses relative paths: the
+    server exited while starting."""
+    from tests.conftest import REPO_ROOT
+
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(JAX_CACHE))
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    weights.publish(tmp_path / "runs" / "X" / "policy", init_params(get_model_config("tiny"), jax.random.PRNGKey(2)),
+                    4)
+    monkeypatch.chdir(tmp_path)  # the server process starts here too
+    with SamplerClient(config_path=str(REPO_ROOT / "experiments" / "tiny_cpu.py"), overrides=OVERRIDES,
+                       weights_dir="runs/X/policy", timeout_s=120, max_restarts=0, log_dir=str(tmp_path / "log")) as c:
+        assert c.ping()["policy_version"] == 4
