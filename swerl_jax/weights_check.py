@@ -3,7 +3,7 @@ mismatch is one line naming both models instead of Orbax's tree-structure or sha
 after the run's folder was made).
 
     check_hf_checkpoint(config)                        # train: model.hf_dir's family, shape, shards; the tokenizer
-    check_stored_weights(path, model_config, what="--weights runs/T/policy", config_name="experiments/tiny_cpu.py")
+    check_stored_weights(path, config, what="--weights runs/T/policy", config_name="experiments/tiny_cpu.py")
 
 A run's `config.json` sits beside `policy/` and `checkpoints/`: it names the model the weights were trained as.
 """
@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import pathlib
 from typing import Any
+
+import jax
 
 from swerl_jax.model.config import LlamaConfig
 from swerl_jax.model.convert import CheckpointError, checkpoint_tensors
@@ -43,19 +45,19 @@ def check_tokenizer_fits(model: Any, vocab_size: int) -> None:
     """CheckpointError (a ValueError) naming model.name and model.tokenizer when the tokenizer has ids past the
     model's vocabulary: the embedding lookup would clamp them to its last row (the SFT trainer checks each batch
     too, but only after the run's folder exists)."""
-    from swerl_jax.tokenizer import tokenizer_for
+    from swerl_jax.tokenizer import tokenizer_for, tokenizer_path
 
     size = len(tokenizer_for(model))
     if size > vocab_size:
-        raise CheckpointError(f"model.tokenizer={str(model.tokenizer) or 'smollm2'!r} has {size} tokens (ids up to "
-                         f"{size - 1}), outside model.name={str(model.name)!r}'s vocabulary of {vocab_size}: the "
-                         "model has no row for them; pick a model whose vocab_size covers the tokenizer (e.g. "
-                         "testbed-* with 'testbed', demo-7m or smollm2-135m with SmolLM2's)")
+        raise CheckpointError(
+            f"model.tokenizer={tokenizer_path(model) or 'smollm2'!r} has {size} tokens (ids up to {size - 1}), outside "
+            f"model.name={str(model.name)!r}'s vocabulary of {vocab_size}: the model has no row for them; pick a model "
+            "whose vocab_size covers the tokenizer (e.g. testbed-* with 'testbed', demo-7m or smollm2-135m with "
+            "SmolLM2's)")
 
 
 def stored_shapes(path: str | pathlib.Path, subtree: str | None = None) -> Shapes:
     """{leaf path "a/b/c": shape} of an Orbax checkpoint at `path` (under `subtree`), from its metadata only."""
-    import jax
     import orbax.checkpoint as ocp
 
     checkpointer = ocp.StandardCheckpointer()
@@ -66,19 +68,17 @@ def stored_shapes(path: str | pathlib.Path, subtree: str | None = None) -> Shape
     tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta
     if subtree:
         tree = tree[subtree]
-    return _flat_shapes(tree, jax)
+    return _flat_shapes(tree)
 
 
 def model_shapes(model_config: LlamaConfig) -> Shapes:
     """{leaf path: shape} of `model_config`'s params (traced, nothing allocated)."""
-    import jax
-
     from swerl_jax.model.llama import init_params
 
-    return _flat_shapes(jax.eval_shape(lambda: init_params(model_config, jax.random.PRNGKey(0))), jax)
+    return _flat_shapes(jax.eval_shape(lambda: init_params(model_config, jax.random.PRNGKey(0))))
 
 
-def _flat_shapes(tree: Any, jax: Any) -> Shapes:
+def _flat_shapes(tree: Any) -> Shapes:
     leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
     return {"/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path): tuple(leaf.shape)
             for path, leaf in leaves}
@@ -119,7 +119,7 @@ def describe_model(model: Any) -> str:
 
 
 def check_stored_weights(path: str | pathlib.Path, config: Any, what: str, config_name: str,
-                         subtree: str | None = None, hint: str = "") -> None:
+                         subtree: str | None = None) -> None:
     """CheckpointError, one line, when the Orbax weights at `path` (under `subtree`) are not shaped as `config`'s
     model: naming `what` (how the user named the weights), the checkpoint's model (its run's config.json) and the
     config's (`config_name`), and the first tensor that differs."""
@@ -132,4 +132,4 @@ def check_stored_weights(path: str | pathlib.Path, config: Any, what: str, confi
         said = f"the weights are {theirs}, but {config_name} is {ours}"
     else:  # no run folder says otherwise (or it says the same model): the weights are simply not that model
         said = f"the weights are not {config_name}'s {ours}"
-    raise CheckpointError(f"{what}: {said} ({difference}){'; ' + hint if hint else ''}")
+    raise CheckpointError(f"{what}: {said} ({difference})")
