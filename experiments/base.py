@@ -170,6 +170,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sft.learning_rate = 1e-5
     c.sft.micro_batch_size = 0  # sequences per micro-batch (gradient accumulation); 0: the whole batch at once
     c.sft.prompt_loss_weight = 0.0  # > 0: the prompt's tokens join the loss with this weight (0: answer only)
+    # True: whole examples packed side by side into rows (batching.pack_segments; attention within an example),
+    # the same loss on fewer padded tokens (the CPU testbed's SFT steps: BENCHMARKS.md "The testbed's first hour")
+    c.sft.pack = False
 
     # Agentic RL (rl.task = "agent"): episodes in sandboxed checkouts with R2E-Gym's tools (swerl_jax/agent/).
     # Synthetic tasks (data.synthetic_num_records, data.synthetic_repos: bugs with hidden unit tests) unless

@@ -83,6 +83,12 @@ def validate_config(config: Any, check_files: bool = True) -> None:
                              "compact-filtered samples)")
         _check_staleness(config)
     micro_batches(int(config.sft.batch_size), int(config.sft.micro_batch_size), "sft.micro_batch_size")
+    one_sequence_kernel = config.model.attention_impl in ("cudnn", "pallas")
+    if bool(config.sft.pack) and (int(config.sft.micro_batch_size) or one_sequence_kernel):
+        raise ValueError(f"sft.pack=True packs a batch into a varying number of rows, attending within each example: "
+                         f"it needs sft.micro_batch_size=0 (got {config.sft.micro_batch_size}) and an attention kernel "
+                         f"that takes any mask (model.attention_impl None, 'xla' or 'cudnn_masked'; got "
+                         f"{config.model.attention_impl!r})")
     if not 0 <= float(config.sft.prompt_loss_weight) <= 1:
         raise ValueError(f"sft.prompt_loss_weight must be in [0, 1] (0: the answer only), got "
                          f"{config.sft.prompt_loss_weight}")
