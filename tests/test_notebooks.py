@@ -1,5 +1,6 @@
 """The analysis notebooks execute headless (nbclient) without a cell error and draw their figures."""
 
+import json
 import re
 
 import nbformat
@@ -117,11 +118,19 @@ def test_advantage_notebook_overlays_other_runs_and_names_a_missing_step(tmp_pat
     from swerl_jax.analysis.simulate import simulate_run
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    other = simulate_run(tmp_path / "seed1", num_steps=2, seed=1)
+    runs = [simulate_run(tmp_path / f"seed{seed}", num_steps=2, seed=seed) for seed in (0, 1)]
+    for run, off_policy in zip(runs, ("plain", "decoupled")):  # as an rl.off_policy ablation's configs
+        (run / "config.json").write_text(json.dumps({"rl": {"advantage": "grpo", "off_policy": off_policy},
+                                                     "optim": {"learning_rate": 2e-4}, "seed": 0}))
+    main, other = runs
     nb = execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None,
-                          {"run_mode": "simulate", "num_steps": 2, "compare_with": str(other)}, timeout_s=300)
+                          {"workdir": str(main), "compare_with": str(other)}, timeout_s=300)
     text = _text(nb)
     assert "| seed1 |" in text and text.count("| 2 |") >= 2  # one table row per run, 2 steps each
+    # issue 46 item 4: the key the runs differ in has its column, and a learning rate of 2e-4 is not 0.000
+    (header,) = [line for line in text.splitlines() if line.startswith("| run |")]
+    assert "| rl.off_policy |" in header and "| optim.learning_rate |" in header
+    assert "| 0.0002 | 0 | plain |" in text and "| 0.0002 | 0 | decoupled |" in text
     with pytest.raises(CellExecutionError, match=r"step=9 has no rollouts in .*; steps with rollouts: \[1, 2\]"):
         execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None,
                          {"workdir": str(other), "step": 9}, timeout_s=300)

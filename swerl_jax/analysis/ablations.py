@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from swerl_jax.analysis.rewards import format_number
 from swerl_jax.config import load_experiment_config, parse_value
 from swerl_jax.runs.metrics import read_metrics
 
@@ -42,8 +43,9 @@ class Interval:
     n: int
 
     def text(self, scale: float = 1.0, digits: int = 3) -> str:
-        """`mean [lo, hi]` (times `scale`)."""
-        return f"{self.mean * scale:.{digits}f} [{self.lo * scale:.{digits}f}, {self.hi * scale:.{digits}f}]"
+        """`mean [lo, hi]` (times `scale`), each as `rewards.format_number` writes it (2e-4 is not 0.000)."""
+        return (f"{format_number(self.mean * scale, digits)} [{format_number(self.lo * scale, digits)}, "
+                f"{format_number(self.hi * scale, digits)}]")
 
 
 def load_sweep(workdir: str | pathlib.Path) -> dict:

@@ -23,6 +23,12 @@ def test_t_interval_by_hand():
     assert ab.t_interval([math.nan]).n == 0
 
 
+def test_an_interval_of_small_values_keeps_them():
+    # issue 46 item 4's kind: a mean of 2e-4 (a KL, a learning rate) printed as 0.000 [0.000, 0.000]
+    assert ab.Interval(2e-4, 1e-4, 3.5e-4, 3).text() == "0.0002 [0.0001, 0.00035]"
+    assert ab.Interval(15.0, 10.0, 20.0, 2).text() == "15.000 [10.000, 20.000]"
+
+
 def test_paired_difference_by_hand():
     a, b = {0: 1.0, 1: 2.0, 2: 4.0, 3: 9.0}, {0: 0.0, 1: 1.0, 2: 2.0}  # seed 3 has no pair
     diff, p = ab.paired_difference(a, b)  # diffs 1, 1, 2: mean 4/3, sd 1/sqrt(3)
