@@ -73,6 +73,9 @@ def test_variant_table_reads_a_sweep(tmp_path):
     # a metric no run logs is refused with a did-you-mean (issue 31.9: it was a table of nan [nan, nan])
     with pytest.raises(KeyError, match=r"'eval/scor' is logged by no finished run .*did you mean 'eval/score'"):
         ab.variant_table(index, ["eval/scor"])
+    # what a notebook draws: the metrics some finished run logged (the failed run's are not counted), in order
+    assert ab.split_logged(index, ["eval/score", "kl", "r", "eval/resolved_rate"]) == (
+        ["eval/score", "r"], ["kl", "eval/resolved_rate"])
 
 
 def test_a_declared_sweep_whose_first_variant_overrides_nothing_is_named_base():
