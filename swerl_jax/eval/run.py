@@ -109,8 +109,10 @@ def check_out_dir(out: pathlib.Path, c) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """CLI entry point; returns {"predictions": [...], "report": harness report or None}."""
-    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval run", description=__doc__.split("\n")[0])
+    """CLI entry point; returns {"predictions": [...], "report": harness report or None, "failed": [ids with no
+    prediction], "summary": summary.json's content}."""
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval run", description=__doc__,  # all of it: line 1 is cut
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="experiments/eval_agentless_mini.py[:cpu]")
     p.add_argument("--out", required=True, help="directory for predictions.jsonl, trajectories/, harness/")
     p.add_argument("--no-progress", action="store_true")

@@ -163,3 +163,11 @@ def test_the_predictions_label_names_what_was_evaluated(tmp_path, monkeypatch):
     assert eval_run.evaluated_model(exported)["model_name"] == str(tmp_path / "qwen3-export")
     assert eval_run.evaluated_model(mine)["model_name"] == "mine"
     assert eval_run.evaluated_model(served)["model_name"] == "Qwen/Qwen3-8B"
+
+
+def test_help_shows_the_whole_description(capsys):
+    """Issue 46.15's kind: the description was the docstring's first line, the usage cut at its colon."""
+    with pytest.raises(SystemExit):
+        eval_run.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Agentless Mini over SWE-bench instances with a policy" in text and "resolved N/M" in text
