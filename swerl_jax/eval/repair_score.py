@@ -277,9 +277,13 @@ def main(argv: list[str] | None = None) -> RepairScore:
                          f"({result.skipped or 'no records'}); nothing written")
     write_answer_rows(out / "repair.jsonl", rows)
     (out / SETTINGS).write_text(json.dumps(settings, indent=1))
+    malformed: dict[str, int] = {}  # why answers scored -1, per reason
+    for row in rows:
+        if row["format_error"] is not None:
+            malformed[row["format_error"]] = malformed.get(row["format_error"], 0) + 1
     summary = {**dataclasses.asdict(result), "samples": args.samples, "temperature": args.temperature,
-               "config": args.config, "weights": args.weights, "policy_version": policy_version,
-               "evaluated": evaluated}
+               "config": args.config, "config_overrides": {k: v for k, v in overrides}, "weights": args.weights,
+               "policy_version": policy_version, "evaluated": evaluated, "format_errors": malformed}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"evaluated: {evaluated['what']}", flush=True)
     print(result.line(), flush=True)

@@ -193,7 +193,11 @@ def test_other_settings_into_an_existing_out_are_refused_as_eval_run_refuses_the
     with pytest.raises(ValueError, match=r"\(config.seed: 0 -> 3\)"):
         rs.main([*common, "--config.seed=3"])
     assert [(tmp_path / "o" / name).read_text() for name in ("summary.json", "repair.jsonl")] == written
-    rs.main([*common, "--temperature=0"])  # the same settings (0 is 0.0): run again, into the same --out
+    rs.main([*common, "--temperature=0", "--config.seed=0"])  # the same settings: run again, into the same --out
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())  # names what it scored, and how it failed
+    assert summary["config_overrides"] == {"seed": "0"} and summary["config"] == "experiments/tiny_cpu.py"
+    assert sum(summary["format_errors"].values()) == summary["answers"] - round(summary["format_rate"]
+                                                                                * summary["answers"])
     (tmp_path / "o" / "repair_settings.json").unlink()  # results whose settings are not recorded: not overwritten
     with pytest.raises(ValueError, match=r"holds repair-score results whose settings are not recorded"):
         rs.main(common)
