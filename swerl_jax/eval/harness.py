@@ -248,10 +248,8 @@ def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[d
 
     graded = outcomes.GRADED
     counts: dict[str, int] = {}
-    for result in results.values():
-        counts[result["status"]] = counts.get(result["status"], 0) + 1
-    for error in errors:
-        counts[error["status"]] = counts.get(error["status"], 0) + 1
+    for status in [r["status"] for r in results.values()] + [e["status"] for e in errors]:
+        counts[status] = counts.get(status, 0) + 1
     report = {**(named or {}), "total_instances": len(asked),
         "submitted_instances": len(results) + len(errors),
         "completed_instances": len(having(lambda r: r["status"] in graded)),
