@@ -184,12 +184,16 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def kept_predictions(path: pathlib.Path, asked: set[str]) -> dict[str, dict]:
-    """{instance_id: prediction} of the predictions file for the instances asked about (none when it is absent)."""
+    """{instance_id: prediction} of the predictions file for the instances asked about (none when it is absent);
+    a line cut by a killed run is skipped here, as the pipeline skips it (the harness reports it)."""
     have = {}
     for line in path.read_text().splitlines() if path.exists() else []:
-        row = json.loads(line)
-        if row.get("instance_id") in asked:
-            have[row["instance_id"]] = row
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and row.get("instance_id") in asked and row["instance_id"] not in have:
+            have[row["instance_id"]] = {**row, "model_patch": row.get("model_patch") or ""}
     return have
 
 

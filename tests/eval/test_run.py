@@ -123,6 +123,8 @@ def test_the_rate_is_over_every_instance_asked_and_the_models_failure_is_kept(sh
     assert summary["evaluated"]["model_name"] == "oracle-gold-patches" and summary["config"].endswith(":cpu")
     assert summary["eval_config"]["backend"] == "oracle" and "nowhere" in summary["no_prediction"]["nowhere__repo-1"]
     assert summary["empty_patch"] == {"pallets__flask-4992": "localization found no file of the repository"}
+    with open(tmp_path / "out" / "predictions.jsonl", "a") as f:
+        f.write('{"instance_id": "nowhere__re')  # a line cut by a killed run: skipped (it was a traceback)
     again = eval_run.main(argv)  # the model's failure is kept; the infrastructure's is tried again
     assert [m["instance_id"] for m in again["predictions"]] == ["nowhere__repo-1"]
     out = capsys.readouterr().out.strip().splitlines()

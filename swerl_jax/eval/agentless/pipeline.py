@@ -176,6 +176,10 @@ def run_instances(instances: list[dict], repos_dir: pathlib.Path, out: pathlib.P
                 done.add(json.loads(line)["instance_id"])
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
+    if predictions_file.exists() and not predictions_file.read_bytes().endswith(b"\n") \
+            and predictions_file.stat().st_size:
+        with open(predictions_file, "a") as f:  # a killed run's cut last line: the next prediction must not join it
+            f.write("\n")
     todo = [inst for inst in instances if inst["instance_id"] not in done]
     if progress:
         from tqdm.auto import tqdm

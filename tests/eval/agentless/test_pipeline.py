@@ -112,9 +112,11 @@ def test_a_model_that_localizes_nothing_is_an_empty_prediction_with_its_reason_n
 
     args = ([instances[0]], shared_data / "repos", tmp_path / "out", prose, len,
             pipeline.AgentlessSettings(num_samples=2))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "predictions.jsonl").write_text('{"instance_id": "cut by a kil')  # a killed run's last line
     (made,) = pipeline.run_instances(*args, progress=False)
     assert made["model_patch"] == "" and "error" not in made
     assert made["empty_patch_reason"] == "localization found no file of the repository"
-    (kept,) = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
-    assert kept == made
+    cut, kept = (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()
+    assert json.loads(kept) == made  # on a line of its own, not glued to the cut one
     assert pipeline.run_instances(*args, progress=False) == [] and calls == [2]  # kept: not asked again
