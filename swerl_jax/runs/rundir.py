@@ -151,10 +151,11 @@ def record_config(workdir: str | os.PathLike, config_json: str, allow_change: bo
     return steps
 
 
-def refuse_other_config(previous: pathlib.Path, new: dict, ignore: tuple[str, ...] = ()) -> None:
+def refuse_other_config(previous: pathlib.Path, new: dict, ignore: tuple[str, ...] = (),
+                        what: str = "another config") -> None:
     """ValueError listing every changed key when `previous` (an output folder's recorded config JSON) differs from
-    `new` outside the `ignore` prefixes: an evaluation's results are reused on resume, so another config must not
-    resume into them."""
+    `new` outside the `ignore` prefixes: an evaluation's results are reused on resume (or overwritten), so another
+    config must not run into them. `what` names the other side in the message."""
     if not previous.exists():
         return
     old, cur = flatten(json.loads(previous.read_text())), flatten(new)
@@ -162,5 +163,5 @@ def refuse_other_config(previous: pathlib.Path, new: dict, ignore: tuple[str, ..
                if not (ignore and k.startswith(ignore)) and old.get(k) != cur.get(k)]
     if changes:
         lines = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes)
-        raise ValueError(f"{previous.parent} holds results of another config ({lines}): choose another --out, or "
+        raise ValueError(f"{previous.parent} holds results of {what} ({lines}): choose another --out, or "
                          f"remove {previous.parent} to start over")
