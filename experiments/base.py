@@ -92,7 +92,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # earlier groups while later ones are generated, at the cost of smaller decode batches.
     c.sampler.prompts_per_request = 0
     c.sampler.request_timeout_s = 600.0
-    c.sampler.num_processes = 1  # > 1: a fleet of sampler processes, each on its share of sampler.cpus/devices
+    # > 1: a fleet of sampler processes, each on its share of sampler.cpus/devices; a request is dealt out by engine
+    # batches, so processes beyond a request's batches stay idle (a run says so at start)
+    c.sampler.num_processes = 1
     c.sampler.cpus = ""  # cores the sampler process runs on, e.g. "0" ("": any), so it and the trainer don't share
     # GPUs the sampler processes run on (CUDA_VISIBLE_DEVICES, physical ids), split like sampler.cpus: e.g. "6-7"
     # with the trainer launched on 0-5 ("": the trainer's own, shared). launch/gpu_node_async.sh places both.
@@ -130,12 +132,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # trajectories get no final reward); False: their real rewards count in the group mean/std (ours).
     c.rl.baseline_excludes_filtered = False
     c.rl.old_logprobs = "sampler"  # sampler | recompute
-    c.rl.off_policy = "plain"  # plain: ratio vs old log-probs | decoupled: AReaL's decoupled PPO (stale batches)
+    # plain: ratio vs old log-probs | decoupled: AReaL's decoupled PPO (stale batches; not for results yet: a run
+    # with it warns at start, see rl.max_staleness)
+    c.rl.off_policy = "plain"
     c.rl.behav_weight_cap = 5.0  # decoupled: drop tokens with pi_prox / pi_behav above it (AReaL examples); 0: no cap
     c.rl.micro_batch_size = 0  # 0: the whole step's batch at once
     c.rl.update_epochs = 1  # optimizer updates on each step's batch (GRPO's mu; the paper: one per step)
     # Asynchronous RL: 0 is the synchronous loop (the papers'); k >= 1 collects step t + 1 while step t trains,
-    # from policy versions >= t - k (swerl_jax/rl/producer.py; use rl.off_policy = "decoupled" with it).
+    # from policy versions >= t - k (swerl_jax/rl/producer.py), with rl.off_policy = "plain" (as good as k = 0 on
+    # tiny_cpu); "decoupled" collapsed there at k = 1 and is not for results until that is explained (issue 47).
     c.rl.max_staleness = 0
     c.rl.trainer_memory_fraction = 0.0  # the trainer process's share of each GPU (see sampler.memory_fraction)
     c.rl.trainer_cpus = ""  # cores the trainer process runs on, e.g. "1" ("": any); see sampler.cpus
@@ -170,6 +175,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.sft.learning_rate = 1e-5
     c.sft.micro_batch_size = 0  # sequences per micro-batch (gradient accumulation); 0: the whole batch at once
     c.sft.prompt_loss_weight = 0.0  # > 0: the prompt's tokens join the loss with this weight (0: answer only)
+    # True: whole examples packed side by side into rows (batching.pack_segments; attention within an example),
+    # the same loss on fewer padded tokens (the CPU testbed's SFT steps: BENCHMARKS.md "The testbed's first hour")
+    c.sft.pack = False
 
     # Agentic RL (rl.task = "agent"): episodes in sandboxed checkouts with R2E-Gym's tools (swerl_jax/agent/).
     # Synthetic tasks (data.synthetic_num_records, data.synthetic_repos: bugs with hidden unit tests) unless

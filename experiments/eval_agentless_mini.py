@@ -36,7 +36,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.instances = "../shared/data/swebench_lite.json"
     c.instance_ids = "pallets__flask-4045,pallets__flask-4992" if cpu else ""  # comma-separated; "" = all
     c.repos = "../shared/data/repos"
-    c.model_name = "swerl_jax-smollm2-135m" if cpu else "swerl_jax"
+    # the predictions' model_name_or_path; "" = named after what is evaluated (WEIGHTS@vN, the hf_dir folder, ...)
+    c.model_name = ""
     c.seed = 0
     c.agentless = ConfigDict()
     c.agentless.num_samples = 2 if cpu else 500

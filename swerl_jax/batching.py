@@ -90,3 +90,55 @@ def score_positions(loss_mask: np.ndarray, multiple: int = 32) -> np.ndarray:
         idx = np.flatnonzero(on[i])
         out[i, :idx.size] = idx
     return out
+
+
+def pack_segments(prompts: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+                  target_masks: Sequence[Sequence[float]] | None, width_multiple: int = 64, row_multiple: int = 1,
+                  pad_id: int = PAD_ID) -> dict[str, np.ndarray]:
+    """Pack whole examples (prompt + target, never split) into as few rows as first-fit decreasing finds.
+
+    A batch of short examples padded to its longest (`pack_rows`) computes mostly padding: the CPU testbed's SFT
+    rows were 52% real tokens, and attention's cost grows with the square of the row. Packed rows hold several
+    examples side by side, each its own segment (`segment_ids` 1, 2, ... in the row; 0 is padding), which the
+    model keeps apart: attention only within a segment, RoPE positions restarting at 0 (`positions`). The loss is
+    the same token-mean: `loss_mask` [R, W] weighs column j by the target token at j + 1 of the same segment
+    (`target_masks`' weight, 1 without one), and `score_positions` lists those columns.
+
+    The row width W is the longest example rounded up to `width_multiple`; the row count R the fewest bins, the
+    same on every process and a multiple of `row_multiple` (the batch shards a process holds), padded with empty
+    rows. Examples keep their order within a row, so the packing is a pure function of the batch.
+    """
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("pack_segments: an example has an empty prompt (its first target token has no column to be "
+                         "predicted from)")
+    lengths = [len(p) + len(t) for p, t in zip(prompts, targets, strict=True)]
+    width = global_max(-(-max(lengths) // width_multiple) * width_multiple)
+    free: list[int] = []
+    rows_of: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        row = next((r for r, room in enumerate(free) if room >= lengths[i]), None)
+        if row is None:
+            free.append(width)
+            rows_of.append([])
+            row = len(free) - 1
+        free[row] -= lengths[i]
+        rows_of[row].append(i)
+    n = global_max(-(-len(rows_of) // row_multiple) * row_multiple)
+    tokens = np.full((n, width), pad_id, np.int32)
+    segments = np.zeros((n, width), np.int32)
+    positions = np.zeros((n, width), np.int32)
+    loss_mask = np.zeros((n, width), np.float32)
+    for r, members in enumerate(rows_of):
+        col = 0
+        for s, i in enumerate(sorted(members), start=1):
+            p, t = np.asarray(prompts[i]), np.asarray(targets[i])
+            end = col + len(p) + len(t)
+            tokens[r, col:end] = np.concatenate([p, t])
+            segments[r, col:end] = s
+            positions[r, col:end] = np.arange(end - col)
+            weights = np.ones(len(t), np.float32) if target_masks is None else np.asarray(target_masks[i], np.float32)
+            # target token k sits at column col + len(p) + k and is predicted from the column before it
+            loss_mask[r, col + len(p) - 1:end - 1] = weights
+            col = end
+    return {"tokens": tokens, "attention_mask": segments > 0, "segment_ids": segments, "positions": positions,
+            "loss_mask": loss_mask, "score_positions": score_positions(loss_mask)}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -116,6 +117,12 @@ class Policy:
     def shard(self, batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
         """This process's rows of a batch as global arrays split over the mesh's batch axes."""
         return sharding.shard_batch(batch, self.mesh, self.rules)
+
+    def local_batch_shards(self) -> int:
+        """How many batch shards this process's devices hold: a multiple of it is a row count `shard` can split."""
+        axes = dict(self.rules).get("activation_batch") or ()
+        shards = math.prod(self.mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes))
+        return max(1, shards // jax.process_count())
 
     def train_step(self, loss_fn: Callable, example_batch: dict[str, Any], num_micro_batches: int = 1,
                    key: Any = None) -> Callable[[TrainState, Any], tuple[TrainState, dict]]:

@@ -6,6 +6,7 @@ fail at load time, naming the key. `python -m swerl_jax.train`, the sampler serv
 `agent.tts`, the sweep and `launch/plan.py` call it; the trainers take its result.
 
     exp = resolve_config(config)                       # Experiment; TypeError / KeyError / ValueError name the key
+    start_warnings(exp)                                # lines for settings that run but will not do what they seem
     exp.rl.kl_coef, exp.sampler.mode                   # typed: float, one of ("process", "inline")
 
 This module sits above the domains it checks against; `swerl_jax.config` (loading) and `swerl_jax.sections`
@@ -102,6 +103,12 @@ def validate_config(config: Any, check_files: bool = True) -> None:
                              "compact-filtered samples)")
         _check_staleness(config)
     micro_batches(int(config.sft.batch_size), int(config.sft.micro_batch_size), "sft.micro_batch_size")
+    one_sequence_kernel = config.model.attention_impl in ("cudnn", "pallas")
+    if bool(config.sft.pack) and (int(config.sft.micro_batch_size) or one_sequence_kernel):
+        raise ValueError(f"sft.pack=True packs a batch into a varying number of rows, attending within each example: "
+                         f"it needs sft.micro_batch_size=0 (got {config.sft.micro_batch_size}) and an attention kernel "
+                         f"that takes any mask (model.attention_impl None, 'xla' or 'cudnn_masked'; got "
+                         f"{config.model.attention_impl!r})")
     if not 0 <= float(config.sft.prompt_loss_weight) <= 1:
         raise ValueError(f"sft.prompt_loss_weight must be in [0, 1] (0: the answer only), got "
                          f"{config.sft.prompt_loss_weight}")
@@ -153,6 +160,37 @@ def _check_staleness(config: Any) -> None:
     if str(config.sampler.devices).strip() and str(config.sampler.mode) == "inline":
         raise ValueError(f"sampler.devices={str(config.sampler.devices)!r} with sampler.mode='inline': an inline "
                          "sampler runs on the trainer's devices; set sampler.mode='process' or sampler.devices=''")
+
+
+def start_warnings(config: Experiment) -> list[str]:
+    """One line for each setting that runs but will not do what it seems (an entry point logs them once at start):
+    sampler processes of a fleet that no request reaches, and rl.off_policy='decoupled' (not for results yet)."""
+    rl, s = config.rl, config.sampler
+    if int(rl.num_steps) <= 0:
+        return []
+    out = []
+    n = int(s.num_processes)
+    if n > 1 and str(rl.task) == "repair":
+        # The fleet deals a request out by whole engine batches (sampler/fleet.py), one request at a time, so a
+        # request of fewer batches than processes leaves the rest idle. (The held-out evaluation's requests are
+        # sampler.max_batch prompts x 1 sample: one batch.) Agent episodes send turns of other sizes: not counted.
+        prompts = min(int(s.prompts_per_request) or int(rl.prompts_per_step), int(rl.prompts_per_step))
+        per_batch = max(1, int(s.max_batch) // int(rl.num_samples))
+        batches = -(-prompts // per_batch)
+        if batches < n:
+            out.append(
+                f"sampler.num_processes={n}: each sampler request holds {batches} engine batch"
+                f"{'es' if batches > 1 else ''} ({prompts} prompt(s) of sampler.prompts_per_request="
+                f"{s.prompts_per_request} / rl.prompts_per_step={rl.prompts_per_step}, x rl.num_samples="
+                f"{rl.num_samples}, in batches of sampler.max_batch={s.max_batch} rows = {per_batch} prompt(s)) and "
+                f"the fleet splits a request only at batch boundaries, so {n - batches} of the {n} sampler processes "
+                f"will never serve a request (standing by for a failed one); set sampler.num_processes={batches}, "
+                "or send more prompts per request")
+    if str(rl.off_policy) == "decoupled":
+        out.append("rl.off_policy='decoupled': not for results at this scale: at rl.max_staleness=1 it collapsed "
+                   "tiny_cpu on every seed into the all-malformed state (ABLATIONS.md), and the cause is under "
+                   "investigation (issue 47); rl.off_policy='plain' at k = 1 learned as well as k = 0")
+    return out
 
 
 def _check_agent(config: Any) -> None:

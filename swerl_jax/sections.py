@@ -162,6 +162,7 @@ class SFTSection:
     learning_rate: float
     micro_batch_size: int
     prompt_loss_weight: float
+    pack: bool
 
 
 @dataclasses.dataclass(frozen=True)

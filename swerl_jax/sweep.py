@@ -22,8 +22,8 @@ writes) and prints one line: the command that resumes.
 `DIR/index.json` lists every run: name, overrides, seed, status (done | failed | pending | running | conflict),
 workdir, log, the last logged metrics; `planned` names the runs of the last command. It is written atomically at
 every change and always lists every run the directory holds (runs of other seeds or commands stay listed).
-`--emit SCRIPT` writes `DIR/commands.sh`, one launcher line per run, instead of running; `--dry-run` checks and
-reports the runs and writes nothing.
+`--emit SCRIPT` writes `DIR/commands.sh`, one launcher line per run, instead of running (not with `--share-sft`,
+which only the sweep's own runs can honour: refused); `--dry-run` checks and reports the runs and writes nothing.
 
 `--share-sft` (with `--sft-from OTHER_SWEEP_DIR ...`): ablations of the RL stage (RL vs SFT, GRPO++ switches) all
 start from the same seeded SFT stage. A run whose resolved config equals a finished run's in everything but `rl.*`
@@ -211,6 +211,11 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
     runner = runner or run_child
     if sft_from and not share_sft:
         raise ValueError("--sft-from names sweeps whose SFT stages --share-sft reuses: pass --share-sft too")
+    if emit and share_sft:  # sharing copies a finished stage just before a run starts: only the sweep itself can
+        raise ValueError("--share-sft with --emit: the sweep copies a finished SFT stage into a run just before it "
+                         "starts, which a launcher's lines (run in any order, or at once) cannot wait for, so each "
+                         "emitted command would train its own SFT stage; run the sweep without --emit to share "
+                         "them, or drop --share-sft to emit")
     if emit and not (pathlib.Path(emit).is_file() or (REPO / emit).is_file() or shutil.which(emit)):
         near = difflib.get_close_matches(emit, [str(p) for p in pathlib.Path(emit).parent.glob("*")], n=1)
         raise FileNotFoundError(f"--emit {emit}: no such launcher" + (f" (did you mean {near[0]}?)" if near else ""))
@@ -333,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default="", help="comma-separated positions in the config's declared sweep to run "
                    "(default: all of them)")
     p.add_argument("--share-sft", action="store_true", help="start each run from a finished run's identical SFT "
-                   "stage (same config but rl.*) instead of training it again")
+                   "stage (same config but rl.*) instead of training it again (not with --emit)")
     p.add_argument("--sft-from", action="append", default=[], help="another sweep directory whose runs' SFT stages "
                    "--share-sft may reuse (repeatable)")
     p.epilog = OVERRIDE_HELP + ": applied to every run"

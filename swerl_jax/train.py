@@ -25,7 +25,7 @@ from swerl_jax import sharding
 from swerl_jax.cli import input_error_line
 from swerl_jax.config import config_file_arg, load_experiment_config, unknown_config_keys
 from swerl_jax.model.convert import CheckpointError
-from swerl_jax.resolve import absolute_paths, ensure_resolved, resolve_config
+from swerl_jax.resolve import absolute_paths, ensure_resolved, resolve_config, start_warnings
 from swerl_jax.rl.build import build_grpo_trainer
 from swerl_jax.runs import affinity, rundir
 from swerl_jax.runs.summary import summarize_run
@@ -53,6 +53,8 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
     A workdir with checkpoints is resumed; its config must match `config` in every field that changes results
     unless `allow_config_change` (`rundir.record_config`)."""
     config = ensure_resolved(config)  # typed sections; before anything starts or compiles, errors name the key
+    for line in start_warnings(config):  # settings that run but will not do what they seem: said once, at start
+        log.warning("%s", line)
     enable_compile_cache()
     if float(config.rl.trainer_memory_fraction) > 0:  # read when the GPU backend starts, below
         os.environ[affinity.MEM_FRACTION_ENV] = f"{float(config.rl.trainer_memory_fraction):.4g}"

@@ -60,4 +60,5 @@ def test_the_harness_writes_the_report_of_what_finished_on_ctrl_c(tmp_path, monk
                       "--no-progress", "--workers", "1"])
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["interrupted"] and report["resolved_ids"] == ["a"] and report["pending_ids"] == ["b", "c"]
+    assert report["outcome_counts"]["pending"] == 2 and report["no_prediction_ids"] == []  # had predictions
     assert "interrupted: 1 graded, 2 not" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import pytest
 
 from experiments import base, tiny_cpu
 from swerl_jax.config import unknown_config_keys
-from swerl_jax.resolve import load_run_config, resolve_config, validate_config
+from swerl_jax.resolve import load_run_config, resolve_config, start_warnings, validate_config
 
 
 def test_unknown_keys_name_the_closest_valid_one():
@@ -151,6 +151,29 @@ def test_a_run_directory_from_before_a_new_key_still_loads(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(old))
     with pytest.raises(KeyError, match="unknown config key rl.kl_coeff"):
         load_run_config(tmp_path)
+
+
+def test_start_warnings_name_an_idle_sampler_fleet_and_the_decoupled_objective():
+    """Issue 46 items 5 and 13: settings that run but will not do what they seem say so, once, at start."""
+    c = tiny_cpu.get_config()  # 1 prompt per request x 8 samples: one engine batch of 64 rows
+    assert start_warnings(resolve_config(c)) == []
+    c.sampler.num_processes = 2
+    (line,) = start_warnings(resolve_config(c))
+    assert line.startswith("sampler.num_processes=2: ") and "\n" not in line
+    assert "1 engine batch" in line and "1 of the 2 sampler processes will never serve a request" in line
+    assert "sampler.prompts_per_request=1" in line and "sampler.max_batch=64" in line
+    # computed, not assumed: a request of 16 prompts x 8 samples is 2 batches of 8 prompts, one per process
+    c.sampler.prompts_per_request, c.rl.prompts_per_step = 0, 16
+    assert start_warnings(resolve_config(c)) == []
+    c.sampler.num_processes = 3
+    (line,) = start_warnings(resolve_config(c))
+    assert "2 engine batches" in line and "1 of the 3 sampler processes" in line
+    c.sampler.num_processes = 1
+    c.rl.off_policy = "decoupled"
+    (line,) = start_warnings(resolve_config(c))
+    assert line.startswith("rl.off_policy='decoupled': not for results at this scale") and "issue 47" in line
+    c.rl.num_steps = 0  # no GRPO stage: nothing of the kind runs
+    assert start_warnings(resolve_config(c)) == []
 
 
 # --- --config.KEY=VALUE on every entry point (swerl_jax.config.split_overrides / apply_overrides) ---

@@ -1,5 +1,6 @@
 """The analysis notebooks execute headless (nbclient) without a cell error and draw their figures."""
 
+import json
 import re
 
 import nbformat
@@ -96,6 +97,32 @@ def test_ablation_notebook_on_a_tiny_real_sweep(tmp_path, monkeypatch):
         assert [r["step"] for r in run["rows"] if "eval/score" in r and "reward_mean" in r] == [1, 2]
 
 
+def test_ablation_notebook_on_a_sweep_without_held_out_eval(tmp_path):
+    """Issue 46 item 12: the README's sweep example logs no eval/* (eval.every_steps=0); the notebook says in one
+    line which metrics no finished run logged, leaves them out and still writes the rest (through
+    run_notebooks.main, as a user runs it)."""
+    runs = []  # a sweep directory as swerl_jax.sweep lays it out: index.json, one metrics.jsonl per run
+    for kind in ("continuous", "discrete"):
+        for seed in (0, 1):
+            wd = tmp_path / "sweep" / "runs" / f"{kind}-{seed}"
+            wd.mkdir(parents=True)
+            wd.joinpath("metrics.jsonl").write_text("".join(json.dumps(
+                {"step": step, "reward_mean": 0.1 * step + seed + (kind == "discrete"),
+                 "format_error_rate": 0.5 / step}) + "\n" for step in (1, 2, 3)))
+            runs.append({"name": wd.name, "overrides": {"reward.kind": kind}, "seed": seed, "workdir": str(wd),
+                         "status": "done"})
+    (tmp_path / "sweep" / "index.json").write_text(json.dumps({"config": "experiments/tiny_cpu.py", "runs": runs}))
+    out = tmp_path / "executed"
+    assert main(["ablation_analysis.ipynb", "--out", str(out), "-p", f"sweep_dir={tmp_path / 'sweep'}"]) == 0
+    text = _text(nbformat.read(out / "ablation_analysis.ipynb", as_version=4))
+    left_out = [line for line in text.splitlines() if "left out" in line]
+    assert left_out == ["not logged by any finished run (left out): reward_solved_frac, eval/score, eval/format_rate, "
+                        "eval/exact_rate"], left_out
+    assert "| variant | seeds | reward_mean | format_error_rate |" in text
+    assert "| reward.kind=discrete - reward.kind=continuous | reward_mean | 2 |" in text
+    assert "section 4 skipped: no finished run logged a held-out evaluation (eval/score)" in text
+
+
 def test_parameter_injection_and_cli_errors(tmp_path):
     nb = nbformat.read(NOTEBOOK_DIR / "advantage_analysis.ipynb", as_version=4)
     inject_parameters(nb, {"step": 2})
@@ -117,11 +144,19 @@ def test_advantage_notebook_overlays_other_runs_and_names_a_missing_step(tmp_pat
     from swerl_jax.analysis.simulate import simulate_run
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    other = simulate_run(tmp_path / "seed1", num_steps=2, seed=1)
+    runs = [simulate_run(tmp_path / f"seed{seed}", num_steps=2, seed=seed) for seed in (0, 1)]
+    for run, off_policy in zip(runs, ("plain", "decoupled")):  # as an rl.off_policy ablation's configs
+        (run / "config.json").write_text(json.dumps({"rl": {"advantage": "grpo", "off_policy": off_policy},
+                                                     "optim": {"learning_rate": 2e-4}, "seed": 0}))
+    main, other = runs
     nb = execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None,
-                          {"run_mode": "simulate", "num_steps": 2, "compare_with": str(other)}, timeout_s=300)
+                          {"workdir": str(main), "compare_with": str(other)}, timeout_s=300)
     text = _text(nb)
     assert "| seed1 |" in text and text.count("| 2 |") >= 2  # one table row per run, 2 steps each
+    # issue 46 item 4: the key the runs differ in has its column, and a learning rate of 2e-4 is not 0.000
+    (header,) = [line for line in text.splitlines() if line.startswith("| run |")]
+    assert "| rl.off_policy |" in header and "| optim.learning_rate |" in header
+    assert "| 0.0002 | 0 | plain |" in text and "| 0.0002 | 0 | decoupled |" in text
     with pytest.raises(CellExecutionError, match=r"step=9 has no rollouts in .*; steps with rollouts: \[1, 2\]"):
         execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None,
                          {"workdir": str(other), "step": 9}, timeout_s=300)

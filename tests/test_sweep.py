@@ -100,6 +100,14 @@ def test_emit_writes_one_launcher_line_per_run_and_runs_nothing(tmp_path):
         sweep.run_sweep(CONFIG, tmp_path / "other", [("rl.kl_coef", [0.0])], [0], CHEAP, emit="launch/locl.sh",
                         runner=rec)
     assert not (tmp_path / "other").exists()
+    # --share-sft with --emit (issue 46 item 6): the emitted lines would each train their own SFT stage, so the pair
+    # is refused in one line, before anything is written
+    for extra in ([], ["--dry-run"]):
+        with pytest.raises(ValueError, match=r"^--share-sft with --emit: .*each emitted command would train its own "
+                                             r"SFT stage.*without --emit"):
+            sweep.main(_argv(tmp_path / "shared", [], "--emit", "launch/local.sh",
+                             "--share-sft", *extra))
+    assert not (tmp_path / "shared").exists()
 
 
 @pytest.mark.slow

@@ -115,3 +115,25 @@ def test_sft_baseline_evaluated_like_the_rl_policy(tmp_path):
         assert evaluate_params(train.resolve_config(c), grpo.policy.host_params()) == grpo.evaluate(0)
     finally:
         grpo.close()
+
+
+def test_start_warnings_are_said_once_before_anything_runs(tmp_path, monkeypatch, caplog):
+    """Issue 46 items 5 and 13: an idle sampler fleet and rl.off_policy='decoupled' are named once at start, in
+    the run's log, before any stage is built."""
+    c = _config(1)
+    c.sft.num_steps = 0
+    c.sampler.update(mode="process", num_processes=2, prompts_per_request=0)  # 2 prompts x 8 samples: 1 batch
+    c.rl.off_policy = "decoupled"
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(train, "build_grpo_trainer", stop)
+    with caplog.at_level("WARNING", logger="swerl_jax.train"), pytest.raises(Stop):
+        train.run_experiment(c, tmp_path)
+    said = [r.getMessage() for r in caplog.records if r.name == "swerl_jax.train"]
+    assert sum("sampler.num_processes=2: " in m and "never serve a request" in m for m in said) == 1, said
+    assert sum(m.startswith("rl.off_policy='decoupled': not for results") for m in said) == 1, said

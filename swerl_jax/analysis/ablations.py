@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from swerl_jax.analysis.rewards import format_number
 from swerl_jax.config import load_experiment_config, parse_value
 from swerl_jax.runs.metrics import read_metrics
 
@@ -42,8 +43,9 @@ class Interval:
     n: int
 
     def text(self, scale: float = 1.0, digits: int = 3) -> str:
-        """`mean [lo, hi]` (times `scale`)."""
-        return f"{self.mean * scale:.{digits}f} [{self.lo * scale:.{digits}f}, {self.hi * scale:.{digits}f}]"
+        """`mean [lo, hi]` (times `scale`), each as `rewards.format_number` writes it (2e-4 is not 0.000)."""
+        return (f"{format_number(self.mean * scale, digits)} [{format_number(self.lo * scale, digits)}, "
+                f"{format_number(self.hi * scale, digits)}]")
 
 
 def load_sweep(workdir: str | pathlib.Path) -> dict:
@@ -91,11 +93,23 @@ def final_value(rows: Sequence[Mapping], metric: str, last: int = 1) -> float:
     return float(np.mean(values)) if values else math.nan
 
 
+def logged_metrics(index: Mapping) -> set[str]:
+    """Every key that some finished run of a loaded sweep logged."""
+    return {key for run in index["runs"] if run.get("status") == "done" for row in run["rows"] for key in row}
+
+
+def split_logged(index: Mapping, metrics: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the `metrics` some finished run logged, those none did), each in the given order: a sweep without held-out
+    eval (eval.every_steps=0) has no eval/* to draw, and an analysis leaves them out, saying so, not failing."""
+    logged = logged_metrics(index)
+    return [m for m in metrics if m in logged], [m for m in metrics if m not in logged]
+
+
 def require_metric(index: Mapping, metric: str) -> list[Mapping]:
     """The sweep's finished runs; KeyError (with a did-you-mean) when none logs `metric`: a typo would otherwise be
     a table of nan [nan, nan] or an empty figure."""
     done = [run for run in index["runs"] if run.get("status") == "done"]
-    logged = {key for run in done for row in run["rows"] for key in row}
+    logged = logged_metrics(index)
     if done and metric not in logged:
         close = difflib.get_close_matches(metric, sorted(logged), n=1)
         raise KeyError(f"metric {metric!r} is logged by no finished run of the sweep"

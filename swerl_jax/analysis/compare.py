@@ -12,6 +12,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 
 from swerl_jax.analysis.runs import Run, load_run
+from swerl_jax.runs.rundir import OPERATIONAL_KEYS, flatten
 from swerl_jax.runs.summary import stage_summary
 
 # Config fields shown beside each run in the table: what an ablation usually changes.
@@ -59,14 +60,27 @@ def _config_value(config: dict | None, dotted: str) -> object:
     return node
 
 
+def differing_keys(runs: Mapping[str, Run]) -> list[str]:
+    """The config keys (dotted, sorted) whose values are not the same in every run that has a config.json: what
+    the compared runs changed. Keys that change nothing computed (`rundir.OPERATIONAL_KEYS`) are left out."""
+    configs = [flatten(run.config) for run in runs.values() if isinstance(run.config, dict)]
+    if len(configs) < 2:
+        return []
+    keys = set().union(*configs)
+    return sorted(k for k in keys if not (k.startswith(OPERATIONAL_KEYS) or k in OPERATIONAL_KEYS)
+                  and len({repr(c.get(k)) for c in configs}) > 1)
+
+
 def compare_table(runs: Mapping[str, Run], config_columns: Sequence[str] = CONFIG_COLUMNS) -> list[dict]:
-    """One row per run: its distinguishing config fields, steps, reward first / last / best (means over the
-    first / last 10% of steps, as the run's closing summary), last malformed and exact-fix rates, s/step."""
+    """One row per run: `config_columns` and every other config key that differs between the runs
+    (`differing_keys`), steps, reward first / last / best (means over the first / last 10% of steps, as the run's
+    closing summary), last malformed and exact-fix rates, s/step."""
+    columns = list(config_columns) + [k for k in differing_keys(runs) if k not in config_columns]
     rows = []
     for name, run in runs.items():
         s = stage_summary(run.metrics, "grpo")
         row: dict = {"run": name}
-        row.update({col: _config_value(run.config, col) for col in config_columns})
+        row.update({col: _config_value(run.config, col) for col in columns})
         row.update({"steps": s["steps"], "reward first": s.get("reward_mean_first"),
                     "reward last": s.get("reward_mean_last"), "reward best": s.get("reward_mean_best"),
                     "malformed last": s.get("format_error_rate_last"),

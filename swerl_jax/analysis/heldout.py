@@ -23,6 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from swerl_jax.analysis.ablations import require_metric, variant_name, varying_keys
+from swerl_jax.analysis.rewards import format_number
 
 # what a per-answer row is worth under each measure (the repair metric's fields)
 MEASURES = {
@@ -43,8 +44,9 @@ class TaskDifference:
     seeds: int
 
     def text(self, digits: int = 3) -> str:
-        """`mean [lo, hi]`."""
-        return f"{self.mean:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+        """`mean [lo, hi]`, each as `rewards.format_number` writes it."""
+        lo, hi = format_number(self.lo, digits), format_number(self.hi, digits)
+        return f"{format_number(self.mean, digits)} [{lo}, {hi}]"
 
 
 def final_answers(workdir: str | pathlib.Path) -> tuple[pathlib.Path, dict[str, dict]]:

@@ -153,14 +153,22 @@ def format_errors_by_step(rollouts: Sequence[dict]) -> dict[str, tuple[list[int]
     return {reason: (steps, [by_step[s][reason] / sum(by_step[s].values()) for s in steps]) for reason in reasons}
 
 
+def format_number(value: float, digits: int = 3) -> str:
+    """`value` with `digits` decimals, or with `digits` significant digits where those decimals would hide them
+    (0 < |value| < 0.1): a learning rate of 2e-4 shows as 0.0002, never 0.000."""
+    if value and math.isfinite(value) and abs(value) < 0.1:
+        return f"{value:.{digits}g}"
+    return f"{value:.{digits}f}"
+
+
 def to_markdown(rows: Sequence[dict], columns: Sequence[str] | None = None, digits: int = 3) -> str:
-    """A Markdown table of rows (floats rounded to `digits`), for notebook display without pandas."""
+    """A Markdown table of rows (floats as `format_number` writes them), for notebook display without pandas."""
     if not rows:
         return "(no rows)"
     columns = list(columns or rows[0].keys())
 
     def cell(v: object) -> str:
-        return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+        return format_number(v, digits) if isinstance(v, float) else str(v)
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]

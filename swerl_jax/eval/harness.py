@@ -9,9 +9,11 @@ resumable; a failure of the infrastructure, such as a missing clone or environme
 logs/<id>/ (env_build / setup / patch / test logs), work/<id>.<random>/ (removed after grading unless
 --keep-workdirs), repos/ (bare clones unpacked from .bundle files) and report.json. The cached environments live
 in $SWERL_JAX_HOME/eval/envs (or --env-cache), shared between runs. Stdout ends with a line of counts per status
-and `resolved N/M`; the exit code is 1 when a prediction was malformed or named an unknown instance, or nothing
-could be graded. Ctrl-C writes the report of what finished. Patches that change how tests run (conftest.py, pytest
-settings, sitecustomize, .pth) are graded as the official harness grades them and listed in test_infra_ids.
+and `resolved N/M (...)`, M every instance asked about (the instances file, or --instance_ids): one with no
+prediction, an empty patch or an error is unresolved, and the counts per reason follow. The exit code is 1
+when a prediction was malformed or named an unknown instance, or nothing could be graded. Ctrl-C writes the report
+of what finished. Patches that change how tests run (conftest.py, pytest settings, sitecustomize, .pth) are graded
+as the official harness grades them and listed in test_infra_ids.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import traceback
 from tqdm import tqdm
 
 from swerl_jax.data.swebench import load_instances
-from swerl_jax.eval import environments
+from swerl_jax.eval import environments, outcomes
 from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
 from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits, bwrap_path
@@ -150,8 +152,10 @@ def result_key(instance: dict, patch: str, executor: Executor) -> str:
 class Harness:
     """Grades predictions with an executor, N at a time, resumable through OUT/results/<id>.json."""
 
-    def __init__(self, instances: dict[str, dict], executor: Executor, out_dir: pathlib.Path, workers: int = 1):
+    def __init__(self, instances: dict[str, dict], executor: Executor, out_dir: pathlib.Path, workers: int = 1,
+                 named: dict | None = None):
         self.instances, self.executor, self.out_dir, self.workers = instances, executor, out_dir, workers
+        self.named = named or {}  # what the report names as evaluated (files, model labels)
         self.results_dir = out_dir / "results"
         self.results_dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -222,32 +226,31 @@ class Harness:
             pool.shutdown(wait=False, cancel_futures=True)
             bar.close()
             with self._lock:
-                write_report(self.out_dir, dict(results), errors, len(self.instances),
+                write_report(self.out_dir, dict(results), errors, list(self.instances), self.named,
                              pending=sorted(p["instance_id"] for p in todo if p["instance_id"] not in results))
             raise
         pool.shutdown()
         bar.close()
-        return write_report(self.out_dir, results, errors, len(self.instances))
+        return write_report(self.out_dir, results, errors, list(self.instances), self.named)
 
 
-def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[dict], n_instances: int,
-                 pending: list[str] | None = None) -> dict:
+def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[dict], asked: list[str],
+                 named: dict | None = None, pending: list[str] | None = None) -> dict:
     """report.json in the official harness's shape (id lists and counts) plus per-instance entries, the count of
     each status, and the predictions that were not graded (`prediction_errors`: malformed lines, duplicates, ids
-    not in the instances file). `pending`: the ids an interrupted run did not finish."""
-    ids = sorted(results)
+    not in the instances file). `asked`: every instance asked about, the rate's denominator (`outcome_counts`
+    gives each one's outcome); `named`: what was evaluated (files, model labels); `pending`: the ids an
+    interrupted run did not finish."""
+    ids, (counted, counted_ids) = sorted(results), outcomes.outcome_counts(asked, results, pending or ())
 
     def having(pred) -> list[str]:
         return [i for i in ids if pred(results[i])]
 
-    graded = ("resolved", "unresolved")
+    graded = outcomes.GRADED
     counts: dict[str, int] = {}
-    for result in results.values():
-        counts[result["status"]] = counts.get(result["status"], 0) + 1
-    for error in errors:
-        counts[error["status"]] = counts.get(error["status"], 0) + 1
-    report = {
-        "total_instances": n_instances,
+    for status in [r["status"] for r in results.values()] + [e["status"] for e in errors]:
+        counts[status] = counts.get(status, 0) + 1
+    report = {**(named or {}), "total_instances": len(asked),
         "submitted_instances": len(results) + len(errors),
         "completed_instances": len(having(lambda r: r["status"] in graded)),
         "resolved_instances": len(having(lambda r: r["resolved"])),
@@ -266,6 +269,9 @@ def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[d
         "unknown_ids": sorted(str(e["instance_id"]) for e in errors if e["status"] == "unknown_instance"),
         "malformed_predictions": sum(e["status"] != "unknown_instance" for e in errors),
         "status_counts": dict(sorted(counts.items())),
+        # every instance asked about: no prediction, an empty patch and an error are unresolved (SWE-bench's rule)
+        "outcome_counts": counted, "resolved_rate": outcomes.resolved_rate(counted),
+        "no_prediction_ids": counted_ids["no_prediction"],
         "instances": {i: results[i] for i in ids},
         "prediction_errors": errors,
         "harness_version": HARNESS_VERSION,
@@ -364,7 +370,9 @@ def main(argv: list[str] | None = None) -> dict:
     predictions, errors = load_predictions(args.predictions)
     instances, predictions = select(instances, predictions, args.instance_ids)
     args.out.mkdir(parents=True, exist_ok=True)
-    harness = Harness(instances, make_executor(args), args.out, args.workers)
+    harness = Harness(instances, make_executor(args), args.out, args.workers, {  # what the report evaluated
+        "instances_file": str(args.instances), "predictions_file": str(args.predictions),
+        "model_names": sorted({str(p["model_name_or_path"]) for p in predictions.values()})})
     try:
         report = harness.run(predictions, errors, progress=not args.no_progress)
     except KeyboardInterrupt:
@@ -377,7 +385,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"skipped prediction: {error['error']}", file=sys.stderr)
     print(f"report: {args.out / 'report.json'}")
     print(summary(report))
-    print(f"resolved {report['resolved_instances']}/{report['submitted_instances']}")
+    print(outcomes.rate_line(report["outcome_counts"]))
     return report
 
 

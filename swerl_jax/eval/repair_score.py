@@ -15,7 +15,8 @@ RL 95.6 / 34.8; discrete-reward RL 94.2 / 29.0).
 The policy is the config's model (random init or `model.hf_dir`) or, with `--weights`, a published policy
 version (the newest unless `--version`); `--address HOST:PORT` asks a running sampler server instead. Records whose
 prompt does not fit `data.max_prompt_len` are skipped and counted by reason. `DIR/repair.jsonl` gets one row per
-answer, `DIR/summary.json` the figures, and the last line printed is the summary.
+answer, `DIR/summary.json` the figures, `DIR/repair_settings.json` the flags and config that made them, and the last
+line printed is the summary. A DIR holding results of other settings is refused; the same command again starts over.
 """
 
 from __future__ import annotations
@@ -188,7 +189,9 @@ def client_generate(client, tokenizer, sampling: SamplingParams, num_samples: in
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.repair_score", description=__doc__.split("\n")[0],
+    # the whole docstring: its first line cut the first sentence at "the policy's" (issue 46 item 15)
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.repair_score", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="--config.KEY=VALUE (or --config.KEY VALUE): override a config key (repeatable)")
     p.add_argument("--config", required=True, help="experiment file (experiments/NAME.py[:arg]): model, tokenizer, "
                    "prompt budget, sampler limits, eval.reward_kind")
@@ -206,6 +209,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max_new_tokens", type=int, default=0, help="default: sampler.max_new_tokens")
     p.add_argument("--seed", type=int, default=0)
     return p
+
+
+SETTINGS = "repair_settings.json"  # in --out: the flags and config its results were made with
+
+
+def check_out_dir(out: pathlib.Path, settings: dict) -> None:
+    """Refuse an --out whose results (repair.jsonl, summary.json) came from other settings, listing the changed
+    flags and config keys, as `eval run` refuses another config (issue 46 item 7: they were overwritten)."""
+    from swerl_jax.runs.rundir import refuse_other_config
+
+    if not (out / SETTINGS).exists() and any((out / name).exists() for name in ("repair.jsonl", "summary.json")):
+        raise ValueError(f"--out {out} holds repair-score results whose settings are not recorded (no {SETTINGS}): "
+                         f"choose another --out, or remove {out} to start over")
+    refuse_other_config(out / SETTINGS, settings, what="other settings")
 
 
 def main(argv: list[str] | None = None) -> RepairScore:
@@ -236,6 +253,10 @@ def main(argv: list[str] | None = None) -> RepairScore:
 
     if args.samples < 1:
         raise ValueError(f"--samples {args.samples}: must be >= 1")
+    out = pathlib.Path(args.out)
+    settings = {**{f"--{k}": v for k, v in sorted(vars(args).items()) if k not in ("config", "out")},
+                "--config": args.config, "config": json.loads(config.to_json())}
+    check_out_dir(out, settings)  # before anything loads: results of other settings are never overwritten
     config = resolve_config(config, check_files=True)
     evaluated = policy_source.describe(source, config, args.config)
     records = [r for path in expand_record_paths(args.records, key="--records") for r in read_records(path)]
@@ -258,11 +279,15 @@ def main(argv: list[str] | None = None) -> RepairScore:
     if result.scored == 0:  # a score of 0.0 over nothing is not a number to report
         raise ValueError(f"--records {args.records}: none of the {result.records} records could be scored "
                          f"({result.skipped or 'no records'}); nothing written")
-    out = pathlib.Path(args.out)
     write_answer_rows(out / "repair.jsonl", rows)
+    (out / SETTINGS).write_text(json.dumps(settings, indent=1))
+    malformed: dict[str, int] = {}  # why answers scored -1, per reason
+    for row in rows:
+        if row["format_error"] is not None:
+            malformed[row["format_error"]] = malformed.get(row["format_error"], 0) + 1
     summary = {**dataclasses.asdict(result), "samples": args.samples, "temperature": args.temperature,
-               "config": args.config, "weights": args.weights, "policy_version": policy_version,
-               "evaluated": evaluated}
+               "config": args.config, "config_overrides": {k: v for k, v in overrides}, "weights": args.weights,
+               "policy_version": policy_version, "evaluated": evaluated, "format_errors": malformed}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"evaluated: {evaluated['what']}", flush=True)
     print(result.line(), flush=True)

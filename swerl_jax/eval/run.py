@@ -1,6 +1,9 @@
 """`python -m swerl_jax.eval run --config=experiments/eval_agentless_mini.py[:cpu] --out DIR [--config.KEY=VALUE]`:
 Agentless Mini over SWE-bench instances with a policy (see the config file for backends), predictions JSONL, then
-(with `grade`) the harness's report. Resumable: instances already in OUT/predictions.jsonl are skipped.
+(with `grade`) the harness's report. Resumable: instances already in OUT/predictions.jsonl are skipped; the model's
+failures are kept there as empty patches (with `empty_patch_reason`), an instance the infrastructure failed has no
+prediction and is tried again. OUT/summary.json names what was evaluated and counts every instance asked about per
+outcome; the last line is `resolved N/M (...)` over all M of them (no prediction, empty patch, error: unresolved).
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import pathlib
 import sys
 
@@ -67,7 +71,8 @@ OPERATIONAL_KEYS = ("harness_workers", "grade")
 
 def evaluated_model(c) -> dict:
     """What the config evaluates, named for every prediction and report: {"what", "model_name", ...}. A `weights`
-    path must hold a published policy (checked here, before anything loads; never a silent random init)."""
+    path must hold a published policy (checked here, before anything loads; never a silent random init).
+    `model_name` is `c.model_name` when set, else named after what is evaluated (`model_label`)."""
     name = str(c.model_name)
     if c.backend == "oracle":
         return {"what": "the gold patches (oracle backend: checks the scaffold, not a model)",
@@ -79,9 +84,22 @@ def evaluated_model(c) -> dict:
     if c.hf_dir:
         policy.model.hf_dir = str(c.hf_dir)
     evaluated = policy_source.describe(policy_source_of(c), policy, f"policy={c.policy}")
-    model_name = f"{name}@v{evaluated['policy_version']}" if c.weights else name
-    return {**evaluated, "model_name": model_name, "backend": str(c.backend),
+    if name and c.weights:
+        name = f"{name}@v{evaluated['policy_version']}"
+    return {**evaluated, "model_name": name or model_label(evaluated), "backend": str(c.backend),
             **({"policy": str(c.policy)} if "hf_dir" in evaluated and not c.hf_dir else {})}
+
+
+def model_label(evaluated: dict) -> str:
+    """The predictions' `model_name_or_path` for what `policy_source.describe` named: the weights folder with its
+    version (WEIGHTS@vN), the Hugging Face folder, or the sampler server's address; folders as absolute paths, so
+    the label names them wherever the command ran (a config's default name labelled a Qwen3 export SmolLM2's)."""
+    if "weights" in evaluated:
+        return f"{os.path.abspath(evaluated['weights'])}@v{evaluated['policy_version']}"
+    if "hf_dir" in evaluated:  # a packaged model's name ("smollm2") is not a folder here: kept as it is
+        hf_dir = str(evaluated["hf_dir"])
+        return os.path.abspath(hf_dir) if os.path.isdir(hf_dir) else hf_dir
+    return f"sampler-server@{evaluated['address']}" if "address" in evaluated else str(evaluated["what"])
 
 
 PATH_KEYS = ("instances", "repos", "weights", "hf_dir")  # files and folders the eval config reads
@@ -95,8 +113,10 @@ def check_out_dir(out: pathlib.Path, c) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """CLI entry point; returns {"predictions": [...], "report": harness report or None}."""
-    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval run", description=__doc__.split("\n")[0])
+    """CLI entry point; returns {"predictions": [...], "report": harness report or None, "failed": [ids with no
+    prediction], "summary": summary.json's content}."""
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval run", description=__doc__,  # all of it: line 1 is cut
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="experiments/eval_agentless_mini.py[:cpu]")
     p.add_argument("--out", required=True, help="directory for predictions.jsonl, trajectories/, harness/")
     p.add_argument("--no-progress", action="store_true")
@@ -147,21 +167,15 @@ def main(argv: list[str] | None = None) -> dict:
                                                 cpu_seconds=int(c.test_timeout_s) + 60))
     made = run_instances(instances, pathlib.Path(c.repos), out, chat, count_tokens, settings, executor,
                          progress=not args.no_progress)
-    wanted = {inst["instance_id"] for inst in instances}
-    have = {}
-    for line in (out / "predictions.jsonl").read_text().splitlines() if (out / "predictions.jsonl").exists() else []:
-        row = json.loads(line)
-        if row.get("instance_id") in wanted:
-            have[row["instance_id"]] = row
+    asked = [inst["instance_id"] for inst in instances]
+    have = kept_predictions(out / "predictions.jsonl", set(asked))
     failed = [m for m in made if "error" in m]
-    print(f"agentless: {sum(bool(r['model_patch']) for r in have.values())}/{len(instances)} instances have a patch "
-          f"({len(made) - len(failed)} made now, the rest kept from an earlier run; {out / 'predictions.jsonl'})",
-          flush=True)
+    print(agentless_line(asked, have, made, out / "predictions.jsonl"), flush=True)
     for m in failed:
         print(f"agentless: {m['instance_id']} failed, no prediction (re-run to retry): {m['error'][:300]}",
               file=sys.stderr, flush=True)
     report = None
-    if c.grade:
+    if c.grade and have:
         from swerl_jax.eval import harness
 
         subset = out / "instances.json"
@@ -170,7 +184,79 @@ def main(argv: list[str] | None = None) -> dict:
                                "--repos", str(c.repos), "--out", str(out / "harness"),
                                "--workers", str(int(c.harness_workers)), "--timeout", str(float(c.test_timeout_s)),
                                *(["--no-progress"] if args.no_progress else [])])
-    return {"predictions": made, "report": report, "failed": [m["instance_id"] for m in failed]}
+    summary = write_summary(out, args.config, c, evaluated, asked, have, failed, report)
+    print(f"summary: {out / 'summary.json'}", flush=True)
+    print(summary_line(summary), flush=True)
+    return {"predictions": made, "report": report, "failed": [m["instance_id"] for m in failed], "summary": summary}
+
+
+def kept_predictions(path: pathlib.Path, asked: set[str]) -> dict[str, dict]:
+    """{instance_id: prediction} of the predictions file for the instances asked about (none when it is absent);
+    a line cut by a killed run is skipped here, as the pipeline skips it (the harness reports it)."""
+    have = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and row.get("instance_id") in asked and row["instance_id"] not in have:
+            have[row["instance_id"]] = {**row, "model_patch": row.get("model_patch") or ""}
+    return have
+
+
+def agentless_line(asked: list[str], have: dict[str, dict], made: list[dict], path: pathlib.Path) -> str:
+    """One line saying what became of the instances asked about: patches, the model's empty ones (by reason),
+    those with no prediction, and which predictions this run made (an earlier run's only when there was one)."""
+    missing = len(asked) - len(have)
+    if not have:
+        return f"agentless: every instance failed before a prediction: {missing} no prediction (re-run to retry them)"
+    reasons: dict[str, int] = {}
+    for row in have.values():
+        if not row["model_patch"]:
+            reason = row.get("empty_patch_reason", "reason not recorded")
+            reasons[reason] = reasons.get(reason, 0) + 1
+    empty = sum(reasons.values())
+    why = f" (the model's: {', '.join(f'{k} {v}' for k, v in reasons.items())})" if empty else ""
+    now = sum("error" not in m for m in made)
+    earlier = f", {len(have) - now} kept from an earlier run" if len(have) > now else ""
+    return (f"agentless: {len(asked)} instances asked: {len(have) - empty} with a patch, {empty} empty patch{why}, "
+            f"{missing} no prediction{' (re-run to retry them)' if missing else ''}; {now} made now{earlier} ({path})")
+
+
+def write_summary(out: pathlib.Path, config_name: str, c, evaluated: dict, asked: list[str], have: dict[str, dict],
+                  failed: list[dict], report: dict | None) -> dict:
+    """OUT/summary.json: what was evaluated (the model, the config), the instances asked about and each one's
+    outcome counted per reason (graded: from the harness's report; asked to grade with no prediction at all:
+    every instance no prediction; not graded: the predictions' counts, no rate)."""
+    from swerl_jax.eval import outcomes
+
+    counts = report["outcome_counts"] if report is not None else (
+        outcomes.outcome_counts(asked, {})[0] if c.grade else None)
+    summary = {
+        "evaluated": evaluated, "config": config_name, "eval_config": json.loads(c.to_json()),
+        "instances_asked": len(asked), "graded": counts is not None, "outcome_counts": counts,
+        "resolved_rate": outcomes.resolved_rate(counts) if counts is not None else None,
+        "predictions": {"with_patch": sum(bool(r["model_patch"]) for r in have.values()),
+                        "empty_patch": sum(not r["model_patch"] for r in have.values()),
+                        "no_prediction": len(asked) - len(have)},
+        "empty_patch": {i: r.get("empty_patch_reason", "reason not recorded") for i, r in sorted(have.items())
+                        if not r["model_patch"]},
+        "no_prediction": {m["instance_id"]: m["error"] for m in failed},
+        "report": str(out / "harness" / "report.json") if report is not None else None,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def summary_line(summary: dict) -> str:
+    """The run's last line: the rate over every instance asked about, or (not graded) the predictions' counts."""
+    from swerl_jax.eval import outcomes
+
+    if summary["outcome_counts"] is not None:
+        return outcomes.rate_line(summary["outcome_counts"])
+    p = summary["predictions"]
+    return (f"not graded (grade=false): {p['with_patch']} with a patch, {p['empty_patch']} empty patch, "
+            f"{p['no_prediction']} no prediction of {summary['instances_asked']} instances asked")
 
 
 def exit_code(result: dict) -> int:

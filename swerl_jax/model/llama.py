@@ -218,8 +218,8 @@ class Llama(nn.Module):
                 (cfg.hidden_size, cfg.vocab_size), jnp.dtype(cfg.param_dtype))
 
     def __call__(self, tokens: Array, positions: Array, kv_mask: Array, cache: KVCache | None = None,
-                 cache_index: Array | int | None = None, return_hidden: bool = False
-                 ) -> tuple[Array, KVCache | None]:
+                 cache_index: Array | int | None = None, return_hidden: bool = False,
+                 segment_ids: Array | None = None) -> tuple[Array, KVCache | None]:
         """Run the decoder.
 
         Args:
@@ -230,6 +230,8 @@ class Llama(nn.Module):
           cache: optional KVCache; the new keys/values are written at slots [cache_index, cache_index + seq).
           cache_index: first slot to write (scalar).
           return_hidden: return the final normed hidden states [batch, seq, hidden] instead of logits.
+          segment_ids: [batch, seq] int, packed rows (`batching.pack_segments`): a token attends only to keys of
+            its own segment (no cache). Only for attention kernels that take any mask (XLA, "cudnn_masked").
 
         Returns:
           logits [batch, seq, vocab] in fp32 (or hidden states), and the updated cache (None without one).
@@ -244,6 +246,11 @@ class Llama(nn.Module):
         key_slot = jnp.arange(kv_mask.shape[1])
         causal = key_slot[None, :] <= query_slot[:, None]
         mask = causal[None, None, :, :] & kv_mask[:, None, None, :].astype(bool)
+        if segment_ids is not None:
+            if cache is not None or cfg.attention_impl in ("cudnn", "pallas"):
+                raise ValueError(f"packed rows (segment_ids) need attention over any mask and no cache; "
+                                 f"model.attention_impl={cfg.attention_impl!r} assumes one sequence per row")
+            mask = mask & (segment_ids[:, None, :, None] == segment_ids[:, None, None, :])
         layer_cache = None if cache is None else (cache.k, cache.v)
         x, new_layer_cache = self.layers(x, cos, sin, mask, layer_cache, start)
         x = self.norm(x)
@@ -317,7 +324,8 @@ def forward(config: LlamaConfig, params: dict, tokens: Array, attention_mask: Ar
 def token_logprobs(config: LlamaConfig, params: dict, tokens: Array, attention_mask: Array,
                    targets: Array | None = None, chunk_size: int = 1024, with_entropy: bool = False,
                    temperature: float = 1.0, start: int = 0, length: int | None = None,
-                   positions: Array | None = None) -> Array | tuple[Array, Array]:
+                   positions: Array | None = None, segment_ids: Array | None = None,
+                   rope_positions: Array | None = None) -> Array | tuple[Array, Array]:
     """Log-probabilities of `targets` (default: the next token, tokens shifted left) at every position.
 
     The vocabulary projection, log-sum-exp and gather run chunk by chunk over the sequence, so full-vocab
@@ -326,15 +334,18 @@ def token_logprobs(config: LlamaConfig, params: dict, tokens: Array, attention_m
     completion, which is a fraction of a long prompt + completion sequence. `positions` [batch, K] (indices into
     that window; entries >= length are padding) projects only those positions: an agent episode's loss covers the
     model's own tokens, not the tool observations between them, and the vocabulary projection dominates a small
-    model's cost. The other positions of the result are 0.
+    model's cost. The other positions of the result are 0. `segment_ids` and `rope_positions` [batch, seq]
+    describe packed rows (`batching.pack_segments`): attention within a segment, RoPE counting from each
+    segment's start.
 
     Returns:
       logp [batch, length] fp32 (the last position has no next token when targets is None: its value is 0),
       and, if `with_entropy`, the entropy of each position's distribution [batch, length].
     """
     model = Llama(config)
-    hidden, _ = model.apply({"params": params}, tokens, positions_from_mask(attention_mask), attention_mask,
-                            return_hidden=True)
+    rope = positions_from_mask(attention_mask) if rope_positions is None else rope_positions
+    hidden, _ = model.apply({"params": params}, tokens, rope, attention_mask, return_hidden=True,
+                            segment_ids=segment_ids)
     if targets is None:
         targets = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
     length = hidden.shape[1] - start if length is None else length

@@ -5,7 +5,7 @@
 
 A re-run of the same command resumes a run (train.py). A re-run with a different config must not silently
 continue the old run: every field that changes results has to match the run's `config.json`; the fields in
-`OPERATIONAL_KEYS` (where logs go, how many worker processes, ports, checkpoint cadence) may change freely.
+`OPERATIONAL_KEYS` (where logs go, how many worker or sampler processes, ports, checkpoint cadence) may change freely.
 `--allow_config_change` accepts the difference; it is appended to `config_changes.jsonl` with the checkpoint
 step of each stage at which it took effect. Every start keeps its resolved config as `configs/NNNN.json`
 (`config.json` is the newest).
@@ -28,6 +28,9 @@ OPERATIONAL_KEYS = (
     "sampler.host", "sampler.port", "sampler.request_timeout_s", "sampler.weights_dir",
     "sampler.memory_fraction", "rl.trainer_memory_fraction",  # how much memory, not what is computed
     "data.worker_count", "reward.num_workers", "agent.env_workers", "agent.eval_tasks",
+    # A fleet samples what one process does, bit for bit, at any size (sampler/fleet.py: parts cut at the engine's
+    # batch boundaries keep their offsets and seeds; each member's engine runs on one device, as one process's does)
+    "sampler.num_processes",
     "mesh.coordinator_address", "mesh.num_processes", "mesh.process_id",
 )
 STAGE_CHECKPOINTS = {"sft": ("sft", "checkpoints"), "grpo": ("checkpoints",)}
@@ -148,10 +151,11 @@ def record_config(workdir: str | os.PathLike, config_json: str, allow_change: bo
     return steps
 
 
-def refuse_other_config(previous: pathlib.Path, new: dict, ignore: tuple[str, ...] = ()) -> None:
+def refuse_other_config(previous: pathlib.Path, new: dict, ignore: tuple[str, ...] = (),
+                        what: str = "another config") -> None:
     """ValueError listing every changed key when `previous` (an output folder's recorded config JSON) differs from
-    `new` outside the `ignore` prefixes: an evaluation's results are reused on resume, so another config must not
-    resume into them."""
+    `new` outside the `ignore` prefixes: an evaluation's results are reused on resume (or overwritten), so another
+    config must not run into them. `what` names the other side in the message."""
     if not previous.exists():
         return
     old, cur = flatten(json.loads(previous.read_text())), flatten(new)
@@ -159,5 +163,5 @@ def refuse_other_config(previous: pathlib.Path, new: dict, ignore: tuple[str, ..
                if not (ignore and k.startswith(ignore)) and old.get(k) != cur.get(k)]
     if changes:
         lines = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changes)
-        raise ValueError(f"{previous.parent} holds results of another config ({lines}): choose another --out, or "
+        raise ValueError(f"{previous.parent} holds results of {what} ({lines}): choose another --out, or "
                          f"remove {previous.parent} to start over")

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from swerl_jax import sharding
-from swerl_jax.batching import pack_rows, row_shape, score_positions
+from swerl_jax.batching import pack_rows, pack_segments, row_shape, score_positions
 from swerl_jax.data.loader import data_metrics, sft_dataset_from_config
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, micro_batches
@@ -78,6 +78,29 @@ def make_sft_loss(model_config: Any, prompt_len: int, target_len: int):
     return loss_fn
 
 
+def make_packed_sft_loss(model_config: Any):
+    """`make_sft_loss` over packed rows (`batching.pack_segments`): the same weighted token-mean, each example
+    attending only to itself; `loss_mask` [R, W] weighs the column that predicts each target token."""
+    def loss_fn(params: Any, batch: dict) -> tuple[jax.Array, dict]:
+        logp = token_logprobs(model_config, params, batch["tokens"], batch["attention_mask"],
+                              positions=batch["score_positions"], segment_ids=batch["segment_ids"],
+                              rope_positions=batch["positions"])
+        mask = batch["loss_mask"]
+        n = mask.sum()
+        nll = -(logp * mask).sum() / jnp.maximum(n, 1.0)
+        correct = (logp > jnp.log(0.5)) * mask
+        return nll, {"nll": nll, "token_acc_p50": correct.sum() / jnp.maximum(n, 1.0), "num_tokens": n,
+                     "loss_weight": n}
+
+    return loss_fn
+
+
+def packed_rows(batch: dict, row_multiple: int = 1) -> dict[str, np.ndarray]:
+    """Loader SFT batch -> packed rows (`batching.pack_segments`), the prompt-loss weights as target weights."""
+    return pack_segments(batch["prompt_ids"], batch["target_ids"], batch.get("target_mask"),
+                         row_multiple=row_multiple)
+
+
 class SFTTrainer(TrainLoop):
     """Supervised fine-tuning on the records' oracle answers, with the GRPO trainer's sharding and checkpoints."""
 
@@ -95,6 +118,7 @@ class SFTTrainer(TrainLoop):
         self.data_iter = self.make_data_iter()
         self.checkpointer = Checkpointer.from_config(config, self.workdir)
         self.is_main = sharding.is_main_process()
+        self.pack = bool(s.pack)
 
     def make_data_iter(self) -> Any:
         """The Grain iterator of SFT batches (checkpointed with each step); the agent's stage overrides it."""
@@ -105,10 +129,15 @@ class SFTTrainer(TrainLoop):
         t0 = time.perf_counter()
         raw = next(self.data_iter)
         t_data = time.perf_counter() - t0
-        batch, p, c = sft_rows(raw, self.max_len)
+        if self.pack:
+            batch = packed_rows(raw, self.policy.local_batch_shards())
+            loss_fn, key = make_packed_sft_loss(self.policy.model_config), ("sft_packed",) + batch["tokens"].shape
+            key += batch["score_positions"].shape[1:]
+        else:
+            batch, p, c = sft_rows(raw, self.max_len)
+            loss_fn, key = make_sft_loss(self.policy.model_config, p, c), ("sft", p, c)
         check_token_ids(batch["tokens"], self.policy.model_config.vocab_size, self.config.model)
-        loss_fn = make_sft_loss(self.policy.model_config, p, c)
-        step_fn = self.policy.train_step(loss_fn, batch, self.num_micro, key=("sft", p, c))
+        step_fn = self.policy.train_step(loss_fn, batch, self.num_micro, key=key)
         self.policy.state, m = step_fn(self.policy.state, self.policy.shard(batch))
         metrics = {k: float(v) for k, v in jax.device_get(m).items()}
         check_finite(metrics, step, "SFT", int(self.config.optim.skip_nonfinite))

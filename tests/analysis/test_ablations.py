@@ -23,6 +23,12 @@ def test_t_interval_by_hand():
     assert ab.t_interval([math.nan]).n == 0
 
 
+def test_an_interval_of_small_values_keeps_them():
+    # issue 46 item 4's kind: a mean of 2e-4 (a KL, a learning rate) printed as 0.000 [0.000, 0.000]
+    assert ab.Interval(2e-4, 1e-4, 3.5e-4, 3).text() == "0.0002 [0.0001, 0.00035]"
+    assert ab.Interval(15.0, 10.0, 20.0, 2).text() == "15.000 [10.000, 20.000]"
+
+
 def test_paired_difference_by_hand():
     a, b = {0: 1.0, 1: 2.0, 2: 4.0, 3: 9.0}, {0: 0.0, 1: 1.0, 2: 2.0}  # seed 3 has no pair
     diff, p = ab.paired_difference(a, b)  # diffs 1, 1, 2: mean 4/3, sd 1/sqrt(3)
@@ -67,6 +73,9 @@ def test_variant_table_reads_a_sweep(tmp_path):
     # a metric no run logs is refused with a did-you-mean (issue 31.9: it was a table of nan [nan, nan])
     with pytest.raises(KeyError, match=r"'eval/scor' is logged by no finished run .*did you mean 'eval/score'"):
         ab.variant_table(index, ["eval/scor"])
+    # what a notebook draws: the metrics some finished run logged (the failed run's are not counted), in order
+    assert ab.split_logged(index, ["eval/score", "kl", "r", "eval/resolved_rate"]) == (
+        ["eval/score", "r"], ["kl", "eval/resolved_rate"])
 
 
 def test_a_declared_sweep_whose_first_variant_overrides_nothing_is_named_base():

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from swerl_jax.analysis import load_run
-from swerl_jax.analysis.compare import compare_table, load_runs, overlay
+from swerl_jax.analysis.compare import CONFIG_COLUMNS, compare_table, load_runs, overlay
+from swerl_jax.analysis.rewards import to_markdown
 from swerl_jax.runs.metrics import MetricsWriter
 
 
@@ -36,6 +37,24 @@ def test_two_runs_side_by_side(tmp_path):
         load_runs([a, a])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_runs([a, tmp_path / "nope"])
+
+
+def test_the_table_shows_every_config_key_that_differs(tmp_path):
+    """Issue 46 item 4: two runs that differ in rl.off_policy (not a default column) get a column for it, beside the
+    default ones; keys that change nothing computed (logging.*) are left out, and a config value shows as it is."""
+    a = _run(tmp_path / "plain", [0.0, 0.5])
+    b = _run(tmp_path / "decoupled", [0.0, 0.25])
+    for run, off_policy, bar in ((a, "plain", True), (b, "decoupled", False)):
+        (run / "config.json").write_text(json.dumps({"rl": {"advantage": "grpo", "off_policy": off_policy},
+                                                     "optim": {"learning_rate": 2e-4}, "seed": 0,
+                                                     "logging": {"progress_bar": bar}}))
+    rows = compare_table(load_runs([a, b]))
+    assert [r["rl.off_policy"] for r in rows] == ["plain", "decoupled"]
+    assert "logging.progress_bar" not in rows[0] and rows[0]["optim.learning_rate"] == 2e-4
+    assert list(rows[0])[:len(CONFIG_COLUMNS) + 2] == ["run", *CONFIG_COLUMNS, "rl.off_policy"]
+    table = to_markdown(rows)
+    assert "| rl.off_policy |" in table.splitlines()[0]
+    assert "| None | 0.0002 | 0 | plain |" in table and "| None | 0.0002 | 0 | decoupled |" in table  # lr, seed
 
 
 def test_config_and_step_lookup(tmp_path):

@@ -10,6 +10,7 @@ from swerl_jax.analysis.rewards import (
     changed_lines,
     format_error_table,
     format_errors_by_step,
+    format_number,
     group_mean,
     resolve_data_dir,
     score_predictions,
@@ -109,6 +110,15 @@ def test_format_error_taxonomy():
 def test_to_markdown():
     assert to_markdown([{"a": 1, "b": 0.12345}], digits=2) == "| a | b |\n|---|---|\n| 1 | 0.12 |"
     assert to_markdown([]) == "(no rows)"
+
+
+def test_small_numbers_keep_their_value():
+    """Issue 46 item 4: a learning rate of 2e-4 printed as 0.000. Below 0.1, where fixed decimals would drop
+    significant digits, a number keeps `digits` significant ones; zero, larger numbers and nan are unchanged."""
+    values = [2e-4, 1e-6, 0.0015, -0.0321, 0.5, 12.34567, 0.0, math.nan, 0.1]
+    assert [format_number(v) for v in values] == ["0.0002", "1e-06", "0.0015", "-0.0321", "0.500", "12.346", "0.000",
+                                                  "nan", "0.100"]
+    assert to_markdown([{"optim.learning_rate": 2e-4}]).splitlines()[-1] == "| 0.0002 |"
 
 
 def test_resolve_data_dir(tmp_path, monkeypatch):

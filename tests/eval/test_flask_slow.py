@@ -78,7 +78,7 @@ def test_flask_gold_resolves_empty_does_not_bad_input_is_per_instance(shared_dat
     assert statuses == {**dict.fromkeys(FLASK, "resolved"), **{f"{i}-empty": "unresolved" for i in FLASK},
                         "pallets__flask-4992-badenv": "env_failed",
                         "pallets__flask-4992-wrongpatch": "patch_failed"}, report
-    assert last == "resolved 3/10"
+    assert last == "resolved 3/8 (unresolved 0, empty patch 4, error 1, no prediction 0)"  # every instance
     assert [e["status"] for e in report["prediction_errors"]] == ["malformed_prediction", "unknown_instance"]
     assert report["unknown_ids"] == ["pallets__flask-9999"] and harness.exit_code(report) == 1
     assert "version '0.1'" in report["instances"]["pallets__flask-4992-badenv"]["error"]

@@ -52,7 +52,7 @@ def test_bad_input_is_per_instance_and_the_run_goes_on(files, monkeypatch, capsy
     executor = ScriptedExecutor({"a": {"status": "resolved"}, "b": {"status": "patch_failed", "error": "no"},
                                  "c": RuntimeError("boom")})
     report, last = run_cli(files, executor, monkeypatch, capsys)
-    assert last == "resolved 1/7"
+    assert last == "resolved 1/4 (unresolved 0, empty patch 0, error 2, no prediction 1)"  # d
     statuses = {i: r["status"] for i, r in report["instances"].items()}
     assert statuses == {"a": "resolved", "b": "patch_failed", "c": "error"}  # zzz is not an instance: not graded
     assert "boom" in report["instances"]["c"]["error"]
@@ -75,13 +75,14 @@ def test_resume_skips_finished_instances(files, monkeypatch, capsys):
     second = ScriptedExecutor({"a": {"status": "unresolved"}, "b": {"status": "resolved"}, "c": {"status": "resolved"}})
     report, last = run_cli(files, second, monkeypatch, capsys, workers=1)
     assert second.calls == ["c"]  # a and b were finished; c's harness crash is retried
-    assert last == "resolved 2/7" and report["resolved_ids"] == ["a", "c"]
+    assert last == "resolved 2/4 (unresolved 1, empty patch 0, error 0, no prediction 1)"
+    assert report["resolved_ids"] == ["a", "c"]
     # A changed prediction for a finished instance is graded again.
     text = (files / "preds.jsonl").read_text().replace('"patch b"', '"patch b2"')
     (files / "preds.jsonl").write_text(text)
     third = ScriptedExecutor({"b": {"status": "resolved"}})
     report, last = run_cli(files, third, monkeypatch, capsys)
-    assert third.calls == ["b"] and last == "resolved 3/7"
+    assert third.calls == ["b"] and last.startswith("resolved 3/4 (unresolved 0,")
 
 
 def test_instances_file_errors_name_the_file_and_line(tmp_path):
@@ -203,3 +204,25 @@ def test_a_crashed_test_runner_is_an_error_not_unresolved():
     assert not report["runner_crashed"] and not report["resolved"]
     older = finished.replace("in 3.69s", "in 1.45 seconds")  # pytest < 5.1 (pytest-dev__pytest-5692's own run)
     assert not grading.grade(inst, older)["runner_crashed"]
+
+
+def test_the_rate_counts_every_instance_asked_about_with_a_count_per_reason(tmp_path, monkeypatch, capsys):
+    """Issue 46.1: 2 instances and 1 prediction printed "resolved 1/1": the rate left out the instance with no
+    prediction. SWE-bench's convention: no prediction, an empty patch and an error are unresolved, over all."""
+    (tmp_path / "instances.jsonl").write_text("\n".join(json.dumps(instance(i)) for i in "abcde"))
+    preds = {"a": "patch a", "b": "", "c": "patch c", "d": "patch d"}  # e: no prediction
+    (tmp_path / "preds.json").write_text("".join(json.dumps({"instance_id": i, "model_name_or_path": "run7@v3",
+                                                             "model_patch": p}) + "\n" for i, p in preds.items()))
+    executor = ScriptedExecutor({"a": {"status": "resolved"}, "b": {"status": "unresolved"},
+                                 "c": {"status": "patch_failed", "error": "no"}, "d": {"status": "unresolved"}})
+    report = grade(tmp_path, executor, monkeypatch)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == "resolved 1/5 (unresolved 1, empty patch 1, error 1, no prediction 1)"
+    assert report["outcome_counts"] == {"resolved": 1, "unresolved": 1, "empty_patch": 1, "error": 1,
+                                        "no_prediction": 1}
+    assert report["no_prediction_ids"] == ["e"] and report["resolved_rate"] == 0.2
+    assert report["model_names"] == ["run7@v3"] and report["predictions_file"] == str(tmp_path / "preds.json")
+    only = grade(tmp_path, ScriptedExecutor({}), monkeypatch, "--instance_ids", "a", "e")
+    assert capsys.readouterr().out.strip().splitlines()[-1] == ("resolved 1/2 (unresolved 0, empty patch 0, error 0, "
+                                                               "no prediction 1)")
+    assert only["total_instances"] == 2 and only["resolved_rate"] == 0.5

@@ -117,8 +117,8 @@ def test_cli_never_scores_a_random_init_silently(tmp_path):
     rs.main([*common, "--random_init"])
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["evaluated"]["what"] == "a random init of demo-7m (seed 0)" and summary["policy_version"] is None
-    rs.main([*common, f"--weights={tmp_path / 'run' / 'policy'}"])
-    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    rs.main([*common, f"--weights={tmp_path / 'run' / 'policy'}", f"--out={tmp_path / 'o2'}"])  # (the last wins)
+    summary = json.loads((tmp_path / "o2" / "summary.json").read_text())
     assert summary["policy_version"] == 2 and "policy version 2 (GRPO step 2)" in summary["evaluated"]["what"]
 
 
@@ -207,3 +207,37 @@ def test_weights_of_another_model_are_one_line_naming_both_models(tmp_path):
                            f"({tmp_path / 'T' / 'config.json'}), but experiments/tiny_cpu.py is "
                            "model.name='demo-7m'"), line
     assert not (tmp_path / "o").exists()
+
+
+def test_other_settings_into_an_existing_out_are_refused_as_eval_run_refuses_them(tmp_path):
+    """Issue 46.7: another --temperature or config key into an existing --out overwrote summary.json and
+    repair.jsonl; the same command again starts over, as it says."""
+    write_records(tmp_path / "recs.jsonl", RECORDS[:1])
+    common = ["--config=experiments/tiny_cpu.py", f"--records={tmp_path / 'recs.jsonl'}", f"--out={tmp_path / 'o'}",
+              "--max_new_tokens=4", "--random_init"]
+    rs.main(common)
+    written = [(tmp_path / "o" / name).read_text() for name in ("summary.json", "repair.jsonl")]
+    with pytest.raises(ValueError, match=r"o holds results of other settings \(--temperature: 0.0 -> 1.0\): "
+                                         r"choose another --out"):
+        rs.main([*common, "--temperature=1.0"])
+    with pytest.raises(ValueError, match=r"\(config.seed: 0 -> 3\)"):
+        rs.main([*common, "--config.seed=3"])
+    assert [(tmp_path / "o" / name).read_text() for name in ("summary.json", "repair.jsonl")] == written
+    rs.main([*common, "--temperature=0", "--config.seed=0"])  # the same settings: run again, into the same --out
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())  # names what it scored, and how it failed
+    assert summary["config_overrides"] == {"seed": "0"} and summary["config"] == "experiments/tiny_cpu.py"
+    assert sum(summary["format_errors"].values()) == summary["answers"] - round(summary["format_rate"]
+                                                                                * summary["answers"])
+    (tmp_path / "o" / "repair_settings.json").unlink()  # results whose settings are not recorded: not overwritten
+    with pytest.raises(ValueError, match=r"holds repair-score results whose settings are not recorded"):
+        rs.main(common)
+
+
+def test_help_shows_the_whole_description(capsys):
+    """Issue 46.15: `repair_score --help` cut its description at "the policy's" (the docstring's first line)."""
+    with pytest.raises(SystemExit) as exit_:
+        rs.main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0
+    assert "the policy's answer, scored by the SWE-RL reward" in " ".join(out.split())
+    assert "format_rate  share of answers that are well formed" in out  # the metrics' table, as laid out

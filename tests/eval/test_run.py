@@ -28,7 +28,7 @@ def test_a_mistyped_weights_path_is_an_error_with_a_did_you_mean(tmp_path):
         eval_run.evaluated_model(config(weights=str(tmp_path / "run" / "policy"), version=7))
     # the policy config of the published weights' model (demo-7m; the cpu config's own is smollm2-135m)
     named = eval_run.evaluated_model(config(policy="experiments/tiny_cpu.py", weights=str(tmp_path / "run" / "policy")))
-    assert named["policy_version"] == 3 and named["model_name"] == "swerl_jax-smollm2-135m@v3"
+    assert named["policy_version"] == 3 and named["model_name"] == f"{tmp_path / 'run' / 'policy'}@v3"
     assert "policy version 3 (GRPO step 3)" in named["what"]
 
 
@@ -98,3 +98,109 @@ def test_weights_of_another_model_are_one_line_naming_both_models(tmp_path):
     assert line.startswith(f"weights {tmp_path / 'T' / 'policy'}: the weights are model.name='tiny' "
                            f"({tmp_path / 'T' / 'config.json'}), but policy=experiments/tiny_cpu.py is "
                            "model.name='demo-7m'"), line
+
+
+def mixed_run(shared_data, tmp_path, monkeypatch, ids="pallets__flask-4045,pallets__flask-4992,nowhere__repo-1",
+              repos=None):
+    """eval run over three instances: the oracle's gold patch (flask-4045), a model that localizes nothing
+    (flask-4992) and a repository that is not there (no prediction); grading scripted."""
+    import json
+
+    from swerl_jax.eval import harness
+    from swerl_jax.eval.agentless import scripted
+
+    lite = {r["instance_id"]: r for r in json.loads((shared_data / "swebench_lite.json").read_text())}
+    gone = {**lite["pallets__flask-4045"], "instance_id": "nowhere__repo-1", "repo": "nowhere/repo"}
+    (tmp_path / "instances.json").write_text(json.dumps([lite["pallets__flask-4045"], lite["pallets__flask-4992"],
+                                                         gone]))
+    oracle = scripted.OracleChat([lite["pallets__flask-4045"]])
+
+    def chat(conversations, temperature):
+        return [oracle([c], temperature)[0] if lite["pallets__flask-4045"]["problem_statement"] in c[-1]["content"]
+                else "no idea" for c in conversations]
+
+    monkeypatch.setattr(eval_run, "build_chat", lambda c, instances, evaluated: (chat, len))
+    graded = {"pallets__flask-4045": {"status": "resolved"}, "pallets__flask-4992": {"status": "unresolved"}}
+    monkeypatch.setattr(harness, "make_executor", lambda args: type("E", (), {
+        "evaluate": lambda self, inst, patch, log_dir: dict(graded[inst["instance_id"]])})())
+    argv = ["--config", "experiments/eval_agentless_mini.py:cpu", "--out", str(tmp_path / "out"), "--no-progress",
+            "--config.backend=oracle", "--config.agentless.regression=false",
+            "--config.agentless.reproduction_tests=0", f"--config.instance_ids={ids}",
+            f"--config.instances={tmp_path / 'instances.json'}", f"--config.repos={repos or shared_data / 'repos'}"]
+    return argv
+
+
+def test_the_rate_is_over_every_instance_asked_and_the_models_failure_is_kept(shared_data, tmp_path, monkeypatch,
+                                                                              capsys):
+    """Issue 46.1: the model's failure was no prediction (retried on re-run: sampling until it succeeds) and the
+    harness's rate left it out (2 instances, 1 prediction: "resolved 1/1")."""
+    import json
+
+    argv = mixed_run(shared_data, tmp_path, monkeypatch)
+    result = eval_run.main(argv)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1] == "resolved 1/3 (unresolved 0, empty patch 1, error 0, no prediction 1)"
+    assert any(line.startswith("agentless: 3 instances asked: 1 with a patch, 1 empty patch (the model's: "
+                               "localization found no file of the repository 1), 1 no prediction") for line in out)
+    assert not any("kept from an earlier run" in line for line in out)
+    assert result["failed"] == ["nowhere__repo-1"] and eval_run.exit_code(result) == 1
+    preds = {p["instance_id"]: p for p in map(json.loads, (tmp_path / "out" / "predictions.jsonl").read_text()
+                                             .splitlines())}
+    assert preds["pallets__flask-4992"]["model_patch"] == "" and "nowhere__repo-1" not in preds
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["outcome_counts"] == {"resolved": 1, "unresolved": 0, "empty_patch": 1, "error": 0,
+                                         "no_prediction": 1}
+    assert summary["resolved_rate"] == 1 / 3 and summary["instances_asked"] == 3
+    assert summary["evaluated"]["model_name"] == "oracle-gold-patches" and summary["config"].endswith(":cpu")
+    assert summary["eval_config"]["backend"] == "oracle" and "nowhere" in summary["no_prediction"]["nowhere__repo-1"]
+    assert summary["empty_patch"] == {"pallets__flask-4992": "localization found no file of the repository"}
+    with open(tmp_path / "out" / "predictions.jsonl", "a") as f:
+        f.write('{"instance_id": "nowhere__re')  # a line cut by a killed run: skipped (it was a traceback)
+    again = eval_run.main(argv)  # the model's failure is kept; the infrastructure's is tried again
+    assert [m["instance_id"] for m in again["predictions"]] == ["nowhere__repo-1"]
+    out = capsys.readouterr().out.strip().splitlines()
+    assert any("0 made now, 2 kept from an earlier run" in line for line in out)
+
+
+def test_every_instance_failed_says_so_in_one_line(shared_data, tmp_path, monkeypatch, capsys):
+    """Issue 46.14: with grade=true and no prediction at all, the run ended with "--predictions ...: no such file"
+    (a flag the user never passed) after "0 made now, the rest kept from an earlier run" (there was none)."""
+    import json
+
+    (tmp_path / "empty").mkdir()
+    argv = mixed_run(shared_data, tmp_path, monkeypatch, "pallets__flask-4045,pallets__flask-4992",
+                        tmp_path / "empty")
+    result = eval_run.main(argv)
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "--predictions" not in text and "kept from an earlier run" not in text
+    assert ("agentless: every instance failed before a prediction: 2 no prediction (re-run to retry them)"
+            in captured.out)
+    assert captured.out.strip().splitlines()[-1] == ("resolved 0/2 (unresolved 0, empty patch 0, error 0, "
+                                                     "no prediction 2)")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["outcome_counts"]["no_prediction"] == 2 and summary["report"] is None
+    assert eval_run.exit_code(result) == 1
+
+
+def test_the_predictions_label_names_what_was_evaluated(tmp_path, monkeypatch):
+    """Issue 46.3: `hf_dir=EXPORT` of a Qwen3 export labelled its predictions `swerl_jax-smollm2-135m`, the
+    config's default name."""
+    (tmp_path / "qwen3-export").mkdir()
+    (tmp_path / "qwen3-export" / "config.json").write_text('{"model_type": "qwen3"}')
+    policy = str(eval_run.pathlib.Path("experiments/smollm2_cpu.py").resolve())
+    exported, mine = config(hf_dir="qwen3-export", policy=policy), config(hf_dir="qwen3-export", policy=policy,
+                                                                          model_name="mine")
+    served = config(backend="openai", openai_model="Qwen/Qwen3-8B")
+    monkeypatch.chdir(tmp_path)  # a relative path is labelled by the folder it names
+    assert eval_run.evaluated_model(exported)["model_name"] == str(tmp_path / "qwen3-export")
+    assert eval_run.evaluated_model(mine)["model_name"] == "mine"
+    assert eval_run.evaluated_model(served)["model_name"] == "Qwen/Qwen3-8B"
+
+
+def test_help_shows_the_whole_description(capsys):
+    """Issue 46.15's kind: the description was the docstring's first line, the usage cut at its colon."""
+    with pytest.raises(SystemExit):
+        eval_run.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Agentless Mini over SWE-bench instances with a policy" in text and "resolved N/M" in text

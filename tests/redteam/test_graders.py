@@ -241,7 +241,7 @@ def test_rl_metrics_and_the_harness_report_name_test_infra_patches(tmp_path):
     base = {"status": "resolved", "resolved": True, "empty_patch": False}
     results = {"a": {**base, "test_infra_paths": ["conftest.py"]}, "b": {**base, "test_infra_paths": []},
                "c": {**base, "status": "unresolved", "resolved": False, "test_infra_paths": ["setup.cfg"]}}
-    report = write_report(tmp_path, results, [], 3)
+    report = write_report(tmp_path, results, [], ["a", "b", "c"])
     assert report["resolved_ids"] == ["a", "b"]  # grading stays official
     assert report["test_infra_ids"] == ["a", "c"] and report["resolved_test_infra_ids"] == ["a"]
 

@@ -73,6 +73,21 @@ def test_operational_fields_may_change_and_accepted_changes_are_recorded(tmp_pat
     assert len(list((tmp_path / "configs").glob("*.json"))) == 3
 
 
+def test_the_sampler_fleet_size_may_change_on_resume(tmp_path):
+    """Issue 46 item 8: the fleet's samples are one process's, bit for bit, whatever its size (sampler/fleet.py:
+    parts cut at the engine's batch boundaries, each sample keeping its offset and seed; every member runs its
+    engine on one device), so sampler.num_processes 2 -> 1 resumes as the README says worker counts do."""
+    c = base.get_config()
+    c.sampler.num_processes = 2
+    rundir.record_config(tmp_path, c.to_json())
+    (tmp_path / "checkpoints" / "4").mkdir(parents=True)
+    c.sampler.num_processes = 1
+    rundir.record_config(tmp_path, c.to_json())  # no ConfigChangeError
+    assert json.loads((tmp_path / "config.json").read_text())["sampler"]["num_processes"] == 1
+    assert not (tmp_path / "config_changes.jsonl").exists()
+    assert rundir.config_changes({"sampler": {"num_processes": 2}}, {"sampler": {"num_processes": 1}}) == []
+
+
 def test_an_sft_key_changed_after_the_sft_stage_finished_says_it_changes_nothing(tmp_path, caplog):
     """Issue 31.10: a researcher changes sft.learning_rate on a run whose SFT stage is done; the stage is never
     re-run, and the refusal (or, accepted, the warning) says so."""

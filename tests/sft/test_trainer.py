@@ -6,7 +6,7 @@ import pytest
 
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import forward, init_params
-from swerl_jax.sft.trainer import make_sft_loss, sft_rows
+from swerl_jax.sft.trainer import make_packed_sft_loss, make_sft_loss, packed_rows, sft_rows
 
 MODEL = get_model_config("tiny")
 
@@ -52,6 +52,51 @@ def test_sft_loss_is_the_target_nll():
     np.testing.assert_allclose(float(loss), total / n, rtol=1e-5)
 
 
+def _weighted_batch():
+    """Seven examples of 2 to 11 tokens, prompt tokens weighted 0.5 as `sft.prompt_loss_weight` does."""
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(1, MODEL.vocab_size, n).astype(np.int32) for n in (1, 1, 3, 1, 5, 1, 2)]
+    targets = [rng.integers(1, MODEL.vocab_size, n).astype(np.int32) for n in (10, 4, 6, 1, 6, 2, 3)]
+    masks = [np.concatenate([np.full(len(t) - 2, 0.5, np.float32), np.ones(2, np.float32)]) if len(t) > 2 else
+             np.ones(len(t), np.float32) for t in targets]
+    return {"prompt_ids": prompts, "target_ids": targets, "target_mask": masks}
+
+
+def test_packed_rows_hold_whole_examples_side_by_side():
+    batch = _weighted_batch()
+    out = packed_rows(batch, row_multiple=4)
+    n, width = out["tokens"].shape
+    assert width == 64 and n == 4  # 11 tokens rounded up to 64; everything fits one row, padded to 4 rows
+    seen = []
+    for r in range(n):
+        for s in range(1, out["segment_ids"][r].max() + 1):
+            cols = np.flatnonzero(out["segment_ids"][r] == s)
+            assert (np.diff(cols) == 1).all() and out["positions"][r, cols].tolist() == list(range(len(cols)))
+            seen.append(out["tokens"][r, cols].tolist())
+    examples = [np.concatenate([p, t]).tolist() for p, t in zip(batch["prompt_ids"], batch["target_ids"])]
+    assert sorted(seen) == sorted(examples)
+    assert out["loss_mask"].sum() == pytest.approx(sum(m.sum() for m in batch["target_mask"]))
+    assert not out["attention_mask"][1:].any()
+
+
+def test_packed_loss_and_gradient_equal_the_padded_ones():
+    """The same weighted token-mean, whether each example has its row or shares one: examples do not see each
+    other (a leak would change every later example's log-probs) and RoPE restarts in each."""
+    batch = _weighted_batch()
+    params = init_params(MODEL, jax.random.key(1))
+    rows, p, c = sft_rows(batch, 64, prompt_bucket=4, target_bucket=4)
+    padded = jax.jit(jax.value_and_grad(make_sft_loss(MODEL, p, c), has_aux=True))(params, rows)
+    packed = packed_rows(batch, row_multiple=1)
+    assert packed["tokens"].shape[0] == 1  # all seven in one row: the test of isolation
+    together = jax.jit(jax.value_and_grad(make_packed_sft_loss(MODEL), has_aux=True))(params, packed)
+    (loss_a, aux_a), grad_a = padded
+    (loss_b, aux_b), grad_b = together
+    assert float(aux_a["num_tokens"]) == float(aux_b["num_tokens"])
+    np.testing.assert_allclose(float(loss_b), float(loss_a), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(grad_a), jax.tree.leaves(grad_b), strict=True):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-4, atol=2e-6)
+
+
 def test_sft_rows_reject_a_row_longer_than_max_len():
     batch, _ = _loader_batch()
     batch["target_ids"][1] = np.arange(13, dtype=np.int32)  # 13 target tokens > sft.max_len
@@ -60,9 +105,11 @@ def test_sft_rows_reject_a_row_longer_than_max_len():
 
 
 
-def test_sft_trainer_runs_in_process(tmp_path):
+@pytest.mark.parametrize("pack", [False, True])
+def test_sft_trainer_runs_in_process(tmp_path, pack):
     """SFTTrainer.run itself (not a subprocess): 2 steps of tiny_cpu's SFT stage on the suite's 8 fake devices,
-    metrics and a final checkpoint written, the loss falling on the repeated oracle answers."""
+    metrics and a final checkpoint written, the loss falling on the repeated oracle answers; packed rows too
+    (their count a multiple of the 8 batch shards)."""
     from experiments import tiny_cpu
     from swerl_jax.runs.metrics import read_metrics
     from swerl_jax.sft.trainer import SFTTrainer
@@ -71,6 +118,7 @@ def test_sft_trainer_runs_in_process(tmp_path):
     config.sft.num_steps, config.sft.batch_size = 3, 8
     config.logging.progress_bar = False
     config.mesh.name = "cpu8"
+    config.sft.pack = pack
     trainer = SFTTrainer(config, tmp_path)
     params = trainer.run()
     rows = read_metrics(tmp_path / "metrics.jsonl")

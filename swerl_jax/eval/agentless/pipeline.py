@@ -2,9 +2,10 @@
 
 `run_instances` writes SWE-bench predictions (`instance_id`, `model_name_or_path`, `model_patch`) to
 `OUT/predictions.jsonl` and every step's prompts, answers and results to `OUT/trajectories/<id>.json`; an
-instance already in the predictions file is skipped (resumable), and an instance that fails (no clone, a backend
-error) gets its error in the trajectory and no prediction (a re-run tries it again; an empty patch would be graded
-as the model's failure): nothing stops the run.
+instance already in the predictions file is skipped (resumable). The model's failure (localization names no file,
+no repair sample edits) is its prediction: an empty patch with `empty_patch_reason`, kept, so a re-run does not
+retry it until a sample succeeds. An instance the infrastructure failed (no clone, a backend error) gets its error
+in the trajectory and no prediction: a re-run tries it again. Nothing stops the run.
 """
 
 from __future__ import annotations
@@ -77,8 +78,7 @@ def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens
     # The release's sample plan: distinct non-empty file lists, cycled up to n samples.
     unique = list(dict.fromkeys(tuple(f) for f in found if f))[:n]
     if not unique:
-        traj["prediction"] = {"instance_id": iid, "model_name_or_path": settings.model_name, "model_patch": ""}
-        traj["error"] = "localization found no file of the repository"
+        traj["prediction"] = empty_prediction(iid, settings, "localization found no file of the repository")
         return traj
     plans = [list(unique[i % len(unique)]) for i in range(n)]
     contexts = [repair.repair_context(p, contents, settings.max_input_tokens, count_tokens, rng if n > 1 else None)
@@ -101,8 +101,15 @@ def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens
                            use_reproduction=bool(results) and settings.reproduction_tests > 0)
     traj["chosen_sample"] = chosen
     patch = samples[chosen]["model_patch"] if chosen is not None else ""
-    traj["prediction"] = {"instance_id": iid, "model_name_or_path": settings.model_name, "model_patch": patch}
+    traj["prediction"] = ({"instance_id": iid, "model_name_or_path": settings.model_name, "model_patch": patch}
+                          if patch else empty_prediction(iid, settings, "no repair sample made an edit"))
     return traj
+
+
+def empty_prediction(instance_id: str, settings: AgentlessSettings, reason: str) -> dict:
+    """The model's failure as its prediction: an empty patch (unresolved, SWE-bench's rule) and why it is empty."""
+    return {"instance_id": instance_id, "model_name_or_path": settings.model_name, "model_patch": "",
+            "empty_patch_reason": reason}
 
 
 def patch_test_results(instance: dict, samples: list[dict], chat: Chat, settings: AgentlessSettings,
@@ -155,9 +162,10 @@ def patch_test_results(instance: dict, samples: list[dict], chat: Chat, settings
 def run_instances(instances: list[dict], repos_dir: pathlib.Path, out: pathlib.Path, chat: Chat,
                   count_tokens: Callable[[str], int], settings: AgentlessSettings, executor=None,
                   progress: bool = True) -> list[dict]:
-    """Agentless Mini over `instances`; appends to OUT/predictions.jsonl; returns this call's predictions, and
-    {instance_id, error} for an instance that failed (a missing clone, a backend error): it is not written as a
-    prediction, so a re-run tries it again and no grade counts it as the model's."""
+    """Agentless Mini over `instances`; appends to OUT/predictions.jsonl; returns this call's predictions (the
+    model's failures among them, as empty patches with their `empty_patch_reason`), and {instance_id, error} for an
+    instance the infrastructure failed (a missing clone, a backend error): it is not written as a prediction, so
+    a re-run tries it again and no grade counts it as the model's."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "trajectories").mkdir(exist_ok=True)
     predictions_file = out / "predictions.jsonl"
@@ -168,6 +176,10 @@ def run_instances(instances: list[dict], repos_dir: pathlib.Path, out: pathlib.P
                 done.add(json.loads(line)["instance_id"])
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
+    if predictions_file.exists() and not predictions_file.read_bytes().endswith(b"\n") \
+            and predictions_file.stat().st_size:
+        with open(predictions_file, "a") as f:  # a killed run's cut last line: the next prediction must not join it
+            f.write("\n")
     todo = [inst for inst in instances if inst["instance_id"] not in done]
     if progress:
         from tqdm.auto import tqdm
@@ -181,7 +193,7 @@ def run_instances(instances: list[dict], repos_dir: pathlib.Path, out: pathlib.P
         except Exception as err:  # one instance's failure is its record, never the run's end
             traj = {"instance_id": iid, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
         (out / "trajectories" / f"{iid}.json").write_text(json.dumps(traj, indent=1, default=list))
-        if "error" in traj:  # not a prediction: an empty patch would be graded as the model's failure; retried
+        if "error" in traj:  # the infrastructure's, not the model's: no prediction, so a re-run retries it
             made.append({"instance_id": iid, "error": traj["error"]})
             continue
         with open(predictions_file, "a") as f:

@@ -79,7 +79,8 @@ def test_cli_oracle_with_sandboxed_tests_resolves_a_flask_instance(shared_data, 
                                 f"--config.repos={shared_data / 'repos'}", "--no-progress"])
     finally:
         mp.undo()
-    assert capsys.readouterr().out.strip().splitlines()[-1] == "resolved 1/1"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == ("resolved 1/1 (unresolved 0, empty patch 0, error 0, "
+                                                              "no prediction 0)")
     assert result["report"]["instances"]["pallets__flask-4045"]["status"] == "resolved"
     traj = json.loads((tmp_path / "out" / "trajectories" / "pallets__flask-4045.json").read_text())
     tests = traj["tests"]
@@ -96,3 +97,26 @@ def test_cli_oracle_with_sandboxed_tests_resolves_a_flask_instance(shared_data, 
                        "--config.backend=engine", "--config.instance_ids=pallets__flask-4045",
                        f"--config.instances={shared_data / 'swebench_lite.json'}",
                        f"--config.repos={shared_data / 'repos'}", "--no-progress"])
+
+
+def test_a_model_that_localizes_nothing_is_an_empty_prediction_with_its_reason_never_retried(flask, shared_data,
+                                                                                           tmp_path):
+    """Issue 46.1: the model's failure was no prediction, so a re-run at T=1 retried it until the model succeeded
+    (selecting samples) and the harness's rate left it out. It is the model's empty patch, kept."""
+    instances, _ = flask
+    calls = []
+
+    def prose(conversations, temperature):
+        calls.append(len(conversations))
+        return ["I would look at the code."] * len(conversations)
+
+    args = ([instances[0]], shared_data / "repos", tmp_path / "out", prose, len,
+            pipeline.AgentlessSettings(num_samples=2))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "predictions.jsonl").write_text('{"instance_id": "cut by a kil')  # a killed run's last line
+    (made,) = pipeline.run_instances(*args, progress=False)
+    assert made["model_patch"] == "" and "error" not in made
+    assert made["empty_patch_reason"] == "localization found no file of the repository"
+    cut, kept = (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()
+    assert json.loads(kept) == made  # on a line of its own, not glued to the cut one
+    assert pipeline.run_instances(*args, progress=False) == [] and calls == [2]  # kept: not asked again
