@@ -77,9 +77,19 @@ def config_changes(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
             continue
         if key not in a and key in defaults and defaults[key] == b[key]:
             continue
-        if a.get(key) != b.get(key):
+        if a.get(key) != b.get(key) and not same_path_made_absolute(a.get(key), b.get(key)):
             out.append((key, a.get(key), b.get(key)))
     return out
+
+
+def same_path_made_absolute(old: Any, new: Any) -> bool:
+    """Whether `new` is the relative path `old` made absolute (entry points resolve typed paths once since issue 46:
+    a run started before that recorded `model.hf_dir='ckpt/x'`, its resume records '/home/u/ckpt/x'), so that the
+    same folder typed the same way resumes the run instead of counting as a config change."""
+    if not (isinstance(old, str) and isinstance(new, str) and old and not os.path.isabs(old) and os.path.isabs(new)):
+        return False
+    tail = pathlib.PurePath(os.path.normpath(old)).parts
+    return ".." not in tail and pathlib.PurePath(new).parts[-len(tail):] == tail
 
 
 def latest_steps(workdir: str | os.PathLike) -> dict[str, int]:

@@ -88,6 +88,16 @@ def test_the_sampler_fleet_size_may_change_on_resume(tmp_path):
     assert rundir.config_changes({"sampler": {"num_processes": 2}}, {"sampler": {"num_processes": 1}}) == []
 
 
+def test_a_relative_path_of_an_older_run_resumes_made_absolute():
+    """Entry points now make typed paths absolute; a run that recorded 'ckpt/x' resumes with '/home/u/ckpt/x', while
+    another folder is still a change."""
+    old = {"model": {"hf_dir": "ckpt/x"}}
+    assert rundir.config_changes(old, {"model": {"hf_dir": "/home/u/ckpt/x"}}) == []
+    assert rundir.config_changes(old, {"model": {"hf_dir": "/home/u/ckpt/y"}}) == [
+        ("model.hf_dir", "ckpt/x", "/home/u/ckpt/y")]
+    assert rundir.config_changes({"model": {"hf_dir": "../x"}}, {"model": {"hf_dir": "/x"}}) != []
+
+
 def test_an_sft_key_changed_after_the_sft_stage_finished_says_it_changes_nothing(tmp_path, caplog):
     """Issue 31.10: a researcher changes sft.learning_rate on a run whose SFT stage is done; the stage is never
     re-run, and the refusal (or, accepted, the warning) says so."""
