@@ -134,6 +134,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.behav_weight_cap = 5.0  # decoupled: drop tokens with pi_prox / pi_behav above it (AReaL examples); 0: no cap
     c.rl.micro_batch_size = 0  # 0: the whole step's batch at once
     c.rl.update_epochs = 1  # optimizer updates on each step's batch (GRPO's mu; the paper: one per step)
+    # Sequential optimizer updates per epoch, each on 1/n of the batch with the old and proximal log-probs fixed
+    # (AReaL's ppo_n_minibatches, 4 there): from the second on the clip bounds the move since the proximal policy.
+    # 1: one update per batch (the papers'); swerl_jax/rl/minibatch.py says how the loss is normalised.
+    c.rl.ppo_minibatches = 1
     # Asynchronous RL: 0 is the synchronous loop (the papers'); k >= 1 collects step t + 1 while step t trains,
     # from policy versions >= t - k (swerl_jax/rl/producer.py; use rl.off_policy = "decoupled" with it).
     c.rl.max_staleness = 0

@@ -46,6 +46,7 @@ from swerl_jax.batching import row_shape
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, micro_batches
 from swerl_jax.resolve import ensure_resolved
+from swerl_jax.rl import minibatch
 from swerl_jax.rl.collect import InlineSampler
 from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
@@ -71,6 +72,7 @@ def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, c
         loss, metrics = grpo_loss(logp, batch["old_logp"], batch.get("ref_logp"), batch["advantages"],
                                   batch["loss_mask"], loss_cfg, entropy=entropy, truncated=batch["truncated"],
                                   prox_logp=batch.get("prox_logp"))
+        loss = minibatch.scale_loss(loss, batch)  # rl.ppo_minibatches > 1 only
         metrics.update(logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"]))
         return loss, metrics
 
@@ -96,12 +98,17 @@ class GRPOTrainer(TrainLoop):
         self.loss_cfg = GRPOLossConfig.from_config(config)
         self.temperature = float(config.sampler.temperature) or 1.0  # greedy rows report T = 1 log-probs
         rows = int(rl.prompts_per_step) * self.num_samples
+        # rl.ppo_minibatches: sequential updates per epoch, each on rows / n (swerl_jax/rl/minibatch.py)
+        self.minibatches = int(rl.ppo_minibatches)
+        minibatch.check_minibatches(rows, self.minibatches, int(rl.micro_batch_size))
+        rows //= self.minibatches
         self.num_micro = micro_batches(rows, int(rl.micro_batch_size), "rl.micro_batch_size")
         # rl.update_epochs (GRPO's mu): optimizer updates per batch; the schedule counts updates
         self.update_epochs = int(rl.update_epochs)
         warmup = int(rl.warmup_steps)  # -1: optim.warmup_steps
         # each micro-batch is what gets sharded over the batch axes: rl.micro_batch_size must split over them
-        self.policy = Policy.create(config, self.num_steps * self.update_epochs, params=initial_params,
+        self.policy = Policy.create(config, self.num_steps * self.update_epochs * self.minibatches,
+                                    params=initial_params,
                                     global_batch=rows // self.num_micro, warmup_steps=warmup if warmup >= 0 else None)
         # The reference is the policy RL starts from (pretrained or SFT'd); a copy, because the state is donated.
         self.reference = (jax.tree.map(lambda x: x.copy(), self.policy.state.params)
@@ -232,12 +239,25 @@ class GRPOTrainer(TrainLoop):
         t0 = time.perf_counter()
         loss_fn = make_rl_loss(self.policy.model_config, self.loss_cfg, prompt_len, completion_len,
                                self.temperature)
-        step_fn = self.policy.train_step(loss_fn, batch_np, self.num_micro, key=("rl", prompt_len, completion_len))
-        sharded = self.policy.shard(batch_np)
-        self.policy.state, train_metrics = step_fn(self.policy.state, sharded)
-        train_metrics = jax.device_get(train_metrics)  # epoch 0: the on-policy figures (mismatch, ratio 1)
-        for _ in range(1, self.update_epochs):  # later epochs: the ratio moves and the clip bounds it
-            self.policy.state, later = step_fn(self.policy.state, sharded)
+        parts = [batch_np]
+        if self.minibatches > 1:  # n updates on the n row blocks; old and proximal log-probs stay as computed
+            scales = minibatch.loss_scales(batch_np["loss_mask"], batch_np["truncated"], self.minibatches,
+                                           self.loss_cfg.loss_agg, self.loss_cfg.seq_mean_rows,
+                                           self.loss_cfg.compact_filtering)
+            parts = minibatch.split(batch_np, self.minibatches, scales)
+        step_fn = self.policy.train_step(loss_fn, parts[0], self.num_micro, key=("rl", prompt_len, completion_len))
+        sharded = [self.policy.shard(p) for p in parts]
+        self.policy.state, train_metrics = step_fn(self.policy.state, sharded[0])
+        train_metrics = jax.device_get(train_metrics)  # update 1: the on-policy figures (mismatch, ratio 1)
+        updates = []  # later updates: other minibatches, later epochs; the ratio moves and the clip bounds it
+        for epoch in range(self.update_epochs):
+            for part in sharded[1 if epoch == 0 else 0:]:
+                self.policy.state, later = step_fn(self.policy.state, part)
+                if self.minibatches > 1:
+                    updates.append(later)
+        if updates:
+            updates = jax.device_get(updates)
+            train_metrics.update(minibatch.later_update_metrics(updates))
         if self.update_epochs > 1:
             later = jax.device_get(later)
             train_metrics.update({f"last_epoch/{k}": later[k] for k in ("loss", "clip_frac", "ratio_mean",
@@ -247,6 +267,8 @@ class GRPOTrainer(TrainLoop):
         finite = check_finite(train_metrics, step, "GRPO", skip)
         if self.update_epochs > 1:
             finite &= check_finite(later, step, "GRPO (last epoch)", skip)
+        for i, update in enumerate(updates):
+            finite &= check_finite(update, step, f"GRPO (update {i + 2})", skip)
 
         t0 = time.perf_counter()
         eval_due = self.eval_every > 0 and (step % self.eval_every == 0 or step == self.num_steps)

@@ -102,6 +102,8 @@ def test_switches_kl_recompute_and_micro_batches(runs):
     ("rl.old_logprobs", "x", r"rl.old_logprobs='x' is not one of \['sampler', 'recompute'\]"),
     ("rl.micro_batch_size", 3, r"rl.micro_batch_size=3 does not divide the step's 16 rows"),
     ("rl.update_epochs", 0, r"rl.update_epochs must be >= 1"),
+    ("rl.ppo_minibatches", 3, r"rl.ppo_minibatches=3 does not divide the step's 16 rows"),
+    ("rl.ppo_minibatches", 0, r"rl.ppo_minibatches must be >= 1"),
     ("rl.kl_estimator", "k9", r"rl.kl_estimator='k9' is not one of"),
     ("rl.loss_agg", "x", r"rl.loss_agg='x' is not one of"),
     ("rl.clip_eps_low", -0.1, r"rl.clip_eps_low must be in \[0, 1\)"),
@@ -126,3 +128,32 @@ def test_unknown_sampler_mode_is_named_before_anything_starts(tmp_path):
     with pytest.raises(ValueError, match=r"sampler.mode='threads' is not one of \['process', 'inline'\]"):
         build_grpo_trainer(c, tmp_path)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_ppo_minibatches_clip_acts_from_the_second_update(tmp_path):
+    """rl.ppo_minibatches=2 (issue 47 item 1): each step's 16 rows are 2 sequential updates with the proximal
+    policy fixed, so the first minibatch's ratio is 1 (clip fraction 0) and the second's has moved (lr 1e-2);
+    the learning-rate schedule counts every update."""
+    c = tiny_config(num_steps=2, ppo_minibatches=2, off_policy="decoupled")
+    trainer = build_grpo_trainer(c, tmp_path)
+    rows = read_metrics(trainer.run()["metrics"])
+    assert int(trainer.policy.state.step) == 2 * 2
+    for r in rows:
+        assert r["clip_frac"] == 0.0 and abs(r["ratio_max"] - 1) < 1e-5  # the first update: prox = params
+        assert r["later_updates/ratio_max_max"] > 1 + 1e-3
+    assert max(r["later_updates/clip_frac_max"] for r in rows) > 0
+
+
+def test_ppo_minibatch_loss_scales_weigh_every_token_alike():
+    """n * W_i / W: a token counts n / W whichever minibatch holds it; compact-filtered rows weigh nothing."""
+    import numpy as np
+
+    from swerl_jax.rl.minibatch import loss_scales, split
+
+    mask = np.array([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], np.float32)  # 5 and 4 tokens
+    truncated = np.array([False, False, False, True])
+    np.testing.assert_allclose(loss_scales(mask, truncated, 2, "token-mean", "active", False), [10 / 9, 8 / 9])
+    np.testing.assert_allclose(loss_scales(mask, truncated, 2, "token-mean", "active", True), [10 / 6, 2 / 6])
+    np.testing.assert_allclose(loss_scales(mask, truncated, 2, "seq-mean-token-mean", "active", True), [4 / 3, 2 / 3])
+    parts = split({"x": np.arange(4)}, 2, np.array([0.5, 1.5], np.float32))
+    assert [p["x"].tolist() for p in parts] == [[0, 1], [2, 3]] and parts[1]["loss_scale"].tolist() == [1.5, 1.5]
