@@ -116,7 +116,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.std_ddof = 0  # not published (population std, as TRL/verl)
     c.rl.clip_eps_low = 0.2  # not published
     c.rl.clip_eps_high = 0.2  # 0.28 for DeepSWE clip-high
-    c.rl.dual_clip = 0.0  # 0: off, else c (e.g. 3.0)
+    # 0: off, else c (e.g. 3.0). For A < 0 nothing else bounds a token's weight (the PPO clip only floors the ratio):
+    # at k = 0 with one update the ratio is 1 and c never acts (0 here: the papers', and `make demo`'s); at
+    # rl.max_staleness >= 1 plain's ratio is against a stale behaviour policy (14.1 seen), so the asynchronous
+    # experiments (experiments/ablations/async_grpo.py) use 3.0 on every arm. `neg_adv_weight_max` logs it.
+    c.rl.dual_clip = 0.0
     c.rl.kl_coef = 0.04  # beta, not published; 0: the reference model is not loaded
     c.rl.kl_estimator = "k3"  # k1 | k2 | k3
     c.rl.loss_agg = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
