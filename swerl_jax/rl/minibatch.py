@@ -18,6 +18,7 @@ minibatch more. A minibatch with no counted token gets scale 0 (a zero gradient;
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -52,7 +53,7 @@ def loss_scales(mask: np.ndarray, truncated: np.ndarray, n: int, loss_agg: str, 
         mask = np.asarray(compact_filter_mask(mask, np.asarray(truncated)))
     blocks = np.split(mask, n)
     weights = np.asarray([float(aggregation_weight(b, loss_agg, seq_mean_rows)) for b in blocks], np.float64)
-    weights = sum_over_processes(weights)
+    weights = gather_over_processes(weights).sum(axis=0)
     total = weights.sum()
     if total <= 0:  # nothing counts anywhere: every minibatch's loss is 0 whatever the scale
         return np.zeros(n, np.float32)
@@ -79,13 +80,29 @@ def scale_loss(loss: jax.Array, batch: dict[str, Any]) -> jax.Array:
     return loss * batch[SCALE_KEY].max()  # every row holds the same value: max is exact where a mean might round
 
 
-def sum_over_processes(x: np.ndarray) -> np.ndarray:
-    """Elementwise sum of `x` over all processes (itself in one)."""
+def gather_over_processes(x: np.ndarray) -> np.ndarray:
+    """[processes, *x.shape]: every process's `x` (x[None] in one process)."""
+    x = np.asarray(x)
     if jax.process_count() == 1:
-        return x
+        return x[None]
     from jax.experimental import multihost_utils
 
-    return np.asarray(multihost_utils.process_allgather(x)).sum(axis=0)
+    return np.asarray(multihost_utils.process_allgather(x))
+
+
+def later_updates(step_fn: Callable, state: Any, parts: list, epochs: int) -> tuple[Any, Any, list[dict]]:
+    """Run the updates after a step's first: parts[1:], then `epochs - 1` more passes over all parts.
+
+    Returns (state, the last update's metrics (None if there was none), the host metrics of every update when
+    there are several parts, else [] (one part: `rl.update_epochs` alone, logged as last_epoch/* as before)).
+    """
+    last, updates = None, []
+    for epoch in range(epochs):
+        for part in parts[1 if epoch == 0 else 0:]:
+            state, last = step_fn(state, part)
+            if len(parts) > 1:
+                updates.append(last)
+    return state, last, jax.device_get(updates)
 
 
 def later_update_metrics(updates: list[dict]) -> dict[str, float]:

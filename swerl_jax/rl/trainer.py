@@ -15,8 +15,8 @@ One step s (1-based; checkpoint s holds the state after s updates):
      out of the baselines when configured), the collector's credit ends, rows packed (lengths bucketed);
   3. old log-probs from the sampler (`rl.old_logprobs=sampler`) or recomputed by the trainer (`recompute`),
      reference log-probs when rl.kl_coef > 0 (the reference is the policy RL started from; never loaded at 0);
-  4. rl.update_epochs optimizer updates of `grpo_loss` (micro-batched, fp32 accumulation, `optim.*`), which also
-     measure the sampler/trainer log-prob mismatch on the same tokens;
+  4. rl.update_epochs x rl.ppo_minibatches updates of `grpo_loss` (`minibatch`; micro-batched, fp32, `optim.*`),
+     which also measure the sampler/trainer log-prob mismatch (at k >= 1 per rollout version: `versions`);
   5. params published as policy version s (`sampler.weights`), the evaluator when due, metrics + rollouts written,
      then checkpoint s (with the collector's data position and state).
 
@@ -52,6 +52,7 @@ from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, 
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
 from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, rollout_metrics
+from swerl_jax.rl.versions import KeptVersions, own_version_mismatch
 from swerl_jax.runs.affinity import device_env, fleet_placement
 from swerl_jax.runs.checkpoint import Checkpointer
 from swerl_jax.runs.loop import TrainLoop
@@ -63,8 +64,11 @@ from swerl_jax.sampler.fleet import SamplerFleet
 
 
 def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, completion_len: int,
-                 temperature: float):
-    """`loss_fn(params, batch)` for rows laid out by `rollouts.build_train_batch(prompt_len, completion_len)`."""
+                 temperature: float, mismatch_prefix: str = ""):
+    """`loss_fn(params, batch)` for rows laid out by `rollouts.build_train_batch(prompt_len, completion_len)`.
+
+    The sampler/trainer mismatch is logged as `{mismatch_prefix}logprob_*`: "" where the batch is fresh (k = 0:
+    numerics), "stale_" at k >= 1, where the current params are not the rollouts' (`swerl_jax.rl.versions`)."""
     def loss_fn(params: Any, batch: dict) -> tuple[jax.Array, dict]:
         logp, entropy = token_logprobs(model_config, params, batch["tokens"], batch["attention_mask"],
                                        with_entropy=True, temperature=temperature, start=prompt_len - 1,
@@ -73,7 +77,8 @@ def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, c
                                   batch["loss_mask"], loss_cfg, entropy=entropy, truncated=batch["truncated"],
                                   prox_logp=batch.get("prox_logp"))
         loss = minibatch.scale_loss(loss, batch)  # rl.ppo_minibatches > 1 only
-        metrics.update(logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"]))
+        mismatch = logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"])
+        metrics.update({mismatch_prefix + k: v for k, v in mismatch.items()})
         return loss, metrics
 
     return loss_fn
@@ -120,6 +125,8 @@ class GRPOTrainer(TrainLoop):
         # rl.max_staleness = k: 0 is the synchronous loop; k >= 1 collects ahead (swerl_jax.rl.producer)
         self.max_staleness = int(rl.max_staleness)
         self.producer: AheadProducer | None = None
+        # k >= 1: the params of the last k versions, to measure the sampler's numerics against each rollout's own
+        self.kept = KeptVersions(self.max_staleness) if self.max_staleness > 0 else None
         self._position = None  # at k >= 1: the data position after the last trained step's draw
         self._logprob_fns: dict = {}
         self.is_main = sharding.is_main_process()
@@ -234,11 +241,14 @@ class GRPOTrainer(TrainLoop):
             batch_np["prox_logp"] = self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len)
         if self.reference is not None:
             batch_np["ref_logp"] = self._logprobs(self.reference, batch_np, prompt_len, completion_len)
+        own_metrics = {} if self.kept is None else own_version_mismatch(  # k >= 1; keeps version step - 1
+            self.kept, step - 1, self.policy.state.params, [r.policy_version for r in rollouts], batch_np,
+            lambda params: self._logprobs(params, batch_np, prompt_len, completion_len))
         t_logprobs = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         loss_fn = make_rl_loss(self.policy.model_config, self.loss_cfg, prompt_len, completion_len,
-                               self.temperature)
+                               self.temperature, mismatch_prefix="stale_" if self.kept is not None else "")
         parts = [batch_np]
         if self.minibatches > 1:  # n updates on the n row blocks; old and proximal log-probs stay as computed
             scales = minibatch.loss_scales(batch_np["loss_mask"], batch_np["truncated"], self.minibatches,
@@ -249,15 +259,10 @@ class GRPOTrainer(TrainLoop):
         sharded = [self.policy.shard(p) for p in parts]
         self.policy.state, train_metrics = step_fn(self.policy.state, sharded[0])
         train_metrics = jax.device_get(train_metrics)  # update 1: the on-policy figures (mismatch, ratio 1)
-        updates = []  # later updates: other minibatches, later epochs; the ratio moves and the clip bounds it
-        for epoch in range(self.update_epochs):
-            for part in sharded[1 if epoch == 0 else 0:]:
-                self.policy.state, later = step_fn(self.policy.state, part)
-                if self.minibatches > 1:
-                    updates.append(later)
-        if updates:
-            updates = jax.device_get(updates)
-            train_metrics.update(minibatch.later_update_metrics(updates))
+        # later updates (other minibatches, later epochs): the ratio moves and the clip bounds it
+        self.policy.state, later, updates = minibatch.later_updates(step_fn, self.policy.state, sharded,
+                                                                    self.update_epochs)
+        train_metrics.update(minibatch.later_update_metrics(updates))
         if self.update_epochs > 1:
             later = jax.device_get(later)
             train_metrics.update({f"last_epoch/{k}": later[k] for k in ("loss", "clip_frac", "ratio_mean",
@@ -280,7 +285,10 @@ class GRPOTrainer(TrainLoop):
         metrics = {k: float(v) for k, v in train_metrics.items()}
         metrics.update({k: float(v) for k, v in advantage_stats(all_rewards, all_adv).items()})
         metrics.update(rollout_metrics(rollouts))
-        metrics["policy_version"] = version
+        metrics.update(own_metrics)
+        # a step's version is its oldest rollout's (at k = 0 every rollout's is step - 1)
+        known = [r.policy_version for r in rollouts if r.policy_version >= 0]
+        metrics["policy_version"] = min(known) if self.kept is not None and known else version
         metrics["nonfinite_update"] = int(not finite)
         metrics.update(groups.metrics)  # e.g. records skipped as invalid or too long, the reward service's counters
         metrics.update(credit_metrics)

@@ -157,3 +157,59 @@ def test_ppo_minibatch_loss_scales_weigh_every_token_alike():
     np.testing.assert_allclose(loss_scales(mask, truncated, 2, "seq-mean-token-mean", "active", True), [4 / 3, 2 / 3])
     parts = split({"x": np.arange(4)}, 2, np.array([0.5, 1.5], np.float32))
     assert [p["x"].tolist() for p in parts] == [[0, 1], [2, 3]] and parts[1]["loss_scale"].tolist() == [1.5, 1.5]
+
+
+def test_async_k1_plumbing_end_to_end(tmp_path):
+    """Issue 47 items 4-5, at rl.max_staleness=1 with the decoupled loss and 2 minibatches on the 7M model (inline
+    sampler): every batch's behaviour log-probs are the sampler's and equal the trainer's under each rollout's own
+    version (params snapshotted as each version is published); the proximal log-probs are the params before the
+    update (ratio 1, clip 0 at the first update); the behaviour weights are exp(prox - behav). The logged
+    `logprob_*` measure that numerics gap (against the rollout's version), `stale_logprob_*` the gap to the trainer
+    now, and `policy_version` is the step's oldest rollout version."""
+    import functools
+
+    import jax
+    import numpy as np
+
+    from swerl_jax.model.llama import token_logprobs
+
+    trainer = build_grpo_trainer(tiny_config(num_steps=4, max_staleness=1, off_policy="decoupled",
+                                             ppo_minibatches=2), tmp_path)
+    snapshots, batches = {}, []
+    start, publish, shard = trainer._start_sampler, trainer._publish, trainer.policy.shard
+
+    def snap(version):
+        snapshots[version] = trainer.policy.host_params()
+
+    trainer._start_sampler = lambda version: (snap(version), start(version))[1]
+    trainer._publish = lambda version: (snap(version), publish(version))[1]
+    trainer.policy.shard = lambda batch: (batches.append(dict(batch)) if "old_logp" in batch else None, shard(batch))[1]
+    rows = read_metrics(trainer.run()["metrics"])
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    stale_steps = 0  # each step shards its 2 minibatches in order: the first is the first update's
+    for r, first, second in zip(rows, batches[::2], batches[1::2]):
+        step = r["step"]
+        rollouts = [json.loads(x) for x in (tmp_path / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()]
+        versions = np.asarray([x["policy_version"] for x in rollouts])
+        assert r["policy_version"] == versions.min() and r["staleness_max"] <= 1
+        stale_steps += int(versions.min() < step - 1)
+        batch = {k: np.concatenate([first[k], second[k]]) for k in first}
+        mask = batch["loss_mask"] > 0
+        p = batch["tokens"].shape[1] - batch["old_logp"].shape[1]
+        logp = functools.partial(token_logprobs, trainer.policy.model_config, start=p - 1,
+                                 length=batch["old_logp"].shape[1], temperature=trainer.temperature)
+        own = np.zeros_like(batch["old_logp"])
+        for v in np.unique(versions):
+            lp = np.asarray(jax.jit(logp)(snapshots[v], batch["tokens"], batch["attention_mask"]))
+            own[versions == v] = lp[versions == v]
+        assert np.abs(own - batch["old_logp"])[mask].max() < 1e-3  # sampler == trainer under its own version
+        assert r["logprob_max_abs_diff"] < 1e-3 and r["logprob_checked_frac"] == 1.0
+        prox = np.asarray(jax.jit(logp)(snapshots[step - 1], batch["tokens"], batch["attention_mask"]))
+        np.testing.assert_allclose(batch["prox_logp"][mask], prox[mask], atol=1e-5)  # params before the update
+        assert r["clip_frac"] == 0.0 and abs(r["ratio_max"] - 1) < 1e-5
+        m = first["loss_mask"] > 0
+        assert r["behav_weight_mean"] == pytest.approx(np.exp(first["prox_logp"] - first["old_logp"])[m].mean(),
+                                                       rel=1e-5)
+        if versions.min() < step - 1:  # a stale batch: the trainer moved (lr 1e-2) beyond the sampler's numerics
+            assert r["stale_logprob_abs_diff"] > 10 * r["logprob_abs_diff"]
+    assert stale_steps >= 1
