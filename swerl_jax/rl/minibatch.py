@@ -14,6 +14,8 @@ rows compact-filtered, short completions) is not inflated. AReaL divides each mi
 (`train_batch`'s `loss_weight_fn` summed over that minibatch's micro-batches), i.e. scale_i = 1: the two agree
 when the minibatches hold equal weight (equal token counts); where they differ AReaL weighs a token of a short
 minibatch more. A minibatch with no counted token gets scale 0 (a zero gradient; Adam's moments still step).
+An update's logged `loss` is its scaled share; its `pg_loss` and the other metrics are its minibatch's own. The
+rows are cut into contiguous blocks (AReaL balances its minibatches' token counts instead).
 """
 
 from __future__ import annotations
