@@ -31,13 +31,17 @@ from swerl_jax.rl.objectives import aggregation_weight, compact_filter_mask
 SCALE_KEY = "loss_scale"  # per-row copy of its minibatch's scale (rows shard over the batch axes; a scalar cannot)
 
 
-def check_minibatches(rows: int, n: int, micro_batch_size: int) -> None:
-    """Raise ValueError naming rl.ppo_minibatches unless n >= 1 splits `rows` (and its micro-batches) evenly."""
+def check_minibatches(rows: int, n: int, micro_batch_size: int, local_rows: int | None = None) -> None:
+    """Raise ValueError naming rl.ppo_minibatches unless n >= 1 splits `rows` (and its micro-batches, and this
+    process's `local_rows`: each process cuts its own rows) evenly."""
     if n < 1:
         raise ValueError(f"rl.ppo_minibatches must be >= 1 (1: one update per step's batch), got {n}")
     if rows % n:
         raise ValueError(f"rl.ppo_minibatches={n} does not divide the step's {rows} rows (rl.prompts_per_step x "
                          "rl.num_samples)")
+    if local_rows is not None and local_rows % n:
+        raise ValueError(f"rl.ppo_minibatches={n} does not divide this process's {local_rows} rows (its share of "
+                         "rl.prompts_per_step x rl.num_samples)")
     if n > 1 and micro_batch_size > 0 and (rows // n) % micro_batch_size and micro_batch_size < rows // n:
         raise ValueError(f"rl.micro_batch_size={micro_batch_size} does not divide a minibatch's {rows // n} rows "
                          f"(rl.ppo_minibatches={n})")

@@ -103,18 +103,18 @@ class GRPOTrainer(TrainLoop):
         self.loss_cfg = GRPOLossConfig.from_config(config)
         self.temperature = float(config.sampler.temperature) or 1.0  # greedy rows report T = 1 log-probs
         rows = int(rl.prompts_per_step) * self.num_samples
-        # rl.ppo_minibatches: sequential updates per epoch, each on rows / n (swerl_jax/rl/minibatch.py)
-        self.minibatches = int(rl.ppo_minibatches)
-        minibatch.check_minibatches(rows, self.minibatches, int(rl.micro_batch_size))
+        self.minibatches = int(rl.ppo_minibatches)  # sequential updates per epoch, on rows / n each (`minibatch`)
+        minibatch.check_minibatches(rows, self.minibatches, int(rl.micro_batch_size),
+                                    self.local_prompts * self.num_samples)
         rows //= self.minibatches
         self.num_micro = micro_batches(rows, int(rl.micro_batch_size), "rl.micro_batch_size")
         # rl.update_epochs (GRPO's mu): optimizer updates per batch; the schedule counts updates
         self.update_epochs = int(rl.update_epochs)
         warmup = int(rl.warmup_steps)  # -1: optim.warmup_steps
         # each micro-batch is what gets sharded over the batch axes: rl.micro_batch_size must split over them
-        self.policy = Policy.create(config, self.num_steps * self.update_epochs * self.minibatches,
-                                    params=initial_params,
-                                    global_batch=rows // self.num_micro, warmup_steps=warmup if warmup >= 0 else None)
+        updates = self.num_steps * self.update_epochs * self.minibatches
+        self.policy = Policy.create(config, updates, params=initial_params, global_batch=rows // self.num_micro,
+                                    warmup_steps=warmup if warmup >= 0 else None)
         # The reference is the policy RL starts from (pretrained or SFT'd); a copy, because the state is donated.
         self.reference = (jax.tree.map(lambda x: x.copy(), self.policy.state.params)
                           if self.loss_cfg.needs_reference else None)
