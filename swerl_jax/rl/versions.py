@@ -9,6 +9,9 @@ versions old, and against the trainer's current params the same comparison measu
                    version's params were held (the rest are left out of logprob_*, not compared to other params)
   stale_logprob_*  the sampler's against the trainer's current params (staleness plus numerics; the loss's figure)
 
+Under top-k/top-p the sampler reports the truncated distribution's log-probs (the one it sampled) and the trainer
+the full one's, so there `logprob_*` also hold the log of the kept mass (at k = 0 as well).
+
 `KeptVersions` holds device copies of the params of the last k versions (k copies of the params: the price of an
 exact numerics figure at k >= 1). A rollout's `policy_version` is its oldest version (an agent episode streamed
 across versions: its first turn's), so a streamed episode's later turns add staleness to its `logprob_*`.
