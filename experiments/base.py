@@ -118,7 +118,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.std_ddof = 0  # not published (population std, as TRL/verl)
     c.rl.clip_eps_low = 0.2  # not published
     c.rl.clip_eps_high = 0.2  # 0.28 for DeepSWE clip-high
-    c.rl.dual_clip = 0.0  # 0: off, else c (e.g. 3.0)
+    # 0: off, else c (e.g. 3.0). For A < 0 nothing else bounds a token's weight (the PPO clip only floors the ratio):
+    # at k = 0 with one update the ratio is 1 and c never acts (0 here: the papers', and `make demo`'s); at
+    # rl.max_staleness >= 1 plain's ratio is against a stale behaviour policy (14.1 seen), so the asynchronous
+    # experiments (experiments/ablations/async_grpo.py) use 3.0 on every arm. `neg_adv_weight_max` logs it.
+    c.rl.dual_clip = 0.0
     c.rl.kl_coef = 0.04  # beta, not published; 0: the reference model is not loaded
     c.rl.kl_estimator = "k3"  # k1 | k2 | k3
     c.rl.loss_agg = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
@@ -138,6 +142,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.behav_weight_cap = 5.0  # decoupled: drop tokens with pi_prox / pi_behav above it (AReaL examples); 0: no cap
     c.rl.micro_batch_size = 0  # 0: the whole step's batch at once
     c.rl.update_epochs = 1  # optimizer updates on each step's batch (GRPO's mu; the paper: one per step)
+    # Sequential optimizer updates per epoch, each on 1/n of the batch with the old and proximal log-probs fixed
+    # (AReaL's ppo_n_minibatches, 4 there): from the second on the clip bounds the move since the proximal policy.
+    # 1: one update per batch (the papers'); swerl_jax/rl/minibatch.py says how the loss is normalised.
+    c.rl.ppo_minibatches = 1
     # Asynchronous RL: 0 is the synchronous loop (the papers'); k >= 1 collects step t + 1 while step t trains,
     # from policy versions >= t - k (swerl_jax/rl/producer.py), with rl.off_policy = "plain" (as good as k = 0 on
     # tiny_cpu); "decoupled" collapsed there at k = 1 and is not for results until that is explained (issue 47).

@@ -144,7 +144,7 @@ def lower_train(config: Any, mode: str, model_config: LlamaConfig, mesh: Any, ru
         steps, lr = int(config.sft.num_steps), float(config.sft.learning_rate)
         loss_fn = make_sft_loss(model_config, p, c)
     else:
-        steps, lr = int(config.rl.num_steps) * int(config.rl.update_epochs), None
+        steps, lr = int(config.rl.num_steps) * int(config.rl.update_epochs) * int(config.rl.ppo_minibatches), None
         loss_fn = make_rl_loss(model_config, GRPOLossConfig.from_config(config), p, c,
                                float(config.sampler.temperature) or 1.0)
     optimizer = make_optimizer(config.optim, max(1, steps), lr)

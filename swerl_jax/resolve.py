@@ -31,6 +31,7 @@ from swerl_jax.model.config import FROM_CHECKPOINT, MODEL_CONFIGS
 from swerl_jax.optim import SCHEDULES
 from swerl_jax.policy import micro_batches
 from swerl_jax.reward.functions import get_reward_fn
+from swerl_jax.rl.minibatch import check_minibatches
 from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
 from swerl_jax.runs.affinity import check_memory_split, cpu_shares, fleet_placement, parse_cpus
 from swerl_jax.sections import Experiment, read_sections
@@ -96,6 +97,8 @@ def validate_config(config: Any, check_files: bool = True) -> None:
         if int(rl.update_epochs) < 1:
             raise ValueError(f"rl.update_epochs must be >= 1, got {rl.update_epochs}")
         GRPOLossConfig.from_config(config)
+        check_minibatches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.ppo_minibatches),
+                          int(rl.micro_batch_size))
         group_advantages(np.zeros((1, int(rl.num_samples))), str(rl.advantage), float(rl.std_eps), int(rl.std_ddof))
         micro_batches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.micro_batch_size), "rl.micro_batch_size")
         if rl.baseline_excludes_filtered and not rl.compact_filtering:

@@ -128,6 +128,7 @@ class RLSection:
     behav_weight_cap: float
     micro_batch_size: int
     update_epochs: int
+    ppo_minibatches: int
     max_staleness: int
     trainer_cpus: str
     trainer_memory_fraction: float

@@ -237,6 +237,18 @@ def logprob_mismatch(sampler_logp: Array, trainer_logp: Array, mask: Array) -> d
     }
 
 
+def negative_advantage_weight_max(per_token: Array, advantages: Array, mask: Array) -> Array:
+    """The largest factor w with loss = -A w over the masked-in tokens of negative advantage (0 if none).
+
+    Plain: the ratio (clipped, dual-clipped); decoupled: that times the behaviour weight. Nothing but the dual clip
+    bounds it for A < 0 (the PPO clip only floors the ratio there), hence the metric.
+    """
+    adv = advantages[:, None] if advantages.ndim == 1 else advantages
+    adv = jnp.broadcast_to(adv.astype(jnp.float32), mask.shape)
+    neg = (mask > 0) & (adv < 0)
+    return jnp.max(jnp.where(neg, per_token / jnp.where(neg, -adv, 1.0), 0.0))
+
+
 def compact_filter_mask(mask: Array, truncated: Array) -> Array:
     """`mask` with every truncated completion's row zeroed (DeepSWE compact filtering)."""
     return mask * (~truncated.astype(bool))[:, None].astype(mask.dtype)
@@ -327,10 +339,10 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
       truncated: [B] bool, completions that hit max_new_tokens (masked out when cfg.compact_filtering).
 
     Returns (scalar loss, metrics): pg_loss, kl, entropy (token-means), the policy-loss metrics (decoupled: on the
-    proximal ratio, plus the behav_* ones), num_tokens, num_seqs, loss_weight (`aggregation_weight`, for exact
-    micro-batch accumulation) and filtered_frac. Under `accumulate_gradients(weight_key="loss_weight")` the loss
-    is exact; the metrics are loss_weight-weighted means of the micro-batches' values (exact for token-means in
-    token-mean mode; maxima and counts become averages).
+    proximal ratio, plus the behav_* ones), neg_adv_weight_max (`negative_advantage_weight_max`), num_tokens,
+    num_seqs, loss_weight (`aggregation_weight`, for exact micro-batch accumulation) and filtered_frac. Under
+    `accumulate_gradients(weight_key="loss_weight")` the loss is exact; the metrics are loss_weight-weighted means
+    of the micro-batches' values (exact for token-means in token-mean mode; maxima and counts become averages).
     """
     if not isinstance(cfg, GRPOLossConfig):  # a root config or its `rl` section
         cfg = GRPOLossConfig.from_config(cfg)
@@ -353,6 +365,7 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
                                      cfg.dual_clip)
     per_token = pg
     metrics.update(pg_metrics)
+    metrics["neg_adv_weight_max"] = negative_advantage_weight_max(pg, advantages, mask)
     metrics["pg_loss"] = aggregate_loss(pg, mask, cfg.loss_agg, cfg.loss_norm, cfg.seq_mean_rows)
     if cfg.kl_coef > 0:
         if ref_logp is None:

@@ -15,8 +15,8 @@ One step s (1-based; checkpoint s holds the state after s updates):
      out of the baselines when configured), the collector's credit ends, rows packed (lengths bucketed);
   3. old log-probs from the sampler (`rl.old_logprobs=sampler`) or recomputed by the trainer (`recompute`),
      reference log-probs when rl.kl_coef > 0 (the reference is the policy RL started from; never loaded at 0);
-  4. rl.update_epochs optimizer updates of `grpo_loss` (micro-batched, fp32 accumulation, `optim.*`), which also
-     measure the sampler/trainer log-prob mismatch on the same tokens;
+  4. rl.update_epochs x rl.ppo_minibatches updates of `grpo_loss` (`minibatch`; micro-batched, fp32, `optim.*`),
+     which also measure the sampler/trainer log-prob mismatch (at k >= 1 per rollout version: `versions`);
   5. params published as policy version s (`sampler.weights`), the evaluator when due, metrics + rollouts written,
      then checkpoint s (with the collector's data position and state).
 
@@ -46,11 +46,13 @@ from swerl_jax.batching import row_shape
 from swerl_jax.model.llama import token_logprobs
 from swerl_jax.policy import Policy, check_finite, micro_batches
 from swerl_jax.resolve import ensure_resolved
+from swerl_jax.rl import minibatch
 from swerl_jax.rl.collect import InlineSampler
 from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
 from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, rollout_metrics
+from swerl_jax.rl.versions import KeptVersions, own_version_mismatch
 from swerl_jax.runs.affinity import device_env, fleet_placement
 from swerl_jax.runs.checkpoint import Checkpointer
 from swerl_jax.runs.loop import TrainLoop
@@ -62,8 +64,11 @@ from swerl_jax.sampler.fleet import SamplerFleet
 
 
 def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, completion_len: int,
-                 temperature: float):
-    """`loss_fn(params, batch)` for rows laid out by `rollouts.build_train_batch(prompt_len, completion_len)`."""
+                 temperature: float, mismatch_prefix: str = ""):
+    """`loss_fn(params, batch)` for rows laid out by `rollouts.build_train_batch(prompt_len, completion_len)`.
+
+    The sampler/trainer mismatch is logged as `{mismatch_prefix}logprob_*`: "" where the batch is fresh (k = 0:
+    numerics), "stale_" at k >= 1, where the current params are not the rollouts' (`swerl_jax.rl.versions`)."""
     def loss_fn(params: Any, batch: dict) -> tuple[jax.Array, dict]:
         logp, entropy = token_logprobs(model_config, params, batch["tokens"], batch["attention_mask"],
                                        with_entropy=True, temperature=temperature, start=prompt_len - 1,
@@ -71,7 +76,9 @@ def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, c
         loss, metrics = grpo_loss(logp, batch["old_logp"], batch.get("ref_logp"), batch["advantages"],
                                   batch["loss_mask"], loss_cfg, entropy=entropy, truncated=batch["truncated"],
                                   prox_logp=batch.get("prox_logp"))
-        metrics.update(logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"]))
+        loss = minibatch.scale_loss(loss, batch)  # rl.ppo_minibatches > 1 only
+        mismatch = logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"])
+        metrics.update({mismatch_prefix + k: v for k, v in mismatch.items()})
         return loss, metrics
 
     return loss_fn
@@ -96,13 +103,18 @@ class GRPOTrainer(TrainLoop):
         self.loss_cfg = GRPOLossConfig.from_config(config)
         self.temperature = float(config.sampler.temperature) or 1.0  # greedy rows report T = 1 log-probs
         rows = int(rl.prompts_per_step) * self.num_samples
+        self.minibatches = int(rl.ppo_minibatches)  # sequential updates per epoch, on rows / n each (`minibatch`)
+        minibatch.check_minibatches(rows, self.minibatches, int(rl.micro_batch_size),
+                                    self.local_prompts * self.num_samples)
+        rows //= self.minibatches
         self.num_micro = micro_batches(rows, int(rl.micro_batch_size), "rl.micro_batch_size")
         # rl.update_epochs (GRPO's mu): optimizer updates per batch; the schedule counts updates
         self.update_epochs = int(rl.update_epochs)
         warmup = int(rl.warmup_steps)  # -1: optim.warmup_steps
         # each micro-batch is what gets sharded over the batch axes: rl.micro_batch_size must split over them
-        self.policy = Policy.create(config, self.num_steps * self.update_epochs, params=initial_params,
-                                    global_batch=rows // self.num_micro, warmup_steps=warmup if warmup >= 0 else None)
+        updates = self.num_steps * self.update_epochs * self.minibatches
+        self.policy = Policy.create(config, updates, params=initial_params, global_batch=rows // self.num_micro,
+                                    warmup_steps=warmup if warmup >= 0 else None)
         # The reference is the policy RL starts from (pretrained or SFT'd); a copy, because the state is donated.
         self.reference = (jax.tree.map(lambda x: x.copy(), self.policy.state.params)
                           if self.loss_cfg.needs_reference else None)
@@ -113,6 +125,8 @@ class GRPOTrainer(TrainLoop):
         # rl.max_staleness = k: 0 is the synchronous loop; k >= 1 collects ahead (swerl_jax.rl.producer)
         self.max_staleness = int(rl.max_staleness)
         self.producer: AheadProducer | None = None
+        # k >= 1: the params of the last k versions, to measure the sampler's numerics against each rollout's own
+        self.kept = KeptVersions(self.max_staleness) if self.max_staleness > 0 else None
         self._position = None  # at k >= 1: the data position after the last trained step's draw
         self._logprob_fns: dict = {}
         self.is_main = sharding.is_main_process()
@@ -227,17 +241,28 @@ class GRPOTrainer(TrainLoop):
             batch_np["prox_logp"] = self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len)
         if self.reference is not None:
             batch_np["ref_logp"] = self._logprobs(self.reference, batch_np, prompt_len, completion_len)
+        own_metrics = {} if self.kept is None else own_version_mismatch(  # k >= 1; keeps version step - 1
+            self.kept, step - 1, self.policy.state.params, [r.policy_version for r in rollouts], batch_np,
+            lambda params: self._logprobs(params, batch_np, prompt_len, completion_len))
         t_logprobs = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         loss_fn = make_rl_loss(self.policy.model_config, self.loss_cfg, prompt_len, completion_len,
-                               self.temperature)
-        step_fn = self.policy.train_step(loss_fn, batch_np, self.num_micro, key=("rl", prompt_len, completion_len))
-        sharded = self.policy.shard(batch_np)
-        self.policy.state, train_metrics = step_fn(self.policy.state, sharded)
-        train_metrics = jax.device_get(train_metrics)  # epoch 0: the on-policy figures (mismatch, ratio 1)
-        for _ in range(1, self.update_epochs):  # later epochs: the ratio moves and the clip bounds it
-            self.policy.state, later = step_fn(self.policy.state, sharded)
+                               self.temperature, mismatch_prefix="stale_" if self.kept is not None else "")
+        parts = [batch_np]
+        if self.minibatches > 1:  # n updates on the n row blocks; old and proximal log-probs stay as computed
+            scales = minibatch.loss_scales(batch_np["loss_mask"], batch_np["truncated"], self.minibatches,
+                                           self.loss_cfg.loss_agg, self.loss_cfg.seq_mean_rows,
+                                           self.loss_cfg.compact_filtering)
+            parts = minibatch.split(batch_np, self.minibatches, scales)
+        step_fn = self.policy.train_step(loss_fn, parts[0], self.num_micro, key=("rl", prompt_len, completion_len))
+        sharded = [self.policy.shard(p) for p in parts]
+        self.policy.state, train_metrics = step_fn(self.policy.state, sharded[0])
+        train_metrics = jax.device_get(train_metrics)  # update 1: the on-policy figures (mismatch, ratio 1)
+        # later updates (other minibatches, later epochs): the ratio moves and the clip bounds it
+        self.policy.state, later, updates = minibatch.later_updates(step_fn, self.policy.state, sharded,
+                                                                    self.update_epochs)
+        train_metrics.update(minibatch.later_update_metrics(updates))
         if self.update_epochs > 1:
             later = jax.device_get(later)
             train_metrics.update({f"last_epoch/{k}": later[k] for k in ("loss", "clip_frac", "ratio_mean",
@@ -247,6 +272,8 @@ class GRPOTrainer(TrainLoop):
         finite = check_finite(train_metrics, step, "GRPO", skip)
         if self.update_epochs > 1:
             finite &= check_finite(later, step, "GRPO (last epoch)", skip)
+        for i, update in enumerate(updates):
+            finite &= check_finite(update, step, f"GRPO (update {i + 2})", skip)
 
         t0 = time.perf_counter()
         eval_due = self.eval_every > 0 and (step % self.eval_every == 0 or step == self.num_steps)
@@ -258,7 +285,10 @@ class GRPOTrainer(TrainLoop):
         metrics = {k: float(v) for k, v in train_metrics.items()}
         metrics.update({k: float(v) for k, v in advantage_stats(all_rewards, all_adv).items()})
         metrics.update(rollout_metrics(rollouts))
-        metrics["policy_version"] = version
+        metrics.update(own_metrics)
+        # a step's version is its oldest rollout's (at k = 0 every rollout's is step - 1)
+        known = [r.policy_version for r in rollouts if r.policy_version >= 0]
+        metrics["policy_version"] = min(known) if self.kept is not None and known else version
         metrics["nonfinite_update"] = int(not finite)
         metrics.update(groups.metrics)  # e.g. records skipped as invalid or too long, the reward service's counters
         metrics.update(credit_metrics)

@@ -6,10 +6,11 @@ each prompt is prefilled once (`core.prefill`) and, with several samples per pro
 group (`shared_prefix`; otherwise copied to its N sample rows), and the whole decode loop (`core.decode_loop`) is
 a `jax.lax.while_loop` inside the same jit (no host round trip per token; it exits when every row has stopped).
 
-Log-probabilities: for every sampled token the engine returns `log softmax(logits / T)[token]`, the log-prob
-under the temperature-scaled policy *before* top-k / top-p truncation. That is exactly what the trainer
-recomputes with `token_logprobs(..., temperature=T)`, so the GRPO ratio starts at 1 when the weights agree.
-Greedy rows (temperature 0) report `log softmax(logits)[token]` (T = 1).
+Log-probabilities: for every sampled token the engine returns the log-prob of the distribution it was drawn
+from: `log softmax(logits / T)[token]` without top-k / top-p (exactly what the trainer recomputes with
+`token_logprobs(..., temperature=T)`, so the GRPO ratio starts at 1 when the weights agree), and under top-k /
+top-p that of the renormalised truncated distribution (the true behaviour probability of an importance weight;
+`sampling.sample_tokens`). Greedy rows (temperature 0) report `log softmax(logits)[token]` (T = 1).
 
 Randomness is per row: row r (prompt i, sample j) draws from `fold_in(fold_in(fold_in(PRNGKey(seed), i), j),
 step)`, so a row's samples do not depend on which other prompts share its batch or on bucket padding.

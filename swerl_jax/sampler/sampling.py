@@ -71,11 +71,14 @@ def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array, to
                   top_k: jax.Array, use_filters: bool) -> tuple[jax.Array, jax.Array]:
     """Sample one token per row and return (tokens [rows] int32, log-probs [rows] fp32).
 
-    Rows with temperature <= 0 take the argmax. The log-prob is log_softmax(logits / T) at the chosen token
-    (T = 1 for greedy rows), i.e. under the temperature-scaled distribution before top-k/top-p truncation:
-    the quantity the trainer recomputes with `token_logprobs(..., temperature=T)`. Sampled rows draw from
-    softmax of the (filtered) scaled logits with `categorical`; exp(scaled - max) serves both the draw and
-    the log-normaliser.
+    Rows with temperature <= 0 take the argmax. The log-prob is that of the distribution the token was drawn
+    from: log_softmax(logits / T) at the chosen token (T = 1 for greedy rows), and under top-k/top-p the
+    renormalised truncated distribution's, log(exp(scaled) / sum over the kept tokens), so the behaviour
+    log-prob in an importance weight is the true sampling probability (issue 47). Without a filter it is the
+    quantity the trainer recomputes with `token_logprobs(..., temperature=T)`; with one the trainer's is lower
+    by the log of the kept mass (the ratio then starts below 1, as it truly is). Sampled rows draw from softmax
+    of the (filtered) scaled logits with `categorical`; exp(scaled - max) serves both the draw and the
+    log-normaliser.
 
     Args:
       logits: [rows, vocab] fp32.
@@ -90,6 +93,9 @@ def sample_tokens(logits: jax.Array, keys: jax.Array, temperature: jax.Array, to
     log_z = jnp.log(jnp.sum(unnormalised, axis=-1))
     if use_filters:
         unnormalised = jnp.where(filter_logits(scaled, top_k, top_p) > -jnp.inf, unnormalised, 0.0)
+        filtered = (top_k > 0) | (top_p < 1.0)
+        # the kept tokens' normaliser for filtered sampled rows; greedy and unfiltered rows keep the full one
+        log_z = jnp.where(filtered & ~greedy, jnp.log(jnp.sum(unnormalised, axis=-1)), log_z)
     u = 1.0 - jax.vmap(lambda k: jax.random.uniform(k, (2,), jnp.float32))(keys)  # (0, 1]
     sampled = categorical(unnormalised, u)
     tokens = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)

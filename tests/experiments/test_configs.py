@@ -272,7 +272,7 @@ def test_no_config_section_is_read_with_a_default_outside_the_config_module():
 
 # ------------------------------------------------------------------- the ablation sweeps (experiments/ablations/)
 
-ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp", "staleness", "testbed"]
+ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp", "staleness", "async_grpo", "testbed"]
 # (file, variant): the paper-scale file and its CPU and testbed variants; testbed.py is the testbed alone
 ABLATION_RUNS = [(n, a) for n in ABLATIONS if n != "testbed" for a in (None, "cpu", "testbed")] + [("testbed", None)]
 
@@ -292,6 +292,20 @@ def test_the_testbed_sweep_is_sft_grpo_discrete_and_grpo_pp_over_one_testbed_con
         section, field = key.split(".")
         c[section][field] = value
     assert c.to_dict() == deepswe_grpo_pp.get_config("testbed").to_dict()  # every switch, and nothing else
+
+
+def test_the_async_sweep_bounds_every_weight_and_clips_the_decoupled_arm():
+    """Issue 47 items 1-2: every arm of experiments/ablations/async_grpo.py has the dual clip (inert at k = 0, whose
+    single update has ratio 1; it bounds plain's stale ratio at k = 1) and the decoupled arm minibatch updates
+    (where its clip acts); the arms differ in nothing else than staleness, objective and minibatches."""
+    from experiments.ablations import async_grpo
+
+    arms = async_grpo.get_sweep("testbed")
+    assert [(a["rl.max_staleness"], a["rl.off_policy"]) for a in arms] == [(0, "plain"), (1, "plain"),
+                                                                           (1, "decoupled")]
+    assert all(a["rl.dual_clip"] > 1 for a in arms) and len({a["rl.dual_clip"] for a in arms}) == 1
+    assert arms[2]["rl.ppo_minibatches"] > 1 and "rl.ppo_minibatches" not in arms[0]
+    assert {k for a in arms for k in a} == {"rl.max_staleness", "rl.off_policy", "rl.dual_clip", "rl.ppo_minibatches"}
 
 
 @pytest.mark.parametrize("name,arg", ABLATION_RUNS)

@@ -148,3 +148,19 @@ def test_errors_name_the_key():
         obj.GRPOLossConfig.from_config(c)
     with pytest.raises(ValueError, match=r"rl.off_policy='stale' is not one of \['plain', 'decoupled'\]"):
         read_sections(c)
+
+
+@pytest.mark.parametrize("dual_clip", [0.0, 3.0])
+def test_negative_advantage_weight_is_bounded_only_by_the_dual_clip(dual_clip):
+    """Issue 47 item 2: `neg_adv_weight_max` is the largest factor on -A of a negative-advantage token. Plain
+    against a stale behaviour policy (ratio 14.1, as seen at k = 1) takes it unbounded unless the dual clip is on;
+    decoupled multiplies the proximal factor by the behaviour weight ((1,1): r 4, w 0.5 -> 2.0, or 3 x 0.5)."""
+    plain = _cfg(dual_clip=dual_clip)
+    old = jnp.asarray([[-2.0, -1.0]])
+    logp = old + jnp.log(jnp.asarray([[14.1, 0.5]]))
+    _, m = obj.grpo_loss(logp, old, None, jnp.asarray([-1.0]), jnp.ones((1, 2)), plain)
+    assert float(m["neg_adv_weight_max"]) == pytest.approx(dual_clip or 14.1, rel=1e-5)
+    dec = _cfg(clip_eps_high=0.28, dual_clip=dual_clip, off_policy="decoupled", behav_weight_cap=2.0)
+    a = _args()
+    _, m = obj.grpo_loss(a["logp"], a["old_logp"], None, a["advantages"], a["mask"], dec, prox_logp=a["prox_logp"])
+    assert float(m["neg_adv_weight_max"]) == pytest.approx(1.5 if dual_clip else 2.0, **APPROX)

@@ -102,6 +102,8 @@ def test_switches_kl_recompute_and_micro_batches(runs):
     ("rl.old_logprobs", "x", r"rl.old_logprobs='x' is not one of \['sampler', 'recompute'\]"),
     ("rl.micro_batch_size", 3, r"rl.micro_batch_size=3 does not divide the step's 16 rows"),
     ("rl.update_epochs", 0, r"rl.update_epochs must be >= 1"),
+    ("rl.ppo_minibatches", 3, r"rl.ppo_minibatches=3 does not divide the step's 16 rows"),
+    ("rl.ppo_minibatches", 0, r"rl.ppo_minibatches must be >= 1"),
     ("rl.kl_estimator", "k9", r"rl.kl_estimator='k9' is not one of"),
     ("rl.loss_agg", "x", r"rl.loss_agg='x' is not one of"),
     ("rl.clip_eps_low", -0.1, r"rl.clip_eps_low must be in \[0, 1\)"),
@@ -126,3 +128,88 @@ def test_unknown_sampler_mode_is_named_before_anything_starts(tmp_path):
     with pytest.raises(ValueError, match=r"sampler.mode='threads' is not one of \['process', 'inline'\]"):
         build_grpo_trainer(c, tmp_path)
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_ppo_minibatches_clip_acts_from_the_second_update(tmp_path):
+    """rl.ppo_minibatches=2 (issue 47 item 1): each step's 16 rows are 2 sequential updates with the proximal
+    policy fixed, so the first minibatch's ratio is 1 (clip fraction 0) and the second's has moved (lr 1e-2);
+    the learning-rate schedule counts every update."""
+    c = tiny_config(num_steps=2, ppo_minibatches=2, off_policy="decoupled")
+    trainer = build_grpo_trainer(c, tmp_path)
+    rows = read_metrics(trainer.run()["metrics"])
+    assert int(trainer.policy.state.step) == 2 * 2
+    for r in rows:
+        assert r["clip_frac"] == 0.0 and abs(r["ratio_max"] - 1) < 1e-5  # the first update: prox = params
+        assert r["later_updates/ratio_max_max"] > 1 + 1e-3
+    assert max(r["later_updates/clip_frac_max"] for r in rows) > 0
+
+
+def test_ppo_minibatch_loss_scales_weigh_every_token_alike():
+    """n * W_i / W: a token counts n / W whichever minibatch holds it; compact-filtered rows weigh nothing."""
+    import numpy as np
+
+    from swerl_jax.rl.minibatch import loss_scales, split
+
+    mask = np.array([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], np.float32)  # 5 and 4 tokens
+    truncated = np.array([False, False, False, True])
+    np.testing.assert_allclose(loss_scales(mask, truncated, 2, "token-mean", "active", False), [10 / 9, 8 / 9])
+    np.testing.assert_allclose(loss_scales(mask, truncated, 2, "token-mean", "active", True), [10 / 6, 2 / 6])
+    np.testing.assert_allclose(loss_scales(mask, truncated, 2, "seq-mean-token-mean", "active", True), [4 / 3, 2 / 3])
+    parts = split({"x": np.arange(4)}, 2, np.array([0.5, 1.5], np.float32))
+    assert [p["x"].tolist() for p in parts] == [[0, 1], [2, 3]] and parts[1]["loss_scale"].tolist() == [1.5, 1.5]
+
+
+def test_async_k1_plumbing_end_to_end(tmp_path):
+    """Issue 47 items 4-5, at rl.max_staleness=1 with the decoupled loss and 2 minibatches on the 7M model (inline
+    sampler): every batch's behaviour log-probs are the sampler's and equal the trainer's under each rollout's own
+    version (params snapshotted as each version is published); the proximal log-probs are the params before the
+    update (ratio 1, clip 0 at the first update); the behaviour weights are exp(prox - behav). The logged
+    `logprob_*` measure that numerics gap (against the rollout's version), `stale_logprob_*` the gap to the trainer
+    now, and `policy_version` is the step's oldest rollout version."""
+    import functools
+
+    import jax
+    import numpy as np
+
+    from swerl_jax.model.llama import token_logprobs
+
+    trainer = build_grpo_trainer(tiny_config(num_steps=4, max_staleness=1, off_policy="decoupled",
+                                             ppo_minibatches=2), tmp_path)
+    snapshots, batches = {}, []
+    start, publish, shard = trainer._start_sampler, trainer._publish, trainer.policy.shard
+
+    def snap(version):
+        snapshots[version] = trainer.policy.host_params()
+
+    trainer._start_sampler = lambda version: (snap(version), start(version))[1]
+    trainer._publish = lambda version: (snap(version), publish(version))[1]
+    trainer.policy.shard = lambda batch: (batches.append(dict(batch)) if "old_logp" in batch else None, shard(batch))[1]
+    rows = read_metrics(trainer.run()["metrics"])
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    stale_steps = 0  # each step shards its 2 minibatches in order: the first is the first update's
+    for r, first, second in zip(rows, batches[::2], batches[1::2]):
+        step = r["step"]
+        rollouts = [json.loads(x) for x in (tmp_path / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()]
+        versions = np.asarray([x["policy_version"] for x in rollouts])
+        assert r["policy_version"] == versions.min() and r["staleness_max"] <= 1
+        stale_steps += int(versions.min() < step - 1)
+        batch = {k: np.concatenate([first[k], second[k]]) for k in first}
+        mask = batch["loss_mask"] > 0
+        p = batch["tokens"].shape[1] - batch["old_logp"].shape[1]
+        logp = functools.partial(token_logprobs, trainer.policy.model_config, start=p - 1,
+                                 length=batch["old_logp"].shape[1], temperature=trainer.temperature)
+        own = np.zeros_like(batch["old_logp"])
+        for v in np.unique(versions):
+            lp = np.asarray(jax.jit(logp)(snapshots[v], batch["tokens"], batch["attention_mask"]))
+            own[versions == v] = lp[versions == v]
+        assert np.abs(own - batch["old_logp"])[mask].max() < 1e-3  # sampler == trainer under its own version
+        assert r["logprob_max_abs_diff"] < 1e-3 and r["logprob_checked_frac"] == 1.0
+        prox = np.asarray(jax.jit(logp)(snapshots[step - 1], batch["tokens"], batch["attention_mask"]))
+        np.testing.assert_allclose(batch["prox_logp"][mask], prox[mask], atol=1e-5)  # params before the update
+        assert r["clip_frac"] == 0.0 and abs(r["ratio_max"] - 1) < 1e-5
+        m = first["loss_mask"] > 0
+        assert r["behav_weight_mean"] == pytest.approx(np.exp(first["prox_logp"] - first["old_logp"])[m].mean(),
+                                                       rel=1e-5)
+        if versions.min() < step - 1:  # a stale batch: the trainer moved (lr 1e-2) beyond the sampler's numerics
+            assert r["stale_logprob_abs_diff"] > 10 * r["logprob_abs_diff"]
+    assert stale_steps >= 1

@@ -119,8 +119,8 @@ def test_pick_never_returns_a_zero_mass_entry():
 
 @pytest.mark.parametrize("use_filters", [False, True])
 def test_greedy_rows_and_logprobs(use_filters):
-    """Greedy rows take the argmax; every row's log-prob is log_softmax(logits / T)[token] (T = 1 when greedy),
-    before top-k/top-p truncation."""
+    """Greedy rows take the argmax; a row without top-k/top-p reports log_softmax(logits / T)[token] (T = 1 when
+    greedy; a greedy row's filters change nothing it reports)."""
     rng = np.random.default_rng(3)
     logits = (rng.standard_normal((6, 49_152)) * 3).astype(np.float32)
     temperature = np.array([0.0, 1.0, 0.7, 0.0, 1.3, 1.0], np.float32)
@@ -135,7 +135,28 @@ def test_greedy_rows_and_logprobs(use_filters):
     scaled = logits.astype(np.float64) / np.where(greedy, 1.0, temperature)[:, None]
     ref = scaled - scaled.max(-1, keepdims=True)
     ref = ref - np.log(np.exp(ref).sum(-1, keepdims=True))
-    np.testing.assert_allclose(lp, ref[np.arange(6), tokens], atol=2e-6)
+    plain = greedy | ((top_k == 0) & (top_p == 1.0)) | (not use_filters)
+    np.testing.assert_allclose(lp[plain], ref[np.arange(6), tokens][plain], atol=2e-6)
     if use_filters:  # rows 1 and 3 drew inside their top-k
         for row, k in ((1, 5), (3, 3)):
             assert tokens[row] in np.argsort(-logits[row])[:k]
+
+
+def test_logprobs_of_the_truncated_distribution_that_was_sampled():
+    """Under top-k/top-p a sampled row reports log p(token) of the renormalised truncated distribution it drew
+    from (issue 47 item 3), so pi_behav in an importance weight is the true sampling probability; rows of the same
+    batch without filters keep log_softmax(logits / T)."""
+    rng = np.random.default_rng(5)
+    logits = (rng.standard_normal((5, 3000)) * 3).astype(np.float32)
+    temperature = np.array([1.0, 0.7, 1.3, 1.0, 0.9], np.float32)
+    top_p = np.array([0.9, 1.0, 0.5, 0.8, 1.0], np.float32)
+    top_k = np.array([0, 5, 0, 40, 0], np.int32)
+    keys = jax.random.split(jax.random.PRNGKey(6), 5)
+    tokens, lp = jax.jit(functools.partial(sample_tokens, use_filters=True))(
+        jnp.asarray(logits), keys, jnp.asarray(temperature), jnp.asarray(top_p), jnp.asarray(top_k))
+    tokens, lp = np.asarray(tokens), np.asarray(lp)
+    for row in range(5):
+        probs = _reference(logits[row], float(temperature[row]), float(top_p[row]), int(top_k[row]))
+        assert probs[tokens[row]] > 0
+        assert lp[row] == pytest.approx(np.log(probs[tokens[row]]), abs=2e-5), row
+    assert lp[0] > np.log(_reference(logits[0], 1.0)[tokens[0]]) + 1e-3  # truncation raised it
