@@ -305,7 +305,10 @@ def test_the_async_sweep_bounds_every_weight_and_clips_the_decoupled_arm():
                                                                            (1, "decoupled")]
     assert all(a["rl.dual_clip"] > 1 for a in arms) and len({a["rl.dual_clip"] for a in arms}) == 1
     assert arms[2]["rl.ppo_minibatches"] > 1 and "rl.ppo_minibatches" not in arms[0]
-    assert {k for a in arms for k in a} == {"rl.max_staleness", "rl.off_policy", "rl.dual_clip", "rl.ppo_minibatches"}
+    assert {k for a in arms for k in a} == {"rl.max_staleness", "rl.off_policy", "rl.dual_clip", "rl.ppo_minibatches",
+                                            "rl.warmup_steps"}
+    # the warmup counts updates: the decoupled arm's 4 updates a step get 4x the updates, the same steps
+    assert arms[2]["rl.warmup_steps"] == arms[2]["rl.ppo_minibatches"] * async_grpo.get_config("testbed").rl.warmup_steps
 
 
 @pytest.mark.parametrize("name,arg", ABLATION_RUNS)
