@@ -308,7 +308,8 @@ def test_the_async_sweep_bounds_every_weight_and_clips_the_decoupled_arm():
     assert {k for a in arms for k in a} == {"rl.max_staleness", "rl.off_policy", "rl.dual_clip", "rl.ppo_minibatches",
                                             "rl.warmup_steps"}
     # the warmup counts updates: the decoupled arm's 4 updates a step get 4x the updates, the same steps
-    assert arms[2]["rl.warmup_steps"] == arms[2]["rl.ppo_minibatches"] * async_grpo.get_config("testbed").rl.warmup_steps
+    warmup = async_grpo.get_config("testbed").rl.warmup_steps
+    assert arms[2]["rl.warmup_steps"] == arms[2]["rl.ppo_minibatches"] * warmup
 
 
 @pytest.mark.parametrize("name,arg", ABLATION_RUNS)
