@@ -148,7 +148,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.ppo_minibatches = 1
     # Asynchronous RL: 0 is the synchronous loop (the papers'); k >= 1 collects step t + 1 while step t trains,
     # from policy versions >= t - k (swerl_jax/rl/producer.py), with rl.off_policy = "plain" (as good as k = 0 on
-    # tiny_cpu); "decoupled" collapsed there at k = 1 and is not for results until that is explained (issue 47).
+    # tiny_cpu); "decoupled" is not for results until issue 47's testbed comparison is done (its tiny_cpu
+    # "collapse" did not replicate: ABLATIONS.md).
     c.rl.max_staleness = 0
     c.rl.trainer_memory_fraction = 0.0  # the trainer process's share of each GPU (see sampler.memory_fraction)
     c.rl.trainer_cpus = ""  # cores the trainer process runs on, e.g. "1" ("": any); see sampler.cpus

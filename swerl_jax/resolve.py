@@ -190,9 +190,9 @@ def start_warnings(config: Experiment) -> list[str]:
                 f"will never serve a request (standing by for a failed one); set sampler.num_processes={batches}, "
                 "or send more prompts per request")
     if str(rl.off_policy) == "decoupled":
-        out.append("rl.off_policy='decoupled': not for results at this scale: at rl.max_staleness=1 it collapsed "
-                   "tiny_cpu on every seed into the all-malformed state (ABLATIONS.md), and the cause is under "
-                   "investigation (issue 47); rl.off_policy='plain' at k = 1 learned as well as k = 0")
+        out.append("rl.off_policy='decoupled': not for results at this scale yet: the 3-seed tiny_cpu ablation that "
+                   "found it collapsing at rl.max_staleness=1 did not replicate, and its comparison on the testbed "
+                   "(6 RL seeds, rl.ppo_minibatches as AReaL runs it) is not done (ABLATIONS.md, issue 47)")
     return out
 
 
