@@ -224,14 +224,16 @@ def checkpoint_tensors(c: LlamaConfig) -> list[TensorMap]:
 
 
 def load_hf(hf_dir: str | os.PathLike, param_dtype: str = "float32", shardings: Any = None,
-            reader: CheckpointReader | None = None) -> tuple[LlamaConfig, dict]:
+            reader: CheckpointReader | None = None, read: str = "auto") -> tuple[LlamaConfig, dict]:
     """Read an HF checkpoint directory (Llama, Qwen2, Qwen3) into (config, params) with params cast to `param_dtype`.
 
     Each parameter is read straight into its entry of `shardings` (a tree like the params of
     `jax.sharding.Sharding`, e.g. `sharding.param_shardings(config, mesh, rules)`; None: this process's first
     device), shard by shard: a process reads only the slices its own devices hold, and the host holds one shard
     and the slice it is being read from at a time, never the model (`hf_stream`). `reader`, a `CheckpointReader`
-    of `hf_dir`, counts the bytes read.
+    of `hf_dir`, counts the bytes read. `read` ("auto", "direct", "rows"; `hf_stream.read_sharding`): with FSDP
+    across processes "auto" reads whole rows split between them and reshards on device, so each process reads
+    its share of the files from storage, not every page of them.
 
     Raises:
       FileNotFoundError: `hf_dir` or its config.json is missing.
@@ -244,7 +246,7 @@ def load_hf(hf_dir: str | os.PathLike, param_dtype: str = "float32", shardings: 
     config = hf_config_to_llama(json.loads((hf_dir / "config.json").read_text()), param_dtype,
                                 source=str(hf_dir / "config.json"))
     params = load_tensors(reader or CheckpointReader(hf_dir), checkpoint_tensors(config), jnp.dtype(param_dtype),
-                          shardings)
+                          shardings, read)
     return config, params
 
 
