@@ -23,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from swerl_jax.model.config import LlamaConfig, RopeScaling
+from swerl_jax.model.hf_load import load_tensors
 from swerl_jax.model.hf_stream import (  # noqa: F401 (CheckpointError, INDEX_FILE: re-exported, the names users know)
     INDEX_FILE,
     SINGLE_FILE,
     CheckpointError,
     CheckpointReader,
     TensorMap,
-    load_tensors,
 )
 from swerl_jax.model.hf_write import save_tensors
 
@@ -230,10 +230,10 @@ def load_hf(hf_dir: str | os.PathLike, param_dtype: str = "float32", shardings: 
     Each parameter is read straight into its entry of `shardings` (a tree like the params of
     `jax.sharding.Sharding`, e.g. `sharding.param_shardings(config, mesh, rules)`; None: this process's first
     device), shard by shard: a process reads only the slices its own devices hold, and the host holds one shard
-    and the slice it is being read from at a time, never the model (`hf_stream`). `reader`, a `CheckpointReader`
-    of `hf_dir`, counts the bytes read. `read` ("auto", "direct", "rows"; `hf_stream.read_sharding`): with FSDP
-    across processes "auto" reads whole rows split between them and reshards on device, so each process reads
-    its share of the files from storage, not every page of them.
+    and the slice it is being read from at a time, never the model (`hf_stream`, `hf_load`). `reader`, a
+    `CheckpointReader` of `hf_dir`, counts the bytes read. `read` ("auto", "direct", "rows";
+    `hf_load.read_sharding`): with FSDP across processes "auto" reads whole rows split between them and
+    reshards on device, so each process reads its share of the files from storage, not every page of them.
 
     Raises:
       FileNotFoundError: `hf_dir` or its config.json is missing.

@@ -4,14 +4,9 @@ Every parameter is built shard by shard on the devices that hold it. For one sha
 [layers, ...] shape) each layer in its layer range is read from the file as only the rows and columns that land
 in the shard (`hf_index`), then transposed and reshaped into our layout and cast. A process reads only what its
 own devices hold, a shard held by several of its devices is read once, and the host holds one shard plus one
-slice at a time, never the model. Writing is `hf_write`.
-
-Storage is read in rows: a shard that splits the file's contiguous last axis (FSDP splits the model axis, the HF
-rows' axis of the embedding, head, q/k/v, gate and up) touches every page of the rows it covers, so every process
-would read the whole file. When that is what the target sharding would make some process read (`read_sharding`),
-the leaf is read in a layout of whole rows (or whole layers) split between the processes instead, and resharded
-on device to the target (one collective per leaf). Row blocks are read with `pread` and readahead off, so a
-process reads from storage the rows it asked for and not the next 8 MiB.
+slice at a time, never the model. Which layout a leaf is read in, and the reshard to its target, is `hf_load`
+(`load_tensors`); writing is `hf_write`. Row blocks and headers are read with `pread` and readahead off: a
+process reads from storage the bytes it asked for, not the next 8 MiB as well.
 
 How one parameter maps to the file is a `TensorMap`: its HF name (one per layer when stacked), the HF shape,
 our per-layer shape and whether ours is the HF tensor transposed (torch Linear [out, in] -> ours [in, out])
@@ -28,10 +23,8 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import ml_dtypes
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 from safetensors import safe_open
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -39,7 +32,6 @@ SINGLE_FILE = "model.safetensors"
 
 Index = tuple[slice, ...]
 
-READS = ("auto", "direct", "rows")  # how load_tensors reads each leaf (`read_sharding`)
 # safetensors dtype codes that the row reader maps itself (others go through safetensors' slicing)
 _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
            "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
@@ -255,120 +247,11 @@ def index_key(index: Index, shape: Sequence[int]) -> tuple:
     return tuple(s.indices(n)[:2] for s, n in zip(index, shape, strict=True))
 
 
-def _assemble(reader: CheckpointReader, m: TensorMap, sharding: Sharding, dtype: Any) -> jax.Array:
-    """Leaf `m` laid out by `sharding`, each distinct shard of this process read once and put on its devices
-    before the next is read (`jax.make_array_from_callback` would hold them all)."""
-    shape = m.leaf_shape
-    placement = sharding.addressable_devices_indices_map(shape)
-    groups: dict[tuple, tuple[Index, list]] = {}
-    for device, index in placement.items():
-        groups.setdefault(index_key(index, shape), (index, []))[1].append(device)
-    arrays = {}
-    for index, devices in groups.values():
-        host = read_shard(reader, m, index, dtype)
-        for device in devices:
-            arrays[device] = jax.device_put(host, device)
-        del host
-    return jax.make_array_from_single_device_arrays(shape, sharding, [arrays[d] for d in placement])
-
-
 def row_axis(m: TensorMap) -> int:
     """Our leaf axis (layers first when stacked) whose slices are blocks of the HF tensor's rows (its axis 0)."""
     t_shape = m.hf_shape[::-1] if m.transposed else m.hf_shape
     groups = _groups(t_shape, m.shape)
     return (groups[-1] if m.transposed else groups[0])[0] + int(m.stacked)
-
-
-def rows_sharding(m: TensorMap, sharding: NamedSharding) -> NamedSharding:
-    """Leaf `m` split into whole layers and blocks of whole HF rows over `sharding`'s devices: first between the
-    processes (as many ways as the layers x rows allow, whole layers preferred: each then reads whole tensors),
-    then between each process's devices. A mesh of its own (devices by process), since the target's axes rarely
-    divide the rows (the 70B's fsdp axis of 512 chips divides neither its 80 layers nor its 64 heads)."""
-    devices = sorted(sharding.device_set, key=lambda d: (d.process_index, d.id))
-    procs = len({d.process_index for d in devices})
-    local = len(devices) // procs
-    rows_at = row_axis(m)
-    layers, rows = (m.leaf_shape[0] if m.stacked else 1), m.leaf_shape[rows_at]
-    pa, pb = _split(procs, layers, rows)
-    la, lb = _split(local, layers // pa, rows // pb)
-    names = ("layers_p", "rows_p", "copies_p", "layers_l", "rows_l", "copies_l")
-    grid = np.empty(len(devices), dtype=object)
-    grid[:] = devices
-    mesh = Mesh(grid.reshape(pa, pb, procs // (pa * pb), la, lb, local // (la * lb)), names)
-    spec: list = [None] * len(m.leaf_shape)
-    if m.stacked:
-        spec[0] = ("layers_p", "layers_l")
-    spec[rows_at] = ("rows_p", "rows_l")
-    return NamedSharding(mesh, PartitionSpec(*spec))
-
-
-def _split(n: int, layers: int, rows: int) -> tuple[int, int]:
-    """(a, b): a divides `layers`, b divides `rows`, a * b divides `n` and is the largest such; then a largest."""
-    pairs = [(a, b) for a in range(1, n + 1) if n % a == 0 and layers % a == 0
-             for b in range(1, n // a + 1) if (n // a) % b == 0 and rows % b == 0]
-    return max(pairs, key=lambda ab: (ab[0] * ab[1], ab[0]))
-
-
-def rows_read(m: TensorMap, sharding: Sharding) -> tuple[int, bool]:
-    """(the most HF rows, summed over layers, any one process touches in storage to read its shards of leaf `m`
-    laid out by `sharding`; whether some shard splits the rows). A slice that splits a row touches all of its
-    pages, so a row counts whole."""
-    shape, n_rows = m.leaf_shape, m.hf_shape[0]
-    # per process: {layer range: row ranges}; a NamedSharding's layer ranges are equal or disjoint
-    spans: dict[int, dict[tuple[int, int], set[tuple[int, int]]]] = {}
-    split = False
-    for device, index in sharding.devices_indices_map(shape).items():
-        layers = index[0].indices(shape[0])[:2] if m.stacked else (0, 1)
-        hf = hf_index(m, index[1:] if m.stacked else index)[0]
-        split = split or any(s.indices(n)[:2] != (0, n) for s, n in zip(hf[1:], m.hf_shape[1:], strict=True))
-        spans.setdefault(device.process_index, {}).setdefault(layers, set()).add(hf[0].indices(n_rows)[:2])
-    most = max(sum((hi - lo) * _union(ranges) for (lo, hi), ranges in per.items()) for per in spans.values())
-    return most, split
-
-
-def _union(ranges: set[tuple[int, int]]) -> int:
-    """How many integers the half-open ranges cover together."""
-    total, end = 0, None
-    for lo, hi in sorted(ranges):
-        lo = lo if end is None else max(lo, end)
-        if hi > lo:
-            total, end = total + hi - lo, hi
-    return total
-
-
-def read_sharding(m: TensorMap, sharding: Sharding, read: str = "auto") -> Sharding:
-    """The layout leaf `m` is read in before it is put in `sharding`: `sharding` itself ("direct"), or whole rows
-    or layers split between the processes (`rows_sharding`, "rows"). "auto" takes the rows layout across
-    processes when it has some process read fewer rows from storage (FSDP across processes: every process reads
-    every row otherwise), or as few and `sharding` splits rows (read through safetensors' mapping, where the
-    kernel's read-around pulls in 8 MiB past each page touched). In one process: `sharding` (every byte is read
-    either way, and the reshard would be a second copy). Every process decides alike: the leaf's reshard is a
-    collective."""
-    if read not in READS:
-        raise ValueError(f"read={read!r}: expected one of {', '.join(READS)}")
-    devices = sharding.device_set
-    if read == "direct" or not isinstance(sharding, NamedSharding) or len(m.hf_shape) < 2 or \
-            len(devices) % len({d.process_index for d in devices}):
-        return sharding  # vectors (norms, biases): a few KB, read whole
-    if read == "auto" and len({d.process_index for d in devices}) == 1:
-        return sharding
-    rows = rows_sharding(m, sharding)
-    if read == "rows":
-        return rows
-    (got, _), (now, split) = rows_read(m, rows), rows_read(m, sharding)
-    return rows if got < now or (got == now and split) else sharding
-
-
-def load_leaf(reader: CheckpointReader, m: TensorMap, sharding: Sharding, dtype: Any, read: str = "auto") -> jax.Array:
-    """Leaf `m` as a global array laid out by `sharding`: read in `read_sharding`'s layout, each distinct shard
-    this process holds read once, and resharded on device when that layout is not `sharding`."""
-    source = read_sharding(m, sharding, read)
-    array = _assemble(reader, m, source, dtype)
-    if source is sharding:
-        return array
-    # the read layout's mesh orders the devices by process, the target's by its axes: device_put reorders the
-    # shards onto the target's device order, then reshards (collectives across processes)
-    return jax.device_put(array, sharding, donate=True)
 
 
 def leaf_at(tree: Any, path: tuple[str, ...], what: str) -> Any:
@@ -378,25 +261,3 @@ def leaf_at(tree: Any, path: tuple[str, ...], what: str) -> Any:
             raise KeyError(f"{what} has no entry for params/{'/'.join(path)}")
         tree = tree[key]
     return tree
-
-
-def load_tensors(reader: CheckpointReader, maps: Sequence[TensorMap], dtype: Any,
-                 shardings: Any = None, read: str = "auto") -> dict:
-    """The params tree of `maps`, each leaf cast to `dtype` and laid out by its entry in `shardings` (a tree like
-    the params of `jax.sharding.Sharding`; None: this process's first device), read as `read` says
-    (`read_sharding`).
-
-    Every tensor's presence and shape is checked (file headers only) before anything is read.
-    """
-    for m in maps:
-        for name in m.hf_names:
-            reader.check(name, m.hf_shape)
-    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    params: dict = {}
-    for m in maps:
-        sharding = default if shardings is None else leaf_at(shardings, m.path, "shardings")
-        node = params
-        for key in m.path[:-1]:
-            node = node.setdefault(key, {})
-        node[m.path[-1]] = load_leaf(reader, m, sharding, dtype, read)
-    return params

@@ -30,7 +30,8 @@ from swerl_jax.model.convert import (
     load_hf,
     save_hf,
 )
-from swerl_jax.model.hf_stream import TensorMap, hf_index, read_sharding
+from swerl_jax.model.hf_load import read_sharding
+from swerl_jax.model.hf_stream import TensorMap, hf_index
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
