@@ -14,6 +14,8 @@ one process the direct layout is as fast and holds less, so one process reads st
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -157,7 +159,28 @@ def load_leaf(reader: CheckpointReader, m: TensorMap, sharding: Sharding, dtype:
         return array
     # the same devices in the same order: a jitted reshard, all-to-alls across the processes (donating the
     # source saves nothing: no shard of it has the target's shape, and XLA warns on every leaf)
-    return jax.device_put(array, sharding)
+    out = jax.block_until_ready(jax.device_put(array, sharding))
+    del array
+    _trim()
+    return out
+
+
+def _trim() -> None:
+    """Hand the freed heap back to the OS (glibc's malloc_trim; a no-op elsewhere). The reshard's buffers are
+    freed on XLA's threads, into per-thread malloc arenas the next leaf's reads do not reuse: untrimmed, a
+    process's peak host memory grew by ~0.1x the checkpoint over a 2-process load (828 MB, CPU devices)."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim  # noqa: B018 (musl and macOS have none)
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC: Any = None
 
 
 def load_tensors(reader: CheckpointReader, maps: Sequence[TensorMap], dtype: Any,
