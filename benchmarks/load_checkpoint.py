@@ -227,8 +227,8 @@ def main(argv: list[str] | None = None) -> None:
                               capture_output=True, text=True, check=False, cwd=REPO)
         if done.returncode:
             raise SystemExit(f"two-process load failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-        print("\n| process (2 x 4 CPU devices, FSDP over 8) | bytes read | share of the checkpoint | wall s | "
-              "peak extra host MiB |\n|---|---|---|---|---|")
+        print("\n| process (2 x 4 CPU devices, FSDP over 8) | bytes the loader handed back | share of the checkpoint | "
+              "wall s | peak extra host MiB |\n|---|---|---|---|---|")
         for p in (0, 1):
             r = json.loads((logs / f"process_{p}.json").read_text())
             print(f"| {p} | {r['bytes_read'] / 2**20:.0f} MiB | {r['bytes_read'] / total:.1%} | {r['seconds']:.1f} | "

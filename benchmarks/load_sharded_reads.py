@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=5, help="single-process loads per mode, in turn (0: none)")
+    ap.add_argument("--no-pairs", action="store_true", help="skip the two-process loads")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
     ap.add_argument("--worker", nargs=3, metavar=("MODE", "DIR", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
             print(row(mode, rs, total), flush=True)
         print("\n| two processes x 4 devices, FSDP across, private copies | wall s, median (range) over the 2 | "
               "read_bytes / ckpt, max of the 2 | peak extra / ckpt, max of the 2 |\n| --- | ---: | ---: | ---: |")
-        for mode in ("old", "auto"):
+        for mode in () if a.no_pairs else ("old", "auto"):
             out = pathlib.Path(tmp) / f"pair_{mode}"
             out.mkdir()
             rs = run_pair(mode, hf_dir, out)

@@ -142,31 +142,52 @@ class CheckpointReader:
             self._headers[path] = read_header(path)
         return self._headers[path]
 
-    def read(self, name: str, index: Index) -> np.ndarray:
-        """The slice `index` of tensor `name`, in the file's dtype (bf16 stays bf16, exactly)."""
+    def rows(self, name: str, index: Index) -> tuple[pathlib.Path, int, int, np.dtype, tuple[int, ...]] | None:
+        """(file, offset, length, dtype, shape) of the bytes of slice `index` of tensor `name` when it is a block
+        of whole rows in a dtype read by `pread`; None otherwise."""
         key = self.key(name)
         path = self.files[key]
         start, header = self.header(path)
         entry = header[key]
         shape = tuple(entry["shape"])
         lo, hi, step = index[0].indices(shape[0]) if shape and len(index) == len(shape) else (0, 0, 0)
-        if step == 1 and entry["dtype"] in _DTYPES and all(
-                s.indices(n) == (0, n, 1) for s, n in zip(index[1:], shape[1:], strict=True)):
-            part = _pread_rows(path, start + entry["data_offsets"][0], np.dtype(_DTYPES[entry["dtype"]]), shape,
-                               (lo, hi))
+        if step != 1 or entry["dtype"] not in _DTYPES or any(
+                s.indices(n) != (0, n, 1) for s, n in zip(index[1:], shape[1:], strict=True)):
+            return None
+        dtype = np.dtype(_DTYPES[entry["dtype"]])
+        row_bytes = dtype.itemsize * math.prod(shape[1:])
+        return path, start + entry["data_offsets"][0] + lo * row_bytes, max(hi - lo, 0) * row_bytes, dtype, \
+            (max(hi - lo, 0), *shape[1:])
+
+    def prefetch(self, name: str, index: Index) -> None:
+        """Start reading slice `index` of tensor `name` from storage in the background when it is a block of
+        rows (exactly its bytes: readahead is off for the reads themselves, which would otherwise each wait)."""
+        block = self.rows(name, index)
+        if block is not None:
+            fd = os.open(block[0], os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, block[1], block[2], os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
+
+    def read(self, name: str, index: Index) -> np.ndarray:
+        """The slice `index` of tensor `name`, in the file's dtype (bf16 stays bf16, exactly)."""
+        block = self.rows(name, index)
+        if block is not None:
+            part = _pread(*block)
         else:
+            key = self.key(name)
+            path = self.files[key]
             with safe_open(path, framework="numpy") as f:
                 part = f.get_slice(key)[index]
         self.bytes_read += part.nbytes
         return part
 
 
-def _pread_rows(path: pathlib.Path, offset: int, dtype: np.dtype, shape: tuple[int, ...],
-                rows: tuple[int, int]) -> np.ndarray:
-    """Rows [rows[0], rows[1]) of the C-ordered little-endian tensor `shape` stored at `offset` in `path`."""
-    row_bytes = dtype.itemsize * math.prod(shape[1:])
-    out = np.empty((max(rows[1] - rows[0], 0), *shape[1:]), dtype.newbyteorder("<"))
-    view, pos = memoryview(out.reshape(-1).view(np.uint8)), offset + rows[0] * row_bytes
+def _pread(path: pathlib.Path, offset: int, length: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """The `length` bytes at `offset` in `path` as a little-endian array of `dtype` shaped `shape`."""
+    out = np.empty(shape, dtype.newbyteorder("<"))
+    view, pos = memoryview(out.reshape(-1).view(np.uint8)), offset
     fd = os.open(path, os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead past the block (8 MiB on this VM)
@@ -237,7 +258,10 @@ def read_shard(reader: CheckpointReader, m: TensorMap, index: Index, dtype: Any)
     if not m.stacked:
         return np.asarray(_read_layer(reader, m, m.hf_names[0], index), dtype=dtype)
     out = np.empty(shard_shape(m.leaf_shape, index), dtype)
-    for k, layer in enumerate(range(*index[0].indices(m.leaf_shape[0]))):
+    layers = range(*index[0].indices(m.leaf_shape[0]))
+    for k, layer in enumerate(layers):
+        if k + 1 < len(layers):  # the next layer's rows come in while this one is copied
+            reader.prefetch(m.hf_names[layers[k + 1]], hf_index(m, index[1:])[0])
         out[k] = _read_layer(reader, m, m.hf_names[layer], index[1:])  # the cast happens in the assignment
     return out
 
