@@ -1,18 +1,20 @@
 """Sharded HF loading as the operating system counts it: bytes read from storage, wall time, peak host memory.
 
-A random fp32 Llama checkpoint (`load_checkpoint.write_checkpoint`, ~775 MB by default) is loaded in fresh
+A random fp32 Llama checkpoint (`load_checkpoint.write_checkpoint`, 828 MB by default) is loaded in fresh
 processes, FSDP over every device (`sharding.param_shardings`), each load from files not in the page cache:
 
 - one process x 8 CPU devices: `old`, the path before issue 50 (every slice through safetensors' mapped slicing,
   straight into the target layout; `OldReader` below), against `auto`, today's default (the same layout in one
-  process, row blocks by pread), and `rows` (whole rows per device, resharded on device), in turn, --repeats times;
+  process, row blocks by pread), and `rows` (whole rows per device, resharded on device), in turn, --repeats
+  times;
 - two processes x 4 CPU devices (jax.distributed, gloo), FSDP across both, each loading its own private copy
   of the files (as on separate hosts): `old` and `auto`, twice in the same processes (the second load finds
   the reshard programs compiled).
 
-Per load: `/proc/self/io` read_bytes (storage reads, readahead included), wall seconds, and peak extra host
-memory (VmHWM reset right before the load, minus VmRSS then). The page cache is dropped with posix_fadvise
-DONTNEED on the files (no root, other processes' caches untouched; /proc/sys/vm/drop_caches would be global).
+Per load: `/proc/self/io` read_bytes (storage reads, readahead included), wall and CPU seconds (all threads;
+less swayed than wall time by other jobs on a shared machine), and peak extra host memory (VmHWM reset right
+before the load, minus VmRSS then). The page cache is dropped with posix_fadvise DONTNEED on the files (other
+processes' caches untouched; /proc/sys/vm/drop_caches would drop every job's).
 
     JAX_PLATFORMS=cpu python benchmarks/load_sharded_reads.py
     JAX_PLATFORMS=cpu python benchmarks/load_sharded_reads.py --layers 2 --vocab 8000 --repeats 1   # quick look
@@ -81,11 +83,11 @@ def measure(mode: str, hf_dir: pathlib.Path) -> dict:
     jax.block_until_ready(jax.device_put(np.zeros(8), jax.devices()[0]))  # the runtime up, before the count
     reader = OldReader(hf_dir) if mode == "old" else CheckpointReader(hf_dir)
     rss, before = start_peak(), read_bytes()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     params = load_hf(hf_dir, shardings=shardings, reader=reader, read="direct" if mode == "old" else mode)[1]
     jax.block_until_ready(params)
-    return {"mode": mode, "seconds": time.perf_counter() - start, "read_bytes": read_bytes() - before,
-            "extra": _status("VmHWM") - rss}
+    return {"mode": mode, "seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
+            "read_bytes": read_bytes() - before, "extra": _status("VmHWM") - rss}
 
 
 def child(mode: str, hf_dir: pathlib.Path) -> None:
@@ -133,10 +135,10 @@ def run_pair(mode: str, hf_dir: pathlib.Path, out: pathlib.Path) -> list[dict]:
 
 
 def row(label: str, rs: list[dict], total: int, memory: bool = True) -> str:
-    sec = [r["seconds"] for r in rs]
+    sec, cpu = [r["seconds"] for r in rs], [r["cpu"] for r in rs]
     extra = f"{max(r['extra'] for r in rs) / total:.2f}" if memory else "n/a"
     return (f"| {label} | {statistics.median(sec):.2f} ({min(sec):.2f}-{max(sec):.2f}) | "
-            f"{max(r['read_bytes'] for r in rs) / total:.3f} | {extra} |")
+            f"{statistics.median(cpu):.2f} | {max(r['read_bytes'] for r in rs) / total:.3f} | {extra} |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,12 +170,13 @@ def main(argv: list[str] | None = None) -> None:
             for mode in single:
                 single[mode].append(run_child(mode, hf_dir))
         if a.repeats:
-            print("\n| one process x 8 devices, FSDP | wall s, median (range) | read_bytes / ckpt | peak extra / ckpt |"
-                  "\n| --- | ---: | ---: | ---: |")
+            print("\n| one process x 8 devices, FSDP | wall s, median (range) | CPU s, median | read_bytes / ckpt | "
+                  "peak extra / ckpt |\n| --- | ---: | ---: | ---: | ---: |")
         for mode, rs in single.items() if a.repeats else ():
             print(row(mode, rs, total), flush=True)
         print("\n| two processes x 4 devices, FSDP across, private copies | wall s, median (range) over the 2 | "
-              "read_bytes / ckpt, max of the 2 | peak extra / ckpt, max of the 2 |\n| --- | ---: | ---: | ---: |")
+              "CPU s, median | read_bytes / ckpt, max of the 2 | peak extra / ckpt, max of the 2 |\n"
+              "| --- | ---: | ---: | ---: | ---: |")
         for mode in () if a.no_pairs else ("old", "auto"):
             out = pathlib.Path(tmp) / f"pair_{mode}"
             out.mkdir()
