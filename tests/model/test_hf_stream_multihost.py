@@ -3,8 +3,9 @@
 Loading with FSDP across the two processes, each reads about half of the checkpoint's bytes (at most 60%) as the
 operating system counts them (`/proc/self/io` read_bytes, each process loading its own private copy of the files
 with their pages dropped from the page cache, as on separate hosts), and every shard it holds equals the
-whole-file reading bit for bit. With the params replicated over the processes each reads the whole checkpoint
-(the control that shows the counter sees the loads). Saving, the files are split between the
+whole-file reading bit for bit; so with the params replicated over the processes (the other half comes over
+the network). Read straight into the FSDP layout (`read="direct"`, the path before issue 50) each reads the
+whole checkpoint: the control that shows the counter sees the loads. Saving, the files are split between the
 processes: with FSDP across them no process holds a tensor whole (each is gathered, one at a time, to its
 file's writer); with the params replicated over the processes each writes its files from its own shards. Both
 write back the original tensors bit for bit.
@@ -112,8 +113,8 @@ def test_two_processes_each_read_their_half_and_save_without_gathering(tmp_path)
     save_random_hf(get_model_config("tiny"), hf_dir, seed=9, max_shard_size="100KB")
     state = {k: v for f in sorted(hf_dir.glob("*.safetensors")) for k, v in load_file(f).items()}
     total = sum(v.nbytes for v in state.values())
-    # ~8.6 MB in 2 files: big enough that the kernel's readahead (8 MiB here) and a few stray pages cannot pass for
-    # half of it, small enough to copy twice per process in well under a second
+    # 8.9 MB in 2 files: any read through a mapping pulls in the kernel's 8 MiB read-around, about a whole file,
+    # so <= 60% takes reads of exactly the rows; small enough to copy four times per process in under a second
     small_cfg = get_model_config("tiny").replace(vocab_size=2048, hidden_size=256, intermediate_size=512)
     small_total = write_random_checkpoint(tmp_path / "small", small_cfg)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_"))}
