@@ -27,6 +27,7 @@ def get_config(arg: str | None = None):
     c.sft.batch_size = 32
     c.sft.num_steps = 800
     c.sft.learning_rate = 1e-3
+    c.sft.pack = False  # BENCHMARKS.md's GPU loop was measured with padded rows (testbed_cpu packs since issue 46)
     c.optim.warmup_steps = 50  # SFT's warmup (GRPO has its own, rl.warmup_steps)
     c.rl.prompts_per_step = 8
     c.rl.num_samples = 16
