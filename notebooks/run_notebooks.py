@@ -6,8 +6,10 @@
     make notebooks
 
 Parameters are injected the papermill way: a cell tagged "injected-parameters" is inserted right after the
-cell tagged "parameters", so the notebook's defaults stay visible and the overrides follow them. Any cell
-error stops the run with the failing cell's source and traceback (nbclient's CellExecutionError).
+cell tagged "parameters", so the notebook's defaults stay visible and the overrides follow them. Folder parameters
+(workdir, sweep_dir, data_dir, compare_with) are resolved from the current directory first (the kernel runs in
+notebooks/). A cell error on the user's input (a folder that is not there) is one line; any other stops the run
+with the failing cell's source and traceback (nbclient's CellExecutionError).
 """
 
 from __future__ import annotations
@@ -21,9 +23,19 @@ import time
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from swerl_jax.data.paths import config_path, user_path
 
 NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parent
 NOTEBOOKS = ("reward_analysis.ipynb", "advantage_analysis.ipynb", "ablation_analysis.ipynb")
+# Parameters that name folders: the kernel runs in notebooks/, so a relative one typed on the command line is made
+# absolute here, from the user's current directory. data_dir as a config names data (current directory, then the
+# repository root: its default "../shared/data"); compare_with is a comma-separated list of workdirs.
+PATH_PARAMETERS = {"workdir": user_path, "sweep_dir": user_path, "data_dir": config_path}
+PATH_LIST_PARAMETERS = ("compare_with",)
+# A cell failing on one of these is the user's input (a folder that is not there, a step the run lacks): one line.
+USER_ERRORS = ("FileNotFoundError", "ValueError", "KeyError")
 
 
 def _parameters_cell(nb: nbformat.NotebookNode) -> int:
@@ -87,6 +99,19 @@ def execute_notebook(
     return nb
 
 
+def resolve_path_parameters(parameters: dict) -> dict:
+    """`parameters` with every folder parameter (PATH_PARAMETERS, PATH_LIST_PARAMETERS) that is a non-empty string
+    made absolute from the current directory, once, before any kernel (running elsewhere) reads it."""
+    out = dict(parameters)
+    for name, resolve in PATH_PARAMETERS.items():
+        if isinstance(out.get(name), str) and out[name]:
+            out[name] = resolve(out[name])
+    for name in PATH_LIST_PARAMETERS:
+        if isinstance(out.get(name), str) and out[name].strip():
+            out[name] = ",".join(user_path(w.strip()) for w in out[name].split(",") if w.strip())
+    return out
+
+
 def parse_parameter(text: str) -> tuple[str, object]:
     """`name=value` with value a Python literal (falls back to the plain string)."""
     name, sep, value = text.partition("=")
@@ -107,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="NAME=VALUE parameter (Python literal) for every notebook that has it")
     parser.add_argument("--timeout", type=int, default=600, help="per-cell timeout in seconds")
     args = parser.parse_args(argv)
-    params = dict(args.param)
+    params = resolve_path_parameters(dict(args.param))
     sources = [NOTEBOOK_DIR / name for name in args.notebooks]
     for src in sources:
         if not src.exists():
@@ -120,7 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         out = pathlib.Path(args.out) / src.name
         t0 = time.perf_counter()
         # -p applies to every notebook that has the parameter.
-        execute_notebook(src, out, {k: v for k, v in params.items() if k in known[src]}, timeout_s=args.timeout)
+        try:
+            execute_notebook(src, out, {k: v for k, v in params.items() if k in known[src]}, timeout_s=args.timeout)
+        except CellExecutionError as e:
+            if e.ename not in USER_ERRORS:
+                raise  # a bug in a notebook: the failing cell and its traceback
+            raise SystemExit(f"run_notebooks: {src.name}: {e.ename}: {e.evalue}") from None
         print(f"{src.name}: executed in {time.perf_counter() - t0:.1f} s -> {out}")
     return 0
 

@@ -11,7 +11,6 @@ caches one jitted train step per batch shape (the trainers bucket lengths, so a 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from jax.sharding import Mesh
 from swerl_jax import sharding
 from swerl_jax.model.config import MODEL_CONFIGS, LlamaConfig, get_model_config
 from swerl_jax.model.convert import CheckpointError, hf_config_to_llama, load_hf
+from swerl_jax.model.hf_stream import read_hf_config
 from swerl_jax.model.smollm2 import resolve_hf_dir
 from swerl_jax.optim import make_optimizer
 from swerl_jax.runs.checkpoint import abstract_like
@@ -48,7 +48,7 @@ def model_config_from(config: Any) -> LlamaConfig:
                  "attention_impl": m.attention_impl}
     if m.hf_dir:
         path = resolve_hf_dir(m.hf_dir) / "config.json"
-        loaded = hf_config_to_llama(json.loads(path.read_text()), str(m.param_dtype), source=str(path))
+        loaded = hf_config_to_llama(read_hf_config(path.parent), str(m.param_dtype), source=str(path))
         named = MODEL_CONFIGS.get(str(m.name))
         if named is not None and named.family != loaded.family:
             same = sorted(n for n, c in MODEL_CONFIGS.items() if c.family == loaded.family)

@@ -313,7 +313,15 @@ def load_run_config(workdir: str | os.PathLike) -> Experiment:
         raise FileNotFoundError(f"{path}: not a run directory (no config.json)")
     merged = json.loads(load_experiment_config(
         str(pathlib.Path(__file__).resolve().parents[1] / "experiments" / "base.py")).to_json())
-    for section, value in json.loads(path.read_text()).items():
+    try:
+        stored = json.loads(path.read_text())
+    except ValueError as e:  # cut short (a copy that stopped): name the file, not only the JSON position
+        raise ValueError(f"{path} does not parse as JSON ({e}): a truncated copy of the run's config?") from None
+    if not isinstance(stored, dict) or "model_type" in stored:
+        # a Hugging Face model folder's config.json: its keys are not an experiment's (was "unknown config key")
+        raise ValueError(f"{path} is a Hugging Face model's config.json, not a run's: give the run's workdir (the "
+                         "folder train wrote, with checkpoints/ and policy/)")
+    for section, value in stored.items():
         if isinstance(value, dict) and isinstance(merged.get(section), dict):
             merged[section].update(value)
         else:

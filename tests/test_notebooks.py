@@ -97,10 +97,11 @@ def test_ablation_notebook_on_a_tiny_real_sweep(tmp_path, monkeypatch):
         assert [r["step"] for r in run["rows"] if "eval/score" in r and "reward_mean" in r] == [1, 2]
 
 
-def test_ablation_notebook_on_a_sweep_without_held_out_eval(tmp_path):
+def test_ablation_notebook_on_a_sweep_without_held_out_eval(tmp_path, monkeypatch):
     """Issue 46 item 12: the README's sweep example logs no eval/* (eval.every_steps=0); the notebook says in one
     line which metrics no finished run logged, leaves them out and still writes the rest (through
-    run_notebooks.main, as a user runs it)."""
+    run_notebooks.main, as a user runs it). Held-out item 2: `-p sweep_dir=sweep` relative to the user's current
+    directory (the kernel runs in notebooks/, where it "has no index.json")."""
     runs = []  # a sweep directory as swerl_jax.sweep lays it out: index.json, one metrics.jsonl per run
     for kind in ("continuous", "discrete"):
         for seed in (0, 1):
@@ -113,7 +114,8 @@ def test_ablation_notebook_on_a_sweep_without_held_out_eval(tmp_path):
                          "status": "done"})
     (tmp_path / "sweep" / "index.json").write_text(json.dumps({"config": "experiments/tiny_cpu.py", "runs": runs}))
     out = tmp_path / "executed"
-    assert main(["ablation_analysis.ipynb", "--out", str(out), "-p", f"sweep_dir={tmp_path / 'sweep'}"]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main(["ablation_analysis.ipynb", "--out", "executed", "-p", "sweep_dir=sweep"]) == 0
     text = _text(nbformat.read(out / "ablation_analysis.ipynb", as_version=4))
     left_out = [line for line in text.splitlines() if "left out" in line]
     assert left_out == ["not logged by any finished run (left out): reward_solved_frac, eval/score, eval/format_rate, "
@@ -121,6 +123,17 @@ def test_ablation_notebook_on_a_sweep_without_held_out_eval(tmp_path):
     assert "| variant | seeds | reward_mean | format_error_rate |" in text
     assert "| reward.kind=discrete - reward.kind=continuous | reward_mean | 2 |" in text
     assert "section 4 skipped: no finished run logged a held-out evaluation (eval/score)" in text
+
+
+def test_a_missing_path_parameter_is_one_line_naming_it_from_the_current_directory(tmp_path, monkeypatch, capsys):
+    """Issue 46 held-out item 2: `-p workdir=runs/tiny` was looked up from the kernel's folder (notebooks/) and
+    failed with the cell's whole traceback; now it is the user's runs/tiny, and a missing one is one line."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as err:
+        main(["advantage_analysis.ipynb", "--out", "executed", "-p", "workdir=runs/nope"])
+    (line,) = str(err.value).splitlines()
+    assert line.startswith("run_notebooks: advantage_analysis.ipynb: FileNotFoundError: ") and \
+        f"workdir={str(tmp_path / 'runs' / 'nope')!r} does not exist" in line, line
 
 
 def test_parameter_injection_and_cli_errors(tmp_path):

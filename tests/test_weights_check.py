@@ -70,3 +70,26 @@ def test_shape_difference_names_the_first_leaf_that_differs():
     assert shape_difference({"a": (1,)}, {"a": (1,), "lm_head": (4, 2)}) == "lm_head is absent from the weights"
     assert shape_difference({"a": (1,), "x": (3,)}, {"a": (1,)}) == "the weights have x, which the model has not"
     assert shape_difference({"a": (1, 2)}, {"a": (2, 2)}) == "a is [1, 2] in the weights, [2, 2] in the model"
+
+
+@pytest.mark.parametrize("damage, problem", [
+    ("cut", r"model\.safetensors is not a safetensors file"),
+    ("no_config", r"config\.json does not exist"),
+    ("bad_json", r"config\.json does not parse"),
+    ("huge_header", r"model\.safetensors is not a safetensors file"),
+])
+def test_a_broken_download_is_one_checkpoint_error_naming_the_file(tmp_path, damage, problem):
+    # issue 46 held-out item 6: these were a SafetensorError, FileNotFoundError or JSONDecodeError traceback
+    save_random_hf(get_model_config("tiny"), tmp_path)
+    weights, config = tmp_path / "model.safetensors", tmp_path / "config.json"
+    if damage == "cut":
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif damage == "huge_header":  # a header length far past the file's end
+        weights.write_bytes((2**62).to_bytes(8, "little") + weights.read_bytes()[8:100])
+    elif damage == "no_config":
+        config.unlink()
+    else:
+        config.write_text(config.read_text()[:-20])
+    with pytest.raises(CheckpointError, match=problem) as caught:
+        check_hf_checkpoint(_config(tmp_path))
+    assert str(tmp_path) in str(caught.value) and "\n" not in str(caught.value)

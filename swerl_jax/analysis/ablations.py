@@ -293,7 +293,8 @@ def ensure_sweep(sweep_dir: str = "", root: str | os.PathLike | None = None) -> 
     if sweep_dir:
         path = pathlib.Path(sweep_dir).expanduser()
         if not (path / "index.json").is_file():
-            raise FileNotFoundError(f"sweep_dir={sweep_dir!r} has no index.json: make one with python -m "
+            # the absolute path: a relative one is read from the kernel's folder, which may not be the user's
+            raise FileNotFoundError(f"sweep_dir={str(path.absolute())!r} has no index.json: make one with python -m "
                                     f"swerl_jax.sweep --config=... --seeds 0,1,2 --workdir {sweep_dir}")
         return path, "given"
     return run_tiny_sweep(tempfile.mkdtemp(prefix="swerl_sweep_", dir=root)), "tiny"

@@ -176,7 +176,8 @@ def ensure_run(workdir: str = "", mode: str = "auto", num_steps: int = 3, seed: 
     if workdir:
         path = pathlib.Path(workdir).expanduser()
         if not path.is_dir():
-            raise FileNotFoundError(f"workdir={workdir!r} does not exist")
+            # the absolute path: a relative one is read from the kernel's folder, which may not be the user's
+            raise FileNotFoundError(f"workdir={str(path.absolute())!r} does not exist")
         return path, "given"
     if mode not in ("auto", "train", "simulate"):
         raise ValueError(f"mode={mode!r}: choose auto, train or simulate")

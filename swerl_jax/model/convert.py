@@ -30,20 +30,25 @@ from swerl_jax.model.hf_stream import (  # noqa: F401 (CheckpointError, INDEX_FI
     CheckpointError,
     CheckpointReader,
     TensorMap,
+    read_hf_config,
 )
 from swerl_jax.model.hf_write import save_tensors
 
 
 def require_hf_dir(path: str | os.PathLike, what: str = "hf_dir") -> pathlib.Path:
     """`path` as a Hugging Face model folder (a config.json with a `model_type`), or FileNotFoundError naming it:
-    a run's folder (whose config.json is the experiment's) becomes one with `python -m swerl_jax.eval export`."""
+    a run's folder (whose config.json is the experiment's) becomes one with `python -m swerl_jax.eval export`.
+    CheckpointError (a ValueError) naming the file when config.json is there but does not parse."""
     folder = pathlib.Path(path)
     if str(path) == "smollm2":  # the packaged model's name (`smollm2.resolve_hf_dir`), converted on first use
         return folder
     try:
         hf = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
+    except OSError:
         hf = {}
+    except ValueError as e:  # a config.json that is there but cut short: say so, not "no config.json"
+        raise CheckpointError(f"{what}={path}: {folder / 'config.json'} does not parse as JSON ({e}): a truncated "
+                              "or broken download?") from None
     if not isinstance(hf, dict) or "model_type" not in hf:
         raise FileNotFoundError(f"{what}={path}: not a Hugging Face model folder (no config.json with a model_type); "
                                 "a run's checkpoint becomes one with python -m swerl_jax.eval export")
@@ -236,15 +241,11 @@ def load_hf(hf_dir: str | os.PathLike, param_dtype: str = "float32", shardings: 
     reshards on device, so each process reads its share of the files from storage, not every page of them.
 
     Raises:
-      FileNotFoundError: `hf_dir` or its config.json is missing.
-      CheckpointError: another architecture, a missing tensor (named), or a shape mismatch (file, tensor, expected,
-        got), before anything is read.
+      CheckpointError: config.json missing or unparsable, another architecture, a missing tensor (named), or a
+        shape mismatch (file, tensor, expected, got), before anything is read.
     """
     hf_dir = pathlib.Path(hf_dir)
-    if not (hf_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{hf_dir / 'config.json'} does not exist: not a Hugging Face model directory")
-    config = hf_config_to_llama(json.loads((hf_dir / "config.json").read_text()), param_dtype,
-                                source=str(hf_dir / "config.json"))
+    config = hf_config_to_llama(read_hf_config(hf_dir), param_dtype, source=str(hf_dir / "config.json"))
     params = load_tensors(reader or CheckpointReader(hf_dir), checkpoint_tensors(config), jnp.dtype(param_dtype),
                           shardings, read)
     return config, params

@@ -66,6 +66,10 @@ def read_header(path: pathlib.Path) -> tuple[int, dict]:
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
         n = int.from_bytes(os.pread(fd, 8, 0), "little")
+        # A cut download's first 8 bytes can claim any length: never ask pread for more than the file holds.
+        if n > os.fstat(fd).st_size - 8:
+            raise CheckpointError(f"{path} is not a safetensors file (its header claims {n} bytes, past the "
+                                  "file's end: truncated or foreign)")
         text = os.pread(fd, n, 8)
     finally:
         os.close(fd)
@@ -77,6 +81,21 @@ def read_header(path: pathlib.Path) -> tuple[int, dict]:
         raise CheckpointError(f"{path} is not a safetensors file (truncated or foreign header)")
     header.pop("__metadata__", None)
     return 8 + n, header
+
+
+def read_hf_config(hf_dir: str | os.PathLike) -> dict:
+    """The JSON object in `hf_dir`/config.json; CheckpointError, one line naming the file, when it is missing,
+    unreadable or not a JSON object (a broken download), instead of an OSError or JSONDecodeError traceback."""
+    path = pathlib.Path(hf_dir) / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{path} does not exist: {path.parent} is not a Hugging Face model directory")
+    try:
+        hf = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path} does not parse as JSON ({e}): a truncated or broken download?") from None
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"{path} does not parse as a JSON object (got {type(hf).__name__})")
+    return hf
 
 
 def tensor_files(hf_dir: pathlib.Path) -> dict[str, pathlib.Path]:

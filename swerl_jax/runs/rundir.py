@@ -31,6 +31,11 @@ OPERATIONAL_KEYS = (
     # A fleet samples what one process does, bit for bit, at any size (sampler/fleet.py: parts cut at the engine's
     # batch boundaries keep their offsets and seeds; each member's engine runs on one device, as one process's does)
     "sampler.num_processes",
+    # Where the roles run (launch/async_node.sh always passes these): cores only pin a process
+    # (affinity.pin), and a sampler engine runs on its first visible device whatever its share of
+    # sampler.devices holds (sampler/factory.py: jax.devices()[0]), batched by sampler.max_batch, so a member's GPU
+    # count never changes how prompts are batched. (Another GPU *model* can change last bits; that is hardware.)
+    "sampler.cpus", "sampler.devices", "rl.trainer_cpus",
     "mesh.coordinator_address", "mesh.num_processes", "mesh.process_id",
 )
 STAGE_CHECKPOINTS = {"sft": ("sft", "checkpoints"), "grpo": ("checkpoints",)}

@@ -4,6 +4,8 @@ and the run's tokenizer with its chat template comes along."""
 
 from __future__ import annotations
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -151,3 +153,19 @@ def test_weights_of_another_model_are_one_line_before_anything_is_written(tmp_pa
         assert f"{run / 'config.json'}'s model.name='demo-7m'" in line and "embed_tokens is [512, 64] in the " \
             "weights, [49152, 128] in the model" in line, line
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_hugging_face_folder_or_a_cut_config_as_run_is_one_line_naming_the_file(tmp_path):
+    """Issue 46 held-out item 6: --run at a Hugging Face folder said "'unknown config key architectures'", and a
+    truncated config.json gave the JSON error without naming the file."""
+    hf, cut = tmp_path / "hf", tmp_path / "cut"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    run = small_run(cut)
+    (run / "config.json").write_text((run / "config.json").read_text()[:-20])
+    for folder, said in ((hf, "is a Hugging Face model's config.json"), (cut, "does not parse as JSON")):
+        with pytest.raises(SystemExit) as err:
+            export.main(["--run", str(folder), "--out", str(tmp_path / "out")])
+        (line,) = str(err.value).splitlines()
+        assert f"{folder / 'config.json'}" in line and said in line, line
+    assert not (tmp_path / "out").exists()

@@ -17,6 +17,7 @@ from swerl_jax.model.convert import (
     hf_config_to_llama,
     llama_to_hf_config,
     load_hf,
+    require_hf_dir,
     save_hf,
 )
 from tests.model.hf_models import save_random_hf
@@ -144,11 +145,15 @@ def test_shape_mismatch_names_tensor_expected_and_got(tiny_dir, tmp_path):
 
 
 def test_missing_files_are_named(tiny_dir, tmp_path):
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(CheckpointError, match="config.json does not exist"):
         load_hf(tmp_path)
     shutil.copy(tiny_dir / "config.json", tmp_path / "config.json")
     with pytest.raises(CheckpointError, match="no model.safetensors"):
         load_hf(tmp_path)
+    # cut short (a broken download): named as such, not "no config.json with a model_type" (eval run, repair_score)
+    (tmp_path / "config.json").write_text((tiny_dir / "config.json").read_text()[:-20])
+    with pytest.raises(CheckpointError, match=r"hf_dir=.*config\.json does not parse as JSON"):
+        require_hf_dir(tmp_path)
 
 
 def test_corrupt_or_missing_gguf(tmp_path):

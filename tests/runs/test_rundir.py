@@ -88,6 +88,22 @@ def test_the_sampler_fleet_size_may_change_on_resume(tmp_path):
     assert rundir.config_changes({"sampler": {"num_processes": 2}}, {"sampler": {"num_processes": 1}}) == []
 
 
+def test_where_the_roles_run_may_change_on_resume(tmp_path):
+    """Issue 46 held-out item 5: launch/async_node.sh always passes sampler.cpus, sampler.devices and
+    rl.trainer_cpus, so a run started with `python -m swerl_jax.train` was refused under the launcher although
+    placement changes nothing computed (each sampler engine runs on its first visible device, batched by
+    sampler.max_batch; cores only pin processes)."""
+    c = base.get_config()
+    rundir.record_config(tmp_path, c.to_json())
+    (tmp_path / "checkpoints" / "4").mkdir(parents=True)
+    c.sampler.cpus, c.sampler.devices, c.rl.trainer_cpus = "4-7", "6-7", "0-3"
+    rundir.record_config(tmp_path, c.to_json())  # no ConfigChangeError
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert (saved["sampler"]["cpus"], saved["sampler"]["devices"], saved["rl"]["trainer_cpus"]) == ("4-7", "6-7", "0-3")
+    assert rundir.config_changes({"sampler": {"cpus": "", "devices": ""}, "rl": {"trainer_cpus": ""}},
+                                 {"sampler": {"cpus": "0", "devices": "1"}, "rl": {"trainer_cpus": "1"}}) == []
+
+
 def test_a_relative_path_of_an_older_run_resumes_made_absolute():
     """Entry points now make typed paths absolute; a run that recorded 'ckpt/x' resumes with '/home/u/ckpt/x', while
     another folder is still a change."""
