@@ -15,19 +15,19 @@ import argparse
 import collections
 import json
 import pathlib
-import re
 
-from swerl_jax.eval import harness
+from swerl_jax.eval import harness, reach
 
-# Test-log signs that a test needed the network the sandbox does not give.
-NETWORK_SIGNS = re.compile(
-    r"Temporary failure in name resolution|Name or service not known|NewConnectionError|Max retries exceeded"
-    r"|Network is unreachable|nodename nor servname|getaddrinfo failed"
-)
+# Test-log signs that a test needed the network the sandbox does not give (results graded before reach.py).
+NETWORK_SIGNS = reach.NETWORK_SIGNS
 
 
 def exclusion_reason(gold: dict, empty: dict) -> str | None:
-    """Why an instance cannot be scored (None when it can): gold must resolve and empty must not."""
+    """Why an instance cannot be scored (None when it can): gold must resolve and empty must not; an instance out
+    of reach of this machine says what it lacks and the fix."""
+    for result in (gold, empty):
+        if result["status"] == reach.STATUS:
+            return f"out of reach: {reach.line(result.get('reason', ''), result.get('fix', ''))}"
     if gold["status"] != "resolved":
         log = pathlib.Path(gold["log_dir"]) / "test.log"
         if log.exists() and NETWORK_SIGNS.search(log.read_text(errors="replace")):
@@ -54,18 +54,20 @@ def select(instances: dict[str, dict], repos: list[str] | None, per_repo: int | 
 
 def table(rows: list[dict]) -> str:
     """Markdown: per repository, instances, gold resolved, empty resolved, excluded; then the exclusions."""
-    lines = ["| repository | instances | gold resolves | empty resolves | excluded | gold rate, network-free |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| repository | instances | gold resolves | empty resolves | excluded | gold rate, network-free "
+             "| out of reach |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for repo in sorted({r["repo"] for r in rows}):
         mine = [r for r in rows if r["repo"] == repo]
         gold = sum(r["gold_status"] == "resolved" for r in mine)
         empty = sum(r["empty_status"] == "resolved" for r in mine)
         excluded = sum(r["excluded"] is not None for r in mine)
         # The goal is stated over instances whose tests need no network (those can never pass in the sandbox).
-        offline = [r for r in mine if "network" not in (r["excluded"] or "")]
+        # Out of reach (a missing clone, interpreter, compiler, the network) is counted apart, not as a failure.
+        far = [r for r in mine if (r["excluded"] or "").startswith("out of reach")]
+        offline = [r for r in mine if "network" not in (r["excluded"] or "") and r not in far]
         gold_offline = sum(r["gold_status"] == "resolved" for r in offline)
         lines.append(f"| {repo} | {len(mine)} | {gold} | {empty} | {excluded} | "
-                     f"{gold_offline}/{len(offline)} ({100 * gold_offline / max(1, len(offline)):.0f}%) |")
+                     f"{gold_offline}/{len(offline)} ({100 * gold_offline / max(1, len(offline)):.0f}%) | {len(far)} |")
     lines += ["", "| instance | gold | empty | excluded because |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['instance_id']} | {r['gold_status']} | {r['empty_status']} | {r['excluded'] or ''} |"
               for r in rows]

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from swerl_jax.eval import specs
+from swerl_jax.eval import reach, specs
 
 
 class EnvironmentError_(RuntimeError):
@@ -31,6 +31,14 @@ class EnvironmentError_(RuntimeError):
 
     def __init__(self, message: str, log: pathlib.Path | None = None):
         super().__init__(message if log is None else f"{message} (log: {log})")
+        self.log = log
+
+
+class OutOfReach(EnvironmentError_, reach.OutOfReach):
+    """An environment this machine cannot build (no interpreter, compiler, conda or index): `reason` and `fix`."""
+
+    def __init__(self, reason: str, fix: str, log: pathlib.Path | None = None):
+        reach.OutOfReach.__init__(self, reason, fix)
         self.log = log
 
 
@@ -53,10 +61,9 @@ def find_python(version: str) -> pathlib.Path:
     on_path = shutil.which(f"python{version}")
     if on_path:
         return pathlib.Path(on_path)
-    raise EnvironmentError_(
-        f"no Python {version} interpreter: looked for {root}/{version}.*/bin/python and python{version} on PATH "
-        f"(install it, e.g. `pyenv install {version}`)"
-    )
+    raise OutOfReach(f"no Python {version} interpreter on this machine",
+                     f"`pyenv install {version}` (looked for {root}/{version}.*/bin/python and python{version} "
+                     "on PATH)")
 
 
 def resolve_clone(repos_dir: pathlib.Path, repo: str, scratch: pathlib.Path) -> pathlib.Path:
@@ -111,16 +118,15 @@ class EnvironmentCache:
     def plan(self, instance: dict, git_dir: pathlib.Path) -> tuple[dict, pathlib.Path, str, pathlib.Path]:
         """(spec, interpreter, requirements text, env dir) for an instance, without building anything."""
         spec = specs.env_spec(instance["repo"], instance["version"])
+        if spec.get("packages") == "environment.yml":
+            raise OutOfReach(f"{instance['repo']} {instance['version']} needs a conda environment (environment.yml); "
+                             "this machine's builder makes venvs", "--executor docker on a machine with a docker "
+                             "daemon (the official image has the conda env)")
         python = find_python(spec["python"])
         requirements = ""
         if spec.get("packages") == "requirements.txt":
             commit = instance.get("environment_setup_commit") or instance["base_commit"]
             requirements = specs.requirements_from_clone(str(git_dir), instance["repo"], commit)
-        elif spec.get("packages") == "environment.yml":
-            raise specs.SpecError(
-                f"{instance['repo']} {instance['version']}: conda environment.yml specs are not supported by the "
-                "venv builder (use --executor docker)"
-            )
         key = json.dumps([spec, requirements, str(python.resolve())], sort_keys=True, default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
         # Named by content, not version: versions with identical specs (all of sympy's but one) share one env.
@@ -167,6 +173,10 @@ class EnvironmentCache:
                 log.flush()
                 done = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
                 if done.returncode != 0:
+                    log.flush()
+                    lack = reach.from_log(log_path.read_text(errors="replace"), step="build")
+                    if lack is not None:  # not the spec's fault: say what the machine lacks
+                        raise OutOfReach(lack.reason, lack.fix, log_path)
                     raise EnvironmentError_(f"environment build step failed: {shlex.join(step)}", log_path)
             log.write(f"$ {shlex.join(compile_all)}\n")
             log.flush()

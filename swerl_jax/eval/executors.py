@@ -13,7 +13,7 @@ import subprocess
 import uuid
 from typing import Protocol, runtime_checkable
 
-from swerl_jax.eval import environments, grading, specs
+from swerl_jax.eval import environments, grading, reach, specs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
 from swerl_jax.sandbox.bwrap import INPUTS_DIR, Sandbox, SandboxLimits
 from swerl_jax.sandbox.checkouts import CheckoutError, history_free_checkout
@@ -147,7 +147,9 @@ class LocalExecutor:
         commits hold the fix."""
         try:
             git_dir = environments.resolve_clone(self.repos_dir, instance["repo"], self.out_dir / "repos")
-        except (FileNotFoundError, subprocess.CalledProcessError) as err:
+        except FileNotFoundError:  # not fetched here (django, scikit-learn, matplotlib are too large for some hosts)
+            return reach.missing_repo(instance["repo"], str(self.repos_dir)).result()
+        except subprocess.CalledProcessError as err:
             return {"status": "no_repo", "error": str(err)}
         try:
             spec = specs.env_spec(instance["repo"], instance["version"])
@@ -156,6 +158,8 @@ class LocalExecutor:
             log = getattr(err, "log", None)
             if log is not None:
                 shutil.copy(log, log_dir / "env_build.log")
+            if isinstance(err, reach.OutOfReach):
+                return err.result()
             return {"status": "env_failed", "error": str(err)}
         repo_dir = work / "repo"
         failed = checkout(git_dir, repo_dir, instance["base_commit"], self.out_dir / "repos" / "history-free")
@@ -177,6 +181,9 @@ class LocalExecutor:
         if done.timed_out:
             return {"status": "setup_failed", "error": f"install ran past {self.setup_limits.timeout_s:.0f}s"}
         if done.returncode != 0:
+            lack = reach.from_log(done.output, step="install")  # a compiler or the index, not the repository
+            if lack is not None:
+                return lack.result()
             return {"status": "setup_failed", "error": f"install failed (exit {done.returncode}): see setup.log"}
 
         applied = apply_patch(sandbox, work, repo_dir, patch)
@@ -199,6 +206,9 @@ class LocalExecutor:
         if tests.timed_out:
             return {"status": "timeout", "error": f"tests ran past {self.limits.timeout_s:.0f}s"}
         report = grading.grade(instance, tests.output)
+        lack = None if report["resolved"] else reach.from_log(tests.output, step="tests")
+        if lack is not None:  # psf/requests' tests reach httpbin.org: no patch passes them in the sandbox
+            return {**report, **lack.result()}
         if not report["tests_ran"]:
             return {"status": "error", "error": f"tests did not start (exit {tests.returncode}): see test.log",
                     **report}

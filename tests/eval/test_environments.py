@@ -90,3 +90,23 @@ def test_versions_with_identical_specs_share_one_env(shared_data, tmp_path):
     flask = [r for r in json.loads((shared_data / "swebench_lite.json").read_text()) if r["repo"] == "pallets/flask"]
     git_dir = environments.resolve_clone(shared_data / "repos", "pallets/flask", tmp_path / "repos")
     assert len({cache.plan(r, git_dir)[3] for r in flask}) == 2  # flask 2.0 and 2.3 differ
+
+
+def test_what_the_machine_lacks_is_out_of_reach_with_the_fix(monkeypatch, tmp_path):
+    """Issue 49.3: a missing interpreter, a conda spec, a compiler or the index: named, with the fix."""
+    from swerl_jax.eval import reach
+
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(reach.OutOfReach) as err:
+        environments.find_python("2.1")
+    assert err.value.reason == "no Python 2.1 interpreter on this machine" and "pyenv install 2.1" in err.value.fix
+    monkeypatch.undo()
+    with pytest.raises(reach.OutOfReach) as err:
+        environments.EnvironmentCache(tmp_path).plan({"repo": "pydata/xarray", "version": "0.12"}, tmp_path)
+    assert "conda" in err.value.reason and "--executor docker" in err.value.fix
+    gcc = "error: command 'gcc' failed: No such file or directory\n"
+    assert reach.from_log(gcc).reason == "building it needs a C compiler, which this machine lacks"
+    offline = "WARNING: Retrying ... NewConnectionError('<...>: Failed to establish a new connection')\n"
+    assert "package index" in reach.from_log(offline, step="build").reason
+    assert reach.from_log("ERROR: No matching distribution found for foo\n") is None

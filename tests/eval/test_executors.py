@@ -36,3 +36,17 @@ def test_docker_executor_refuses_clearly_without_docker(tmp_path, monkeypatch):
     assert shutil.which("docker") == str(fake)
     with pytest.raises(RuntimeError, match="daemon is not reachable: Cannot connect"):
         executors.DockerExecutor(tmp_path)
+
+
+def test_a_repository_not_in_repos_is_out_of_reach_with_the_fix(tmp_path):
+    """Issue 49.3: django/scikit-learn/matplotlib are not on this machine: say so, and what would fix it."""
+    from swerl_jax.eval import environments
+
+    local = executors.LocalExecutor(tmp_path / "repos", tmp_path / "out", environments.EnvironmentCache(tmp_path / "e"))
+    (tmp_path / "log").mkdir()
+    instance = {"instance_id": "django__django-11099", "repo": "django/django", "version": "3.0", "base_commit": "c"}
+    result = local.prepare(instance, "", tmp_path / "log", tmp_path / "work")
+    assert result["status"] == "out_of_reach"
+    assert result["reason"] == f"django/django is not in --repos {tmp_path / 'repos'}"
+    assert "git clone --mirror https://github.com/django/django" in result["fix"]
+    assert str(tmp_path / "repos" / "django__django.git") in result["fix"]
