@@ -1,7 +1,7 @@
 """Calibrate the harness: grade gold and empty patches; exclude instances where gold fails or empty passes.
 
     python -m swerl_jax.eval.calibrate --instances FILE --repos DIR --out DIR [--repo owner/name ...]
-        [--per-repo N] [--workers N]
+        [--per-repo N] [--workers N] [--index-cutoff created_at|off] [--env-cache DIR]
 
 Runs the harness twice (OUT/gold, OUT/empty; each resumable) and writes OUT/calibration.json (per instance: gold
 and empty status, included or the reason it is excluded) and OUT/calibration.md (a table per repository). An
@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--per-repo", type=int, default=None, help="at most N instances per repository")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--timeout", type=float, default=1800.0)
+    p.add_argument("--index-cutoff", choices=("created_at", "off"), default="created_at",
+                   help="resolve unpinned requirements as of each instance's created_at, or today (off)")
+    p.add_argument("--env-cache", type=pathlib.Path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
     args = p.parse_args(argv)
     instances = harness.index_instances(args.instances)
     ids = select(instances, args.repo, args.per_repo)
@@ -96,7 +99,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                  for i in ids))
         reports[kind] = harness.main(["--instances", str(args.instances), "--predictions", str(preds), "--repos",
                                       str(args.repos), "--out", str(args.out / kind), "--workers", str(args.workers),
-                                      "--timeout", str(args.timeout)])["instances"]
+                                      "--timeout", str(args.timeout), "--index-cutoff", args.index_cutoff,
+                                      *(["--env-cache", str(args.env_cache)] if args.env_cache else [])]
+                                     )["instances"]
     rows = []
     for iid in ids:
         gold, empty = reports["gold"][iid], reports["empty"][iid]

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from swerl_jax.eval import reach, specs
+from swerl_jax.eval import index_cutoff, reach, specs
 
 
 class EnvironmentError_(RuntimeError):
@@ -108,15 +108,55 @@ def file_lock(path: pathlib.Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def build_steps(spec: dict, requirements_file: pathlib.Path | None, python: pathlib.Path, tmp: pathlib.Path,
+                dated: bool) -> list[tuple[list[str], bool]]:
+    """The build's commands, each with whether it resolves through the dated index view.
+
+    Today's order (`dated` False): the venv, the requirements file or the spec's packages, the pip packages. Dated:
+    the spec's pinned pip packages first, from today's index with their dependencies (the official images got them
+    so, when they were built), then every unpinned requirement through the view as of the instance's date, where
+    what is installed already and satisfies it stays."""
+    pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    steps: list[tuple[list[str], bool]] = [([str(python), "-m", "venv", str(tmp)], False)]
+    pip_packages = list(spec.get("pip_packages") or [])
+    pinned = [p for p in pip_packages if index_cutoff.PIN.fullmatch(p.strip())] if dated else []
+    if pinned:
+        steps.append((pip + pinned, False))
+    if requirements_file is not None:
+        steps.append((pip + ["-r", str(requirements_file)], dated))
+    elif spec.get("packages"):
+        steps.append((pip + shlex.split(spec["packages"]), dated))
+    rest = [p for p in pip_packages if p not in pinned]
+    if rest:
+        steps.append((pip + rest, dated))
+    return steps
+
+
+def dated_env(env: dict[str, str], index_url: str) -> dict[str, str]:
+    """`env` for a pip that must see only the dated view: its index, and no config file, find-links or extra index
+    (this machine's wheel folders hold files of any date)."""
+    env = {k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL")}
+    return {**env, "PIP_INDEX_URL": index_url, "PIP_CONFIG_FILE": os.devnull}
+
+
+def resolved(env_dir: pathlib.Path) -> list[str]:
+    """`name==version` of every distribution in a built env (`pip freeze --all` at build time; [] for an env built
+    before it was recorded)."""
+    path = env_dir / "resolved.txt"
+    return path.read_text().split() if path.exists() else []
+
+
 class EnvironmentCache:
-    """Builds and caches one dependency venv per (repo, version, spec, requirements, interpreter)."""
+    """Builds and caches one dependency venv per (repo, version, spec, requirements, interpreter, index cut-off)."""
 
     def __init__(self, root: pathlib.Path | None = None):
         self.root = pathlib.Path(root) if root else default_cache_dir()
         self.built = 0  # how many this object built (the rest were cache hits)
 
-    def plan(self, instance: dict, git_dir: pathlib.Path) -> tuple[dict, pathlib.Path, str, pathlib.Path]:
-        """(spec, interpreter, requirements text, env dir) for an instance, without building anything."""
+    def plan(self, instance: dict, git_dir: pathlib.Path, cutoff: str | None = None
+             ) -> tuple[dict, pathlib.Path, str, pathlib.Path]:
+        """(spec, interpreter, requirements text, env dir) for an instance, without building anything. `cutoff`
+        (index_cutoff.instance_cutoff) names another env: one resolved as of that time; None is today's index."""
         spec = specs.env_spec(instance["repo"], instance["version"])
         if spec.get("packages") == "environment.yml":
             raise OutOfReach(f"{instance['repo']} {instance['version']} needs a conda environment (environment.yml); "
@@ -127,38 +167,38 @@ class EnvironmentCache:
         if spec.get("packages") == "requirements.txt":
             commit = instance.get("environment_setup_commit") or instance["base_commit"]
             requirements = specs.requirements_from_clone(str(git_dir), instance["repo"], commit)
-        key = json.dumps([spec, requirements, str(python.resolve())], sort_keys=True, default=str)
+        material: list = [spec, requirements, str(python.resolve())]
+        if cutoff is not None:  # without one, the key (and the env) is exactly the one built before cut-offs
+            material.append({"index_cutoff": cutoff, "pins_from_today": 1})
+        key = json.dumps(material, sort_keys=True, default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
         # Named by content, not version: versions with identical specs (all of sympy's but one) share one env.
         env_dir = self.root / instance["repo"].replace("/", "__") / f"py{spec['python']}-{digest}"
         return spec, python, requirements, env_dir
 
-    def get(self, instance: dict, git_dir: pathlib.Path) -> pathlib.Path:
+    def get(self, instance: dict, git_dir: pathlib.Path, cutoff: str | None = None) -> pathlib.Path:
         """The env dir for an instance, building it first when absent (EnvironmentError_ with the log on failure)."""
-        spec, python, requirements, env_dir = self.plan(instance, git_dir)
+        spec, python, requirements, env_dir = self.plan(instance, git_dir, cutoff)
         with file_lock(env_dir.with_name(env_dir.name + ".lock")):
             if (env_dir / ".complete").exists():
                 return env_dir
-            self._build(spec, python, requirements, env_dir)
+            self._build(spec, python, requirements, env_dir, cutoff)
             self.built += 1
         return env_dir
 
-    def _build(self, spec: dict, python: pathlib.Path, requirements: str, env_dir: pathlib.Path) -> None:
+    def _build(self, spec: dict, python: pathlib.Path, requirements: str, env_dir: pathlib.Path,
+               cutoff: str | None) -> None:
         tmp = env_dir.with_name(env_dir.name + ".building")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(env_dir, ignore_errors=True)
         log_path = env_dir.with_name(env_dir.name + ".log")
-        pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
-        steps = [[str(python), "-m", "venv", str(tmp)]]
+        tmp_reqs = None
         if requirements:
             tmp_reqs = env_dir.with_name(env_dir.name + ".requirements.txt")
             tmp_reqs.parent.mkdir(parents=True, exist_ok=True)
             tmp_reqs.write_text(requirements)
-            steps.append(pip + ["-r", str(tmp_reqs)])
-        elif spec.get("packages"):
-            steps.append(pip + shlex.split(spec["packages"]))
-        if spec.get("pip_packages"):
-            steps.append(pip + list(spec["pip_packages"]))
+        steps = build_steps(spec, tmp_reqs, python, tmp, dated=cutoff is not None)
+        pins = index_cutoff.spec_pins(spec, requirements)
         # Byte-compile everything now: the sandbox mounts the env read-only, and compiling at import time under a
         # test suite's `filterwarnings = error` turns old packages' invalid escapes into SyntaxErrors (blinker 1.4
         # under flask 2.0), which the official images avoid by shipping compiled files.
@@ -168,10 +208,15 @@ class EnvironmentCache:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
         with open(log_path, "w") as log:
-            for step in steps:
-                log.write(f"$ {shlex.join(step)}\n")
+            if cutoff is not None:
+                log.write(f"# index cut-off {cutoff}: unpinned requirements as of then; pins kept: {pins}\n")
+            for step, dated in steps:
+                step_env = dated_env(env, index_cutoff.shared_index().url(cutoff, pins)) if dated else env
+                log.write(f"$ {'PIP_INDEX_URL=' + step_env['PIP_INDEX_URL'] + ' ' if dated else ''}"
+                          f"{shlex.join(step)}\n")
                 log.flush()
-                done = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                done = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=step_env)
                 if done.returncode != 0:
                     log.flush()
                     lack = reach.from_log(log_path.read_text(errors="replace"), step="build")
@@ -182,8 +227,12 @@ class EnvironmentCache:
             log.flush()
             # Not fatal: packages may ship files of other Python versions that never get imported.
             subprocess.run(compile_all, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            # What the build resolved, for the report (each result names its env's versions).
+            freeze = subprocess.run([str(tmp / "bin" / "python"), "-m", "pip", "freeze", "--all"],
+                                    capture_output=True, text=True, env=env)
+            (tmp / "resolved.txt").write_text(freeze.stdout if freeze.returncode == 0 else "")
             log.write(f"built in {time.monotonic() - start:.1f}s\n")
-        (tmp / ".complete").write_text(json.dumps(spec, default=str))
+        (tmp / ".complete").write_text(json.dumps({"spec": spec, "index_cutoff": cutoff, "pins": pins}, default=str))
         tmp.rename(env_dir)
         # The venv's scripts name the .building path in their shebangs; the overlay runs them with its own python.
 

@@ -327,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for an instance's tests (and patching)")
     p.add_argument("--setup-timeout", type=float, default=1800.0, help="seconds for an instance's install step")
     p.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap of sandboxed commands")
+    p.add_argument("--index-cutoff", choices=("created_at", "off"), default="created_at",
+                   help="unpinned requirements as of the instance's created_at (default), or today's index (off)")
     p.add_argument("--keep-workdirs", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--instance_ids", nargs="+", default=None, metavar="ID",
@@ -342,7 +344,8 @@ def make_executor(args: argparse.Namespace):
         return DockerExecutor(args.out, limits)
     bwrap_path()
     return LocalExecutor(args.repos, args.out, environments.EnvironmentCache(args.env_cache), limits,
-                         keep_workdirs=args.keep_workdirs, setup_timeout_s=args.setup_timeout)
+                         keep_workdirs=args.keep_workdirs, setup_timeout_s=args.setup_timeout,
+                         index_cutoff=args.index_cutoff)
 
 
 def select(instances: dict[str, dict], predictions: dict[str, dict], ids: list[str] | None

@@ -1,6 +1,8 @@
 """Interpreter lookup, clone resolution and the thin per-instance venv over a cached environment."""
 
+import hashlib
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -110,3 +112,34 @@ def test_what_the_machine_lacks_is_out_of_reach_with_the_fix(monkeypatch, tmp_pa
     offline = "WARNING: Retrying ... NewConnectionError('<...>: Failed to establish a new connection')\n"
     assert "package index" in reach.from_log(offline, step="build").reason
     assert reach.from_log("ERROR: No matching distribution found for foo\n") is None
+
+
+def test_the_index_cutoff_names_the_env_and_off_keeps_todays(shared_data, tmp_path):
+    """Issue 49.1: an env built as of the instance's date is another env; the cut-off off is today's env."""
+    lite = [r for r in json.loads((shared_data / "swebench_lite.json").read_text()) if r["repo"] == "sympy/sympy"]
+    a = lite[0]
+    b = next(r for r in lite[1:] if r["version"] == a["version"] and r["created_at"] != a["created_at"])
+    cache = environments.EnvironmentCache(tmp_path)
+    spec, python, requirements, today = cache.plan(a, tmp_path)
+    key = json.dumps([spec, requirements, str(python.resolve())], sort_keys=True, default=str)
+    assert today.name == f"py3.9-{hashlib.sha256(key.encode()).hexdigest()[:12]}"  # the name it had before
+
+    assert cache.plan(b, tmp_path, cutoff=None)[3] == today
+    dated = {cache.plan(r, tmp_path, cutoff=r["created_at"])[3] for r in (a, b)}
+    assert len(dated) == 2 and today not in dated
+
+
+def test_build_steps_under_a_cutoff_pin_first_then_resolve_the_rest_as_of_the_date(tmp_path):
+    """Issue 49.1: the spec's pins (tox 4.16.0 and its 2024 dependencies) come from today's index, as the official
+    images got them; every unpinned requirement resolves through the dated view; off is today's steps exactly."""
+    spec = {"packages": "mpmath flake8", "pip_packages": ["mpmath==1.3.0", "flake8-comprehensions"]}
+    python, tmp = pathlib.Path("/py/bin/python"), tmp_path / "env"
+    pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    off = environments.build_steps(spec, None, python, tmp, dated=False)
+    assert off == [([str(python), "-m", "venv", str(tmp)], False), (pip + ["mpmath", "flake8"], False),
+                   (pip + ["mpmath==1.3.0", "flake8-comprehensions"], False)]
+    on = environments.build_steps(spec, None, python, tmp, dated=True)
+    assert on == [([str(python), "-m", "venv", str(tmp)], False), (pip + ["mpmath==1.3.0"], False),
+                  (pip + ["mpmath", "flake8"], True), (pip + ["flake8-comprehensions"], True)]
+    env = environments.dated_env({"PIP_FIND_LINKS": "/opt/wheels", "PATH": "/bin"}, "http://127.0.0.1:1/v/simple/")
+    assert env == {"PATH": "/bin", "PIP_INDEX_URL": "http://127.0.0.1:1/v/simple/", "PIP_CONFIG_FILE": os.devnull}
