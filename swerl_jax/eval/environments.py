@@ -132,11 +132,22 @@ def build_steps(spec: dict, requirements_file: pathlib.Path | None, python: path
     return steps
 
 
+def unpinned(spec: dict, requirements: str) -> list[str]:
+    """The env build's requirements that are not `name==version` pins: what a cut-off can change. None (sphinx's
+    and astropy 4-5's specs pin everything) means the dated env is today's env, so it is shared, not rebuilt."""
+    if requirements:
+        wanted = [x.split("#")[0].strip() for x in requirements.splitlines()]
+    else:
+        wanted = shlex.split(spec.get("packages") or "") if spec.get("packages") != "requirements.txt" else []
+    wanted += list(spec.get("pip_packages") or [])
+    return [x for x in wanted if x and not x.startswith("-") and not index_cutoff.PIN.fullmatch(x)]
+
+
 def dated_env(env: dict[str, str], index_url: str) -> dict[str, str]:
     """`env` for a pip that must see only the dated view: its index, and no config file, find-links or extra index
-    (this machine's wheel folders hold files of any date)."""
+    (this machine's wheel folders hold files of any date); the config's TLS settings are kept (a proxy's CA)."""
     env = {k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL")}
-    return {**env, "PIP_INDEX_URL": index_url, "PIP_CONFIG_FILE": os.devnull}
+    return {**index_cutoff.tls_settings(env), **env, "PIP_INDEX_URL": index_url, "PIP_CONFIG_FILE": os.devnull}
 
 
 def resolved(env_dir: pathlib.Path) -> list[str]:
@@ -168,7 +179,7 @@ class EnvironmentCache:
             commit = instance.get("environment_setup_commit") or instance["base_commit"]
             requirements = specs.requirements_from_clone(str(git_dir), instance["repo"], commit)
         material: list = [spec, requirements, str(python.resolve())]
-        if cutoff is not None:  # without one, the key (and the env) is exactly the one built before cut-offs
+        if self.env_cutoff(spec, requirements, cutoff) is not None:  # else the key is exactly today's
             material.append({"index_cutoff": cutoff, "pins_from_today": 1})
         key = json.dumps(material, sort_keys=True, default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
@@ -176,13 +187,18 @@ class EnvironmentCache:
         env_dir = self.root / instance["repo"].replace("/", "__") / f"py{spec['python']}-{digest}"
         return spec, python, requirements, env_dir
 
+    @staticmethod
+    def env_cutoff(spec: dict, requirements: str, cutoff: str | None) -> str | None:
+        """The cut-off the env build applies: `cutoff`, or None when every requirement is pinned (`unpinned`)."""
+        return cutoff if cutoff is not None and unpinned(spec, requirements) else None
+
     def get(self, instance: dict, git_dir: pathlib.Path, cutoff: str | None = None) -> pathlib.Path:
         """The env dir for an instance, building it first when absent (EnvironmentError_ with the log on failure)."""
         spec, python, requirements, env_dir = self.plan(instance, git_dir, cutoff)
         with file_lock(env_dir.with_name(env_dir.name + ".lock")):
             if (env_dir / ".complete").exists():
                 return env_dir
-            self._build(spec, python, requirements, env_dir, cutoff)
+            self._build(spec, python, requirements, env_dir, self.env_cutoff(spec, requirements, cutoff))
             self.built += 1
         return env_dir
 

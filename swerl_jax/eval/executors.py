@@ -10,6 +10,7 @@ import pathlib
 import shlex
 import shutil
 import subprocess
+import time
 import uuid
 from typing import Protocol, runtime_checkable
 
@@ -166,7 +167,9 @@ class LocalExecutor:
         try:
             spec = specs.env_spec(instance["repo"], instance["version"])
             cutoff = cutoffs.instance_cutoff(instance, self.index_cutoff)
+            started = time.monotonic()
             env_dir = self.envs.get(instance, git_dir, cutoff)
+            env_s = time.monotonic() - started  # a cache hit is ~0; a build is minutes (BENCHMARKS.md, the harness)
         except (specs.SpecError, cutoffs.CutoffError, environments.EnvironmentError_) as err:
             log = getattr(err, "log", None)
             if log is not None:
@@ -192,10 +195,12 @@ class LocalExecutor:
         if cutoff is not None:  # the repository's own unpinned requirements (sphinx's docutils) as of its date
             setup_env = environments.dated_env(setup_env, cutoffs.shared_index().url(
                 cutoff, cutoffs.spec_pins(spec)))
+        started = time.monotonic()
         done = sandbox.run("set -e\n" + setup, work, network=True, env=setup_env, limits=self.setup_limits)
         (log_dir / "setup.log").write_text(f"{setup}\n---\n{done.output}")
         environment = {"env": env_dir.name, "index_cutoff": cutoff, "env_resolved": environments.resolved(env_dir),
-                       "installed": installed(venv)}
+                       "installed": installed(venv), "env_s": round(env_s, 1),
+                       "install_s": round(time.monotonic() - started, 1)}
         if done.timed_out:
             return {"status": "setup_failed", "error": f"install ran past {self.setup_limits.timeout_s:.0f}s",
                     "environment": environment}
@@ -218,7 +223,9 @@ class LocalExecutor:
         ready = self.prepare(instance, patch, log_dir, work)
         if "status" in ready:
             return ready
-        return {**self._test(instance, log_dir, work, ready), "environment": ready["environment"]}
+        started = time.monotonic()
+        tested = self._test(instance, log_dir, work, ready)
+        return {**tested, "environment": {**ready["environment"], "test_s": round(time.monotonic() - started, 1)}}
 
     def _test(self, instance: dict, log_dir: pathlib.Path, work: pathlib.Path, ready: dict) -> dict:
         sandbox, env, repo_dir, spec = ready["sandbox"], ready["env"], ready["repo_dir"], ready["spec"]
@@ -247,6 +254,7 @@ def installed(venv: pathlib.Path) -> list[str]:
     found = []
     for meta in sorted(environments.site_packages(venv).glob("*.*-info")):
         name, _, version = meta.name.rsplit(".", 1)[0].partition("-")
+        version = version.split("-")[0]  # an egg-info's "1.1.1-py3.9"
         found.append(f"{name}=={version}" if version else name)
     for link in sorted(environments.site_packages(venv).glob("*.egg-link")):
         found.append(f"{link.name.removesuffix('.egg-link')} (editable)")

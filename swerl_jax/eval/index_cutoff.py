@@ -35,6 +35,35 @@ class CutoffError(ValueError):
     """A cut-off that cannot be applied (an unknown mode, an instance without a usable created_at)."""
 
 
+# pip's config files, in the order pip reads them (later wins); a dated pip reads none (their find-links and extra
+# indexes list files of any date) but keeps their TLS settings.
+PIP_CONFIG_FILES = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "~/.pip/pip.conf", "~/.config/pip/pip.conf")
+TLS_KEYS = ("cert", "client-cert", "trusted-host")
+
+
+def tls_settings(env: dict[str, str]) -> dict[str, str]:
+    """PIP_CERT / PIP_CLIENT_CERT / PIP_TRUSTED_HOST from this process's environment or pip's config files, for a pip
+    that runs with PIP_CONFIG_FILE=/dev/null (a sandbox's pip too: its environment is cleared)."""
+    import configparser
+
+    found: dict[str, str] = {}
+    for path in PIP_CONFIG_FILES:
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(os.path.expanduser(path))
+        except configparser.Error:
+            continue
+        for section in ("global", "install"):
+            for key in TLS_KEYS:
+                if parser.has_option(section, key):
+                    found[f"PIP_{key.upper().replace('-', '_')}"] = parser.get(section, key)
+    for name in [f"PIP_{k.upper().replace('-', '_')}" for k in TLS_KEYS]:
+        value = env.get(name) or os.environ.get(name)
+        if value:
+            found[name] = value
+    return found
+
+
 def normalize(name: str) -> str:
     """PEP 503's project name normalization."""
     return re.sub(r"[-_.]+", "-", name).lower()

@@ -141,5 +141,14 @@ def test_build_steps_under_a_cutoff_pin_first_then_resolve_the_rest_as_of_the_da
     on = environments.build_steps(spec, None, python, tmp, dated=True)
     assert on == [([str(python), "-m", "venv", str(tmp)], False), (pip + ["mpmath==1.3.0"], False),
                   (pip + ["mpmath", "flake8"], True), (pip + ["flake8-comprehensions"], True)]
-    env = environments.dated_env({"PIP_FIND_LINKS": "/opt/wheels", "PATH": "/bin"}, "http://127.0.0.1:1/v/simple/")
-    assert env == {"PATH": "/bin", "PIP_INDEX_URL": "http://127.0.0.1:1/v/simple/", "PIP_CONFIG_FILE": os.devnull}
+    env = environments.dated_env({"PIP_FIND_LINKS": "/opt/wheels", "PATH": "/bin", "PIP_CERT": "/ca.pem"},
+                                 "http://127.0.0.1:1/v/simple/")
+    # the config files are off (their find-links hold wheels of any date) but their CA is kept (sphinx-7686's
+    # install failed its TLS checks through this machine's proxy without it)
+    assert env == {"PATH": "/bin", "PIP_INDEX_URL": "http://127.0.0.1:1/v/simple/", "PIP_CONFIG_FILE": os.devnull,
+                   "PIP_CERT": "/ca.pem"}
+    assert environments.unpinned(spec, "") == ["mpmath", "flake8", "flake8-comprehensions"]
+    sphinx = {"packages": None, "pip_packages": ["tox==4.16.0", "tox-current-env==0.0.11", "Jinja2==3.0.3"]}
+    assert environments.unpinned(sphinx, "") == []  # nothing a cut-off changes: the env stays today's, shared
+    assert environments.EnvironmentCache.env_cutoff(sphinx, "", "2020-01-01T00:00:00Z") is None
+    assert environments.unpinned({"packages": "requirements.txt"}, "a==1\n# c\nb>=2\n-e .\n") == ["b>=2"]
