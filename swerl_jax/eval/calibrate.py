@@ -106,7 +106,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for iid in ids:
         gold, empty = reports["gold"][iid], reports["empty"][iid]
         rows.append({"instance_id": iid, "repo": instances[iid]["repo"], "gold_status": gold["status"],
-                     "empty_status": empty["status"], "excluded": exclusion_reason(gold, empty)})
+                     "empty_status": empty["status"], "excluded": exclusion_reason(gold, empty),
+                     # the index date its dependencies resolved at, and the env they came from (issue 49 item 1)
+                     "index_cutoff": (gold.get("environment") or {}).get("index_cutoff"),
+                     "env": (gold.get("environment") or {}).get("env")})
     (args.out / "calibration.json").write_text(json.dumps(rows, indent=1))
     (args.out / "calibration.md").write_text(table(rows))
     included = [r for r in rows if r["excluded"] is None]
