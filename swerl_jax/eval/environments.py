@@ -109,26 +109,35 @@ def file_lock(path: pathlib.Path) -> Iterator[None]:
 
 
 def build_steps(spec: dict, requirements_file: pathlib.Path | None, python: pathlib.Path, tmp: pathlib.Path,
-                dated: bool) -> list[tuple[list[str], bool]]:
-    """The build's commands, each with whether it resolves through the dated index view.
+                dated: bool) -> list[tuple[list[str], str]]:
+    """The build's commands, each with the index it resolves against: "config" (pip's own settings: today's index
+    and this machine's wheel folders), "pypi" (today's PyPI alone) or "dated" (the view as of the cut-off).
 
-    Today's order (`dated` False): the venv, the requirements file or the spec's packages, the pip packages. Dated:
-    the spec's pinned pip packages first, from today's index with their dependencies (the official images got them
-    so, when they were built), then every unpinned requirement through the view as of the instance's date, where
-    what is installed already and satisfies it stays."""
+    Today's order (`dated` False, all "config"): the venv, the requirements file or the spec's packages, the pip
+    packages. Dated: the spec's pinned pip packages first, from today's PyPI with their dependencies (the official
+    images got them so when they were built), then every unpinned requirement through the view as of the
+    instance's date, where what is installed already and satisfies it stays. No dated build reads this machine's
+    wheel folders: they hold files of any date, and lack the Python bounds that let pip 18 (Python 3.6) pass over
+    today's trio when astropy 1.3's pins need one."""
     pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
-    steps: list[tuple[list[str], bool]] = [([str(python), "-m", "venv", str(tmp)], False)]
+    steps: list[tuple[list[str], str]] = [([str(python), "-m", "venv", str(tmp)], "config")]
     pip_packages = list(spec.get("pip_packages") or [])
     pinned = [p for p in pip_packages if index_cutoff.PIN.fullmatch(p.strip())] if dated else []
     if pinned:
-        steps.append((pip + pinned, False))
+        steps.append((pip + pinned, "pypi"))
+
+    def index(wanted: list[str]) -> str:
+        if not dated:
+            return "config"
+        return "dated" if unpinned({"pip_packages": wanted}, "") else "pypi"
+
     if requirements_file is not None:
-        steps.append((pip + ["-r", str(requirements_file)], dated))
+        steps.append((pip + ["-r", str(requirements_file)], index(requirements_file.read_text().splitlines())))
     elif spec.get("packages"):
-        steps.append((pip + shlex.split(spec["packages"]), dated))
+        steps.append((pip + shlex.split(spec["packages"]), index(shlex.split(spec["packages"]))))
     rest = [p for p in pip_packages if p not in pinned]
     if rest:
-        steps.append((pip + rest, dated))
+        steps.append((pip + rest, index(rest)))
     return steps
 
 
@@ -179,8 +188,8 @@ class EnvironmentCache:
             commit = instance.get("environment_setup_commit") or instance["base_commit"]
             requirements = specs.requirements_from_clone(str(git_dir), instance["repo"], commit)
         material: list = [spec, requirements, str(python.resolve())]
-        if self.env_cutoff(spec, requirements, cutoff) is not None:  # else the key is exactly today's
-            material.append({"index_cutoff": cutoff, "pins_from_today": 1})
+        if cutoff is not None:  # else the key is exactly today's; all pinned: one env for every instance date
+            material.append({"index_cutoff": self.env_cutoff(spec, requirements, cutoff), "pins_from": "pypi"})
         key = json.dumps(material, sort_keys=True, default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
         # Named by content, not version: versions with identical specs (all of sympy's but one) share one env.
@@ -198,12 +207,13 @@ class EnvironmentCache:
         with file_lock(env_dir.with_name(env_dir.name + ".lock")):
             if (env_dir / ".complete").exists():
                 return env_dir
-            self._build(spec, python, requirements, env_dir, self.env_cutoff(spec, requirements, cutoff))
+            self._build(spec, python, requirements, env_dir, self.env_cutoff(spec, requirements, cutoff),
+                        dated=cutoff is not None)
             self.built += 1
         return env_dir
 
     def _build(self, spec: dict, python: pathlib.Path, requirements: str, env_dir: pathlib.Path,
-               cutoff: str | None) -> None:
+               cutoff: str | None, dated: bool = False) -> None:
         tmp = env_dir.with_name(env_dir.name + ".building")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(env_dir, ignore_errors=True)
@@ -213,7 +223,7 @@ class EnvironmentCache:
             tmp_reqs = env_dir.with_name(env_dir.name + ".requirements.txt")
             tmp_reqs.parent.mkdir(parents=True, exist_ok=True)
             tmp_reqs.write_text(requirements)
-        steps = build_steps(spec, tmp_reqs, python, tmp, dated=cutoff is not None)
+        steps = build_steps(spec, tmp_reqs, python, tmp, dated=dated)
         pins = index_cutoff.spec_pins(spec, requirements)
         # Byte-compile everything now: the sandbox mounts the env read-only, and compiling at import time under a
         # test suite's `filterwarnings = error` turns old packages' invalid escapes into SyntaxErrors (blinker 1.4
@@ -226,10 +236,11 @@ class EnvironmentCache:
         with open(log_path, "w") as log:
             if cutoff is not None:
                 log.write(f"# index cut-off {cutoff}: unpinned requirements as of then; pins kept: {pins}\n")
-            for step, dated in steps:
-                step_env = dated_env(env, index_cutoff.shared_index().url(cutoff, pins)) if dated else env
-                log.write(f"$ {'PIP_INDEX_URL=' + step_env['PIP_INDEX_URL'] + ' ' if dated else ''}"
-                          f"{shlex.join(step)}\n")
+            for step, index in steps:
+                step_env = {"config": env, "pypi": dated_env(env, index_cutoff.UPSTREAM + "/")}.get(index) or \
+                    dated_env(env, index_cutoff.shared_index().url(cutoff, pins))
+                shown = f"PIP_INDEX_URL={step_env['PIP_INDEX_URL']} " if index != "config" else ""
+                log.write(f"$ {shown}{shlex.join(step)}\n")
                 log.flush()
                 done = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       env=step_env)

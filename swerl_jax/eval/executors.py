@@ -181,6 +181,9 @@ class LocalExecutor:
         failed = checkout(git_dir, repo_dir, instance["base_commit"], self.out_dir / "repos" / "history-free")
         if failed:
             (log_dir / "setup.log").write_text(failed)
+            lack = reach.incomplete_clone(failed, instance["repo"], str(self.repos_dir))
+            if lack is not None:  # astropy's fetched snapshot lacks blobs two Lite base commits need
+                return lack.result()
             return {"status": "setup_failed", "error": f"checkout of {instance['base_commit']} failed: {failed[-300:]}"}
         venv = environments.overlay_venv(env_dir, work / "venv")
         python_home = (env_dir / "bin" / "python").resolve().parent.parent

@@ -25,6 +25,11 @@ COMPILER_SIGNS = re.compile(
 )
 
 
+# Signs that a clone lacks objects a checkout needs (a fetched snapshot leaves its largest files out).
+MISSING_OBJECTS = re.compile(r"unable to read [0-9a-f]{40}|possible repository corruption|missing (?:blob|tree) "
+                             r"[0-9a-f]{40}|did not receive expected object|bad object [0-9a-f]{40}")
+
+
 class OutOfReach(RuntimeError):
     """What the machine lacks for an instance (`reason`) and what would give it (`fix`)."""
 
@@ -47,6 +52,16 @@ def missing_repo(repo: str, repos_dir: str) -> OutOfReach:
     name = repo.replace("/", "__")
     return OutOfReach(f"{repo} is not in --repos {repos_dir}",
                       f"git clone --mirror https://github.com/{repo} {repos_dir}/{name}.git (or a {name}.bundle)")
+
+
+def incomplete_clone(text: str, repo: str, repos_dir: str) -> OutOfReach | None:
+    """The clone in --repos lacks objects the checkout needed (git's words in `text`), or None."""
+    if not MISSING_OBJECTS.search(text):
+        return None
+    name = repo.replace("/", "__")
+    return OutOfReach(f"the clone of {repo} in --repos {repos_dir} lacks objects its base commit needs (a partial "
+                      "snapshot)", f"a complete clone: git clone --mirror https://github.com/{repo} "
+                      f"{repos_dir}/{name}.git")
 
 
 def from_log(text: str, step: str = "build") -> OutOfReach | None:

@@ -112,6 +112,11 @@ def test_what_the_machine_lacks_is_out_of_reach_with_the_fix(monkeypatch, tmp_pa
     offline = "WARNING: Retrying ... NewConnectionError('<...>: Failed to establish a new connection')\n"
     assert "package index" in reach.from_log(offline, step="build").reason
     assert reach.from_log("ERROR: No matching distribution found for foo\n") is None
+    git = ("remote: fatal: unable to read 4a48cb86af7454056316ceca5011ba607cf1f31d\n"
+           "fatal: git upload-pack: aborting due to possible repository corruption on the remote side.\n")
+    partial = reach.incomplete_clone(git, "astropy/astropy", "R")
+    assert "lacks objects" in partial.reason and "git clone --mirror https://github.com/astropy/astropy" in partial.fix
+    assert reach.incomplete_clone("fatal: not a git repository", "o/r", "R") is None
 
 
 def test_the_index_cutoff_names_the_env_and_off_keeps_todays(shared_data, tmp_path):
@@ -136,11 +141,14 @@ def test_build_steps_under_a_cutoff_pin_first_then_resolve_the_rest_as_of_the_da
     python, tmp = pathlib.Path("/py/bin/python"), tmp_path / "env"
     pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
     off = environments.build_steps(spec, None, python, tmp, dated=False)
-    assert off == [([str(python), "-m", "venv", str(tmp)], False), (pip + ["mpmath", "flake8"], False),
-                   (pip + ["mpmath==1.3.0", "flake8-comprehensions"], False)]
+    assert off == [([str(python), "-m", "venv", str(tmp)], "config"), (pip + ["mpmath", "flake8"], "config"),
+                   (pip + ["mpmath==1.3.0", "flake8-comprehensions"], "config")]
     on = environments.build_steps(spec, None, python, tmp, dated=True)
-    assert on == [([str(python), "-m", "venv", str(tmp)], False), (pip + ["mpmath==1.3.0"], False),
-                  (pip + ["mpmath", "flake8"], True), (pip + ["flake8-comprehensions"], True)]
+    assert on == [([str(python), "-m", "venv", str(tmp)], "config"), (pip + ["mpmath==1.3.0"], "pypi"),
+                  (pip + ["mpmath", "flake8"], "dated"), (pip + ["flake8-comprehensions"], "dated")]
+    astropy13 = {"packages": "setuptools==38.2.4", "pip_packages": ["numpy==1.16.0"]}  # all pinned: today's PyPI
+    assert [i for _, i in environments.build_steps(astropy13, None, python, tmp, dated=True)] == [
+        "config", "pypi", "pypi"]
     env = environments.dated_env({"PIP_FIND_LINKS": "/opt/wheels", "PATH": "/bin", "PIP_CERT": "/ca.pem"},
                                  "http://127.0.0.1:1/v/simple/")
     # the config files are off (their find-links hold wheels of any date) but their CA is kept (sphinx-7686's
