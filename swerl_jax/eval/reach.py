@@ -17,6 +17,8 @@ NETWORK_SIGNS = re.compile(
     r"Temporary failure in name resolution|Name or service not known|NewConnectionError|Max retries exceeded"
     r"|Network is unreachable|nodename nor servname|getaddrinfo failed"
 )
+# A host other than the package index that an install tried to reach (git submodules, URL requirements).
+HOST_SIGN = re.compile(r"Could not resolve host: ([\w.-]+)|unable to access 'https?://([\w.-]+)/")
 # Signs that a build wanted a C/C++ compiler the machine does not have (distutils/setuptools and pip's wording).
 COMPILER_SIGNS = re.compile(
     r"command '[\w./+-]*(?:gcc|cc|g\+\+|c\+\+|clang)' failed: No such file or directory"
@@ -70,6 +72,12 @@ def from_log(text: str, step: str = "build") -> OutOfReach | None:
     if step != "tests" and COMPILER_SIGNS.search(text):  # a test may compile on purpose and fail
         return OutOfReach("building it needs a C compiler, which this machine lacks",
                           "install one (apt-get install gcc g++) and grade it again")
+    found = HOST_SIGN.search(text)
+    host = (found.group(1) or found.group(2)) if found else ""
+    if host and step != "tests" and not host.endswith(("pypi.org", "pythonhosted.org")):
+        return OutOfReach(f"its install fetches from {host} (e.g. astropy 1.3's astropy_helpers git submodule), "
+                          f"which this machine cannot reach", f"a machine that reaches {host}, or the source "
+                          "vendored into the clone")
     if NETWORK_SIGNS.search(text):
         if step == "tests":
             return OutOfReach("its tests need the network, which the sandbox never gives",

@@ -112,6 +112,9 @@ def test_what_the_machine_lacks_is_out_of_reach_with_the_fix(monkeypatch, tmp_pa
     offline = "WARNING: Retrying ... NewConnectionError('<...>: Failed to establish a new connection')\n"
     assert "package index" in reach.from_log(offline, step="build").reason
     assert reach.from_log("ERROR: No matching distribution found for foo\n") is None
+    submodule = ("fatal: unable to access 'https://github.com/astropy/astropy-helpers.git/': Could not resolve host: "
+                 "github.com\n")  # astropy 1.3's install clones its astropy_helpers submodule
+    assert reach.from_log(submodule, step="install").reason.startswith("its install fetches from github.com")
     git = ("remote: fatal: unable to read 4a48cb86af7454056316ceca5011ba607cf1f31d\n"
            "fatal: git upload-pack: aborting due to possible repository corruption on the remote side.\n")
     partial = reach.incomplete_clone(git, "astropy/astropy", "R")
