@@ -93,8 +93,18 @@ def instance_cutoff(instance: dict, mode: str) -> str | None:
 def spec_pins(*texts: object) -> dict[str, str]:
     """{normalized name: version} of every `name==version` in the given spec values (strings, lists, dicts)."""
     pins: dict[str, str] = {}
-    for text in texts:
-        for name, version in PIN.findall(json.dumps(text, default=str)):
+
+    def strings(value: object) -> list[str]:  # the texts themselves: JSON-escaping a newline hides the next name
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, dict):
+            return [s for v in value.values() for s in strings(v)]
+        if isinstance(value, (list, tuple)):
+            return [s for v in value for s in strings(v)]
+        return []
+
+    for text in strings(list(texts)):
+        for name, version in PIN.findall(text):
             pins[normalize(name)] = version
     return pins
 

@@ -36,6 +36,10 @@ def test_versions_pins_and_the_instance_date():
     spec = {"pip_packages": ["tox==4.16.0", "flake8-comprehensions", "Jinja2==3.0.3"],
             "pre_install": ["sed -i 's/requires = \\[\"setuptools\",/requires = \\[\"setuptools==68.0.0\",/' x"]}
     assert index_cutoff.spec_pins(spec) == {"tox": "4.16.0", "jinja2": "3.0.3", "setuptools": "68.0.0"}
+    # a requirements file's pins, every line (flask-4992's env failed on babel==2.12.1, pinned at the env commit
+    # a month after the instance: the escaped newline of the JSON hid every name after the first line)
+    assert index_cutoff.spec_pins(spec, "alabaster==0.7.13\nbabel==2.12.1\n") == {
+        "tox": "4.16.0", "jinja2": "3.0.3", "setuptools": "68.0.0", "alabaster": "0.7.13", "babel": "2.12.1"}
     inst = {"instance_id": "i", "created_at": "2020-05-27T12:00:31Z"}
     assert index_cutoff.instance_cutoff(inst, "created_at") == "2020-05-27T12:00:31Z"
     assert index_cutoff.instance_cutoff({"created_at": "2020-05-27 12:00:31"}, "created_at") == "2020-05-27T12:00:31Z"
