@@ -49,4 +49,6 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.grade = True
     c.harness_workers = 2
     c.test_timeout_s = 1800
+    # unpinned requirements of the test environments as of each instance's created_at; "off": today's index
+    c.index_cutoff = "created_at"
     return c

@@ -1,7 +1,7 @@
 """Calibrate the harness: grade gold and empty patches; exclude instances where gold fails or empty passes.
 
     python -m swerl_jax.eval.calibrate --instances FILE --repos DIR --out DIR [--repo owner/name ...]
-        [--per-repo N] [--workers N]
+        [--per-repo N] [--workers N] [--index-cutoff created_at|off] [--env-cache DIR]
 
 Runs the harness twice (OUT/gold, OUT/empty; each resumable) and writes OUT/calibration.json (per instance: gold
 and empty status, included or the reason it is excluded) and OUT/calibration.md (a table per repository). An
@@ -15,19 +15,19 @@ import argparse
 import collections
 import json
 import pathlib
-import re
 
-from swerl_jax.eval import harness
+from swerl_jax.eval import harness, reach
 
-# Test-log signs that a test needed the network the sandbox does not give.
-NETWORK_SIGNS = re.compile(
-    r"Temporary failure in name resolution|Name or service not known|NewConnectionError|Max retries exceeded"
-    r"|Network is unreachable|nodename nor servname|getaddrinfo failed"
-)
+# Test-log signs that a test needed the network the sandbox does not give (results graded before reach.py).
+NETWORK_SIGNS = reach.NETWORK_SIGNS
 
 
 def exclusion_reason(gold: dict, empty: dict) -> str | None:
-    """Why an instance cannot be scored (None when it can): gold must resolve and empty must not."""
+    """Why an instance cannot be scored (None when it can): gold must resolve and empty must not; an instance out
+    of reach of this machine says what it lacks and the fix."""
+    for result in (gold, empty):
+        if result["status"] == reach.STATUS:
+            return f"out of reach: {reach.line(result.get('reason', ''), result.get('fix', ''))}"
     if gold["status"] != "resolved":
         log = pathlib.Path(gold["log_dir"]) / "test.log"
         if log.exists() and NETWORK_SIGNS.search(log.read_text(errors="replace")):
@@ -54,18 +54,20 @@ def select(instances: dict[str, dict], repos: list[str] | None, per_repo: int | 
 
 def table(rows: list[dict]) -> str:
     """Markdown: per repository, instances, gold resolved, empty resolved, excluded; then the exclusions."""
-    lines = ["| repository | instances | gold resolves | empty resolves | excluded | gold rate, network-free |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| repository | instances | gold resolves | empty resolves | excluded | gold rate, network-free "
+             "| out of reach |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for repo in sorted({r["repo"] for r in rows}):
         mine = [r for r in rows if r["repo"] == repo]
         gold = sum(r["gold_status"] == "resolved" for r in mine)
         empty = sum(r["empty_status"] == "resolved" for r in mine)
         excluded = sum(r["excluded"] is not None for r in mine)
         # The goal is stated over instances whose tests need no network (those can never pass in the sandbox).
-        offline = [r for r in mine if "network" not in (r["excluded"] or "")]
+        # Out of reach (a missing clone, interpreter, compiler, the network) is counted apart, not as a failure.
+        far = [r for r in mine if (r["excluded"] or "").startswith("out of reach")]
+        offline = [r for r in mine if "network" not in (r["excluded"] or "") and r not in far]
         gold_offline = sum(r["gold_status"] == "resolved" for r in offline)
         lines.append(f"| {repo} | {len(mine)} | {gold} | {empty} | {excluded} | "
-                     f"{gold_offline}/{len(offline)} ({100 * gold_offline / max(1, len(offline)):.0f}%) |")
+                     f"{gold_offline}/{len(offline)} ({100 * gold_offline / max(1, len(offline)):.0f}%) | {len(far)} |")
     lines += ["", "| instance | gold | empty | excluded because |", "| --- | --- | --- | --- |"]
     lines += [f"| {r['instance_id']} | {r['gold_status']} | {r['empty_status']} | {r['excluded'] or ''} |"
               for r in rows]
@@ -82,6 +84,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--per-repo", type=int, default=None, help="at most N instances per repository")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--timeout", type=float, default=1800.0)
+    p.add_argument("--index-cutoff", choices=("created_at", "off"), default="created_at",
+                   help="resolve unpinned requirements as of each instance's created_at, or today (off)")
+    p.add_argument("--env-cache", type=pathlib.Path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
     args = p.parse_args(argv)
     instances = harness.index_instances(args.instances)
     ids = select(instances, args.repo, args.per_repo)
@@ -94,12 +99,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                  for i in ids))
         reports[kind] = harness.main(["--instances", str(args.instances), "--predictions", str(preds), "--repos",
                                       str(args.repos), "--out", str(args.out / kind), "--workers", str(args.workers),
-                                      "--timeout", str(args.timeout)])["instances"]
+                                      "--timeout", str(args.timeout), "--index-cutoff", args.index_cutoff,
+                                      *(["--env-cache", str(args.env_cache)] if args.env_cache else [])]
+                                     )["instances"]
     rows = []
     for iid in ids:
         gold, empty = reports["gold"][iid], reports["empty"][iid]
         rows.append({"instance_id": iid, "repo": instances[iid]["repo"], "gold_status": gold["status"],
-                     "empty_status": empty["status"], "excluded": exclusion_reason(gold, empty)})
+                     "empty_status": empty["status"], "excluded": exclusion_reason(gold, empty),
+                     # the index date its dependencies resolved at, and the env they came from (issue 49 item 1)
+                     "index_cutoff": (gold.get("environment") or {}).get("index_cutoff"),
+                     "env": (gold.get("environment") or {}).get("env")})
     (args.out / "calibration.json").write_text(json.dumps(rows, indent=1))
     (args.out / "calibration.md").write_text(table(rows))
     included = [r for r in rows if r["excluded"] is None]

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from swerl_jax.eval import specs
+from swerl_jax.eval import index_cutoff, reach, specs
 
 
 class EnvironmentError_(RuntimeError):
@@ -31,6 +31,14 @@ class EnvironmentError_(RuntimeError):
 
     def __init__(self, message: str, log: pathlib.Path | None = None):
         super().__init__(message if log is None else f"{message} (log: {log})")
+        self.log = log
+
+
+class OutOfReach(EnvironmentError_, reach.OutOfReach):
+    """An environment this machine cannot build (no interpreter, compiler, conda or index): `reason` and `fix`."""
+
+    def __init__(self, reason: str, fix: str, log: pathlib.Path | None = None):
+        reach.OutOfReach.__init__(self, reason, fix)
         self.log = log
 
 
@@ -53,10 +61,9 @@ def find_python(version: str) -> pathlib.Path:
     on_path = shutil.which(f"python{version}")
     if on_path:
         return pathlib.Path(on_path)
-    raise EnvironmentError_(
-        f"no Python {version} interpreter: looked for {root}/{version}.*/bin/python and python{version} on PATH "
-        f"(install it, e.g. `pyenv install {version}`)"
-    )
+    raise OutOfReach(f"no Python {version} interpreter on this machine",
+                     f"`pyenv install {version}` (looked for {root}/{version}.*/bin/python and python{version} "
+                     "on PATH)")
 
 
 def resolve_clone(repos_dir: pathlib.Path, repo: str, scratch: pathlib.Path) -> pathlib.Path:
@@ -101,58 +108,123 @@ def file_lock(path: pathlib.Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def build_steps(spec: dict, requirements_file: pathlib.Path | None, python: pathlib.Path, tmp: pathlib.Path,
+                dated: bool) -> list[tuple[list[str], str]]:
+    """The build's commands, each with the index it resolves against: "config" (pip's own settings: today's index
+    and this machine's wheel folders), "pypi" (today's PyPI alone) or "dated" (the view as of the cut-off).
+
+    Today's order (`dated` False, all "config"): the venv, the requirements file or the spec's packages, the pip
+    packages. Dated: the spec's pinned pip packages first, from today's PyPI with their dependencies (the official
+    images got them so when they were built), then every unpinned requirement through the view as of the
+    instance's date, where what is installed already and satisfies it stays. No dated build reads this machine's
+    wheel folders: they hold files of any date, and lack the Python bounds that let pip 18 (Python 3.6) pass over
+    today's trio when astropy 1.3's pins need one."""
+    pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    steps: list[tuple[list[str], str]] = [([str(python), "-m", "venv", str(tmp)], "config")]
+    pip_packages = list(spec.get("pip_packages") or [])
+    pinned = [p for p in pip_packages if index_cutoff.PIN.fullmatch(p.strip())] if dated else []
+    if pinned:
+        steps.append((pip + pinned, "pypi"))
+
+    def index(wanted: list[str]) -> str:
+        if not dated:
+            return "config"
+        return "dated" if unpinned({"pip_packages": wanted}, "") else "pypi"
+
+    if requirements_file is not None:
+        steps.append((pip + ["-r", str(requirements_file)], index(requirements_file.read_text().splitlines())))
+    elif spec.get("packages"):
+        steps.append((pip + shlex.split(spec["packages"]), index(shlex.split(spec["packages"]))))
+    rest = [p for p in pip_packages if p not in pinned]
+    if rest:
+        steps.append((pip + rest, index(rest)))
+    return steps
+
+
+def unpinned(spec: dict, requirements: str) -> list[str]:
+    """The env build's requirements that are not `name==version` pins: what a cut-off can change. None (sphinx's
+    and astropy 4-5's specs pin everything) means the dated env is today's env, so it is shared, not rebuilt."""
+    if requirements:
+        wanted = [x.split("#")[0].strip() for x in requirements.splitlines()]
+    else:
+        wanted = shlex.split(spec.get("packages") or "") if spec.get("packages") != "requirements.txt" else []
+    wanted += list(spec.get("pip_packages") or [])
+    return [x for x in wanted if x and not x.startswith("-") and not index_cutoff.PIN.fullmatch(x)]
+
+
+def dated_env(env: dict[str, str], index_url: str) -> dict[str, str]:
+    """`env` for a pip that must see only the dated view: its index, and no config file, find-links or extra index
+    (this machine's wheel folders hold files of any date); the config's TLS settings are kept (a proxy's CA)."""
+    env = {k: v for k, v in env.items() if k not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL")}
+    return {**index_cutoff.tls_settings(env), **env, "PIP_INDEX_URL": index_url, "PIP_CONFIG_FILE": os.devnull}
+
+
+def resolved(env_dir: pathlib.Path) -> list[str]:
+    """`name==version` of every distribution in a built env (`pip freeze --all` at build time; [] for an env built
+    before it was recorded)."""
+    path = env_dir / "resolved.txt"
+    return path.read_text().split() if path.exists() else []
+
+
 class EnvironmentCache:
-    """Builds and caches one dependency venv per (repo, version, spec, requirements, interpreter)."""
+    """Builds and caches one dependency venv per (repo, version, spec, requirements, interpreter, index cut-off)."""
 
     def __init__(self, root: pathlib.Path | None = None):
         self.root = pathlib.Path(root) if root else default_cache_dir()
         self.built = 0  # how many this object built (the rest were cache hits)
 
-    def plan(self, instance: dict, git_dir: pathlib.Path) -> tuple[dict, pathlib.Path, str, pathlib.Path]:
-        """(spec, interpreter, requirements text, env dir) for an instance, without building anything."""
+    def plan(self, instance: dict, git_dir: pathlib.Path, cutoff: str | None = None
+             ) -> tuple[dict, pathlib.Path, str, pathlib.Path]:
+        """(spec, interpreter, requirements text, env dir) for an instance, without building anything. `cutoff`
+        (index_cutoff.instance_cutoff) names another env: one resolved as of that time; None is today's index."""
         spec = specs.env_spec(instance["repo"], instance["version"])
+        if spec.get("packages") == "environment.yml":
+            raise OutOfReach(f"{instance['repo']} {instance['version']} needs a conda environment (environment.yml); "
+                             "this machine's builder makes venvs", "--executor docker on a machine with a docker "
+                             "daemon (the official image has the conda env)")
         python = find_python(spec["python"])
         requirements = ""
         if spec.get("packages") == "requirements.txt":
             commit = instance.get("environment_setup_commit") or instance["base_commit"]
             requirements = specs.requirements_from_clone(str(git_dir), instance["repo"], commit)
-        elif spec.get("packages") == "environment.yml":
-            raise specs.SpecError(
-                f"{instance['repo']} {instance['version']}: conda environment.yml specs are not supported by the "
-                "venv builder (use --executor docker)"
-            )
-        key = json.dumps([spec, requirements, str(python.resolve())], sort_keys=True, default=str)
+        material: list = [spec, requirements, str(python.resolve())]
+        if cutoff is not None:  # else the key is exactly today's; all pinned: one env for every instance date
+            material.append({"index_cutoff": self.env_cutoff(spec, requirements, cutoff), "pins_from": "pypi"})
+        key = json.dumps(material, sort_keys=True, default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
         # Named by content, not version: versions with identical specs (all of sympy's but one) share one env.
         env_dir = self.root / instance["repo"].replace("/", "__") / f"py{spec['python']}-{digest}"
         return spec, python, requirements, env_dir
 
-    def get(self, instance: dict, git_dir: pathlib.Path) -> pathlib.Path:
+    @staticmethod
+    def env_cutoff(spec: dict, requirements: str, cutoff: str | None) -> str | None:
+        """The cut-off the env build applies: `cutoff`, or None when every requirement is pinned (`unpinned`)."""
+        return cutoff if cutoff is not None and unpinned(spec, requirements) else None
+
+    def get(self, instance: dict, git_dir: pathlib.Path, cutoff: str | None = None) -> pathlib.Path:
         """The env dir for an instance, building it first when absent (EnvironmentError_ with the log on failure)."""
-        spec, python, requirements, env_dir = self.plan(instance, git_dir)
+        spec, python, requirements, env_dir = self.plan(instance, git_dir, cutoff)
         with file_lock(env_dir.with_name(env_dir.name + ".lock")):
             if (env_dir / ".complete").exists():
                 return env_dir
-            self._build(spec, python, requirements, env_dir)
+            self._build(spec, python, requirements, env_dir, self.env_cutoff(spec, requirements, cutoff),
+                        dated=cutoff is not None)
             self.built += 1
         return env_dir
 
-    def _build(self, spec: dict, python: pathlib.Path, requirements: str, env_dir: pathlib.Path) -> None:
+    def _build(self, spec: dict, python: pathlib.Path, requirements: str, env_dir: pathlib.Path,
+               cutoff: str | None, dated: bool = False) -> None:
         tmp = env_dir.with_name(env_dir.name + ".building")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(env_dir, ignore_errors=True)
         log_path = env_dir.with_name(env_dir.name + ".log")
-        pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
-        steps = [[str(python), "-m", "venv", str(tmp)]]
+        tmp_reqs = None
         if requirements:
             tmp_reqs = env_dir.with_name(env_dir.name + ".requirements.txt")
             tmp_reqs.parent.mkdir(parents=True, exist_ok=True)
             tmp_reqs.write_text(requirements)
-            steps.append(pip + ["-r", str(tmp_reqs)])
-        elif spec.get("packages"):
-            steps.append(pip + shlex.split(spec["packages"]))
-        if spec.get("pip_packages"):
-            steps.append(pip + list(spec["pip_packages"]))
+        steps = build_steps(spec, tmp_reqs, python, tmp, dated=dated)
+        pins = index_cutoff.spec_pins(spec, requirements)
         # Byte-compile everything now: the sandbox mounts the env read-only, and compiling at import time under a
         # test suite's `filterwarnings = error` turns old packages' invalid escapes into SyntaxErrors (blinker 1.4
         # under flask 2.0), which the official images avoid by shipping compiled files.
@@ -162,18 +234,32 @@ class EnvironmentCache:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
         with open(log_path, "w") as log:
-            for step in steps:
-                log.write(f"$ {shlex.join(step)}\n")
+            if cutoff is not None:
+                log.write(f"# index cut-off {cutoff}: unpinned requirements as of then; pins kept: {pins}\n")
+            for step, index in steps:
+                step_env = {"config": env, "pypi": dated_env(env, index_cutoff.UPSTREAM + "/")}.get(index) or \
+                    dated_env(env, index_cutoff.shared_index().url(cutoff, pins))
+                shown = f"PIP_INDEX_URL={step_env['PIP_INDEX_URL']} " if index != "config" else ""
+                log.write(f"$ {shown}{shlex.join(step)}\n")
                 log.flush()
-                done = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                done = subprocess.run(step, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=step_env)
                 if done.returncode != 0:
+                    log.flush()
+                    lack = reach.from_log(log_path.read_text(errors="replace"), step="build")
+                    if lack is not None:  # not the spec's fault: say what the machine lacks
+                        raise OutOfReach(lack.reason, lack.fix, log_path)
                     raise EnvironmentError_(f"environment build step failed: {shlex.join(step)}", log_path)
             log.write(f"$ {shlex.join(compile_all)}\n")
             log.flush()
             # Not fatal: packages may ship files of other Python versions that never get imported.
             subprocess.run(compile_all, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            # What the build resolved, for the report (each result names its env's versions).
+            freeze = subprocess.run([str(tmp / "bin" / "python"), "-m", "pip", "freeze", "--all"],
+                                    capture_output=True, text=True, env=env)
+            (tmp / "resolved.txt").write_text(freeze.stdout if freeze.returncode == 0 else "")
             log.write(f"built in {time.monotonic() - start:.1f}s\n")
-        (tmp / ".complete").write_text(json.dumps(spec, default=str))
+        (tmp / ".complete").write_text(json.dumps({"spec": spec, "index_cutoff": cutoff, "pins": pins}, default=str))
         tmp.rename(env_dir)
         # The venv's scripts name the .building path in their shebangs; the overlay runs them with its own python.
 

@@ -10,10 +10,12 @@ import pathlib
 import shlex
 import shutil
 import subprocess
+import time
 import uuid
 from typing import Protocol, runtime_checkable
 
-from swerl_jax.eval import environments, grading, specs
+from swerl_jax.eval import environments, grading, reach, specs
+from swerl_jax.eval import index_cutoff as cutoffs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
 from swerl_jax.sandbox.bwrap import INPUTS_DIR, Sandbox, SandboxLimits
 from swerl_jax.sandbox.checkouts import CheckoutError, history_free_checkout
@@ -93,17 +95,28 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, repos_dir: pathlib.Path, out_dir: pathlib.Path, envs: environments.EnvironmentCache,
-                 limits: SandboxLimits = SandboxLimits(), keep_workdirs: bool = False, setup_timeout_s: float = 1800):
-        """limits bound the patch and test steps; the install step gets setup_timeout_s (it may download)."""
+                 limits: SandboxLimits = SandboxLimits(), keep_workdirs: bool = False, setup_timeout_s: float = 1800,
+                 index_cutoff: str = "created_at"):
+        """limits bound the patch and test steps; the install step gets setup_timeout_s (it may download).
+        index_cutoff: "created_at" resolves unpinned requirements (env build and install) against the index as of
+        the instance's created_at (index_cutoff.py); "off", against today's."""
+        if index_cutoff not in cutoffs.MODES:
+            raise cutoffs.CutoffError(f"index cut-off {index_cutoff!r}: must be one of {cutoffs.MODES}")
         self.repos_dir, self.out_dir, self.envs = repos_dir, out_dir, envs
-        self.limits, self.keep_workdirs = limits, keep_workdirs
+        self.limits, self.keep_workdirs, self.index_cutoff = limits, keep_workdirs, index_cutoff
         self.setup_limits = dataclasses.replace(limits, timeout_s=setup_timeout_s, cpu_seconds=int(setup_timeout_s))
 
     def fingerprint(self, instance: dict) -> dict:
         """What besides the patch and the instance determines a grading here (the harness keys results by it):
-        the environment spec and the limits."""
-        return {"executor": self.name, "spec": _spec_or_error(instance), "limits": dataclasses.asdict(self.limits),
-                "setup_timeout_s": self.setup_limits.timeout_s}
+        the environment spec, the limits and the index cut-off (absent when off: today's keys stay valid)."""
+        found = {"executor": self.name, "spec": _spec_or_error(instance), "limits": dataclasses.asdict(self.limits),
+                 "setup_timeout_s": self.setup_limits.timeout_s}
+        if self.index_cutoff != "off":
+            try:
+                found["index_cutoff"] = cutoffs.instance_cutoff(instance, self.index_cutoff)
+            except cutoffs.CutoffError as err:
+                found["index_cutoff"] = f"error: {err}"
+        return found
 
     def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
         """Set up, patch, test and grade one instance; the result's `status` says where it stopped.
@@ -147,20 +160,30 @@ class LocalExecutor:
         commits hold the fix."""
         try:
             git_dir = environments.resolve_clone(self.repos_dir, instance["repo"], self.out_dir / "repos")
-        except (FileNotFoundError, subprocess.CalledProcessError) as err:
+        except FileNotFoundError:  # not fetched here (django, scikit-learn, matplotlib are too large for some hosts)
+            return reach.missing_repo(instance["repo"], str(self.repos_dir)).result()
+        except subprocess.CalledProcessError as err:
             return {"status": "no_repo", "error": str(err)}
         try:
             spec = specs.env_spec(instance["repo"], instance["version"])
-            env_dir = self.envs.get(instance, git_dir)
-        except (specs.SpecError, environments.EnvironmentError_) as err:
+            cutoff = cutoffs.instance_cutoff(instance, self.index_cutoff)
+            started = time.monotonic()
+            env_dir = self.envs.get(instance, git_dir, cutoff)
+            env_s = time.monotonic() - started  # a cache hit is ~0; a build is minutes (BENCHMARKS.md, the harness)
+        except (specs.SpecError, cutoffs.CutoffError, environments.EnvironmentError_) as err:
             log = getattr(err, "log", None)
             if log is not None:
                 shutil.copy(log, log_dir / "env_build.log")
+            if isinstance(err, reach.OutOfReach):
+                return err.result()
             return {"status": "env_failed", "error": str(err)}
         repo_dir = work / "repo"
         failed = checkout(git_dir, repo_dir, instance["base_commit"], self.out_dir / "repos" / "history-free")
         if failed:
             (log_dir / "setup.log").write_text(failed)
+            lack = reach.incomplete_clone(failed, instance["repo"], str(self.repos_dir))
+            if lack is not None:  # astropy's fetched snapshot lacks blobs two Lite base commits need
+                return lack.result()
             return {"status": "setup_failed", "error": f"checkout of {instance['base_commit']} failed: {failed[-300:]}"}
         venv = environments.overlay_venv(env_dir, work / "venv")
         python_home = (env_dir / "bin" / "python").resolve().parent.parent
@@ -172,24 +195,42 @@ class LocalExecutor:
         # Without the PYTHONPATH hook: pip's isolated build envs must not see the cached env's packages (a pinned
         # packaging 23.1 broke setuptools-scm's build of pytest 8.0).
         setup_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+        if cutoff is not None:  # the repository's own unpinned requirements (sphinx's docutils) as of its date
+            setup_env = environments.dated_env(setup_env, cutoffs.shared_index().url(
+                cutoff, cutoffs.spec_pins(spec)))
+        started = time.monotonic()
         done = sandbox.run("set -e\n" + setup, work, network=True, env=setup_env, limits=self.setup_limits)
         (log_dir / "setup.log").write_text(f"{setup}\n---\n{done.output}")
+        environment = {"env": env_dir.name, "index_cutoff": cutoff, "env_resolved": environments.resolved(env_dir),
+                       "installed": installed(venv), "env_s": round(env_s, 1),
+                       "install_s": round(time.monotonic() - started, 1)}
         if done.timed_out:
-            return {"status": "setup_failed", "error": f"install ran past {self.setup_limits.timeout_s:.0f}s"}
+            return {"status": "setup_failed", "error": f"install ran past {self.setup_limits.timeout_s:.0f}s",
+                    "environment": environment}
         if done.returncode != 0:
-            return {"status": "setup_failed", "error": f"install failed (exit {done.returncode}): see setup.log"}
+            lack = reach.from_log(done.output, step="install")  # a compiler or the index, not the repository
+            if lack is not None:
+                return {**lack.result(), "environment": environment}
+            return {"status": "setup_failed", "error": f"install failed (exit {done.returncode}): see setup.log",
+                    "environment": environment}
 
         applied = apply_patch(sandbox, work, repo_dir, patch)
         (log_dir / "patch.log").write_text(applied.log)
         if not applied.applied:
-            return {"status": "patch_failed", "error": f"no command of {list(APPLY_CHAIN)} applied the patch"}
+            return {"status": "patch_failed", "error": f"no command of {list(APPLY_CHAIN)} applied the patch",
+                    "environment": environment}
 
-        return {"sandbox": sandbox, "env": env, "repo_dir": repo_dir, "spec": spec}
+        return {"sandbox": sandbox, "env": env, "repo_dir": repo_dir, "spec": spec, "environment": environment}
 
     def _evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
         ready = self.prepare(instance, patch, log_dir, work)
         if "status" in ready:
             return ready
+        started = time.monotonic()
+        tested = self._test(instance, log_dir, work, ready)
+        return {**tested, "environment": {**ready["environment"], "test_s": round(time.monotonic() - started, 1)}}
+
+    def _test(self, instance: dict, log_dir: pathlib.Path, work: pathlib.Path, ready: dict) -> dict:
         sandbox, env, repo_dir, spec = ready["sandbox"], ready["env"], ready["repo_dir"], ready["spec"]
         # The hidden tests enter here, after the model's last turn, read-only at $INPUTS.
         script = eval_script(instance, spec, str(repo_dir), f"{INPUTS_DIR}/test.patch")
@@ -199,6 +240,9 @@ class LocalExecutor:
         if tests.timed_out:
             return {"status": "timeout", "error": f"tests ran past {self.limits.timeout_s:.0f}s"}
         report = grading.grade(instance, tests.output)
+        lack = None if report["resolved"] else reach.from_log(tests.output, step="tests")
+        if lack is not None:  # psf/requests' tests reach httpbin.org: no patch passes them in the sandbox
+            return {**report, **lack.result()}
         if not report["tests_ran"]:
             return {"status": "error", "error": f"tests did not start (exit {tests.returncode}): see test.log",
                     **report}
@@ -206,6 +250,18 @@ class LocalExecutor:
             return {"status": "error", "error": "the test runner crashed (INTERNALERROR, e.g. the memory cap): "
                     "see test.log", **report}
         return {"status": "resolved" if report["resolved"] else "unresolved", **report}
+
+
+def installed(venv: pathlib.Path) -> list[str]:
+    """`name==version` of what an instance's install put in its thin venv (beside the cached env's packages)."""
+    found = []
+    for meta in sorted(environments.site_packages(venv).glob("*.*-info")):
+        name, _, version = meta.name.rsplit(".", 1)[0].partition("-")
+        version = version.split("-")[0]  # an egg-info's "1.1.1-py3.9"
+        found.append(f"{name}=={version}" if version else name)
+    for link in sorted(environments.site_packages(venv).glob("*.egg-link")):
+        found.append(f"{link.name.removesuffix('.egg-link')} (editable)")
+    return found
 
 
 def _spec_or_error(instance: dict) -> dict | str:

@@ -34,7 +34,7 @@ import traceback
 from tqdm import tqdm
 
 from swerl_jax.data.swebench import load_instances
-from swerl_jax.eval import environments, outcomes
+from swerl_jax.eval import environments, outcomes, reach
 from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
 from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits, bwrap_path
@@ -43,7 +43,7 @@ PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
 # Bump when grading, patching or the sandbox changes what a result means: every stored result is then re-graded.
 HARNESS_VERSION = 4  # 4: history-free checkouts, the seccomp filter, a finished pytest session is no crash
 # Statuses that say the infrastructure failed, not the patch: never reused, so a fixed cause is graded anew.
-INFRA_FAILURES = ("no_repo", "env_failed", "setup_failed")
+INFRA_FAILURES = ("no_repo", "env_failed", "setup_failed", reach.STATUS)  # out of reach: until it is fetched
 # The instance fields a result depends on (with the patch and the executor's fingerprint).
 GRADED_FIELDS = ("instance_id", "repo", "base_commit", "version", "environment_setup_commit", "test_patch",
                  "FAIL_TO_PASS", "PASS_TO_PASS")
@@ -246,7 +246,7 @@ def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[d
     def having(pred) -> list[str]:
         return [i for i in ids if pred(results[i])]
 
-    graded = outcomes.GRADED
+    graded, far = outcomes.GRADED, reach.STATUS
     counts: dict[str, int] = {}
     for status in [r["status"] for r in results.values()] + [e["status"] for e in errors]:
         counts[status] = counts.get(status, 0) + 1
@@ -256,12 +256,16 @@ def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[d
         "resolved_instances": len(having(lambda r: r["resolved"])),
         "unresolved_instances": len(having(lambda r: r["status"] == "unresolved")),
         "empty_patch_instances": len(having(lambda r: r["empty_patch"])),
-        "error_instances": len(having(lambda r: r["status"] not in graded)),
+        "error_instances": len(having(lambda r: r["status"] not in (*graded, far))),
         "completed_ids": having(lambda r: r["status"] in graded),
         "resolved_ids": having(lambda r: r["resolved"]),
         "unresolved_ids": having(lambda r: r["status"] == "unresolved"),
         "empty_patch_ids": having(lambda r: r["empty_patch"]),
-        "error_ids": having(lambda r: r["status"] not in graded),
+        "error_ids": having(lambda r: r["status"] not in (*graded, far)),
+        # what this machine cannot grade, each with its reason and fix: counted apart, not in the rate
+        "out_of_reach_ids": having(lambda r: r["status"] == far),
+        "out_of_reach": {i: {"reason": results[i].get("reason", ""), "fix": results[i].get("fix", "")}
+                         for i in having(lambda r: r["status"] == far)},
         # patches that change how tests run (conftest.py, pytest/tox settings, sitecustomize, .pth): graded as the
         # official harness grades them, flagged here (swerl_jax/reward/test_infra.py)
         "test_infra_ids": having(lambda r: bool(r.get("test_infra_paths"))),
@@ -289,10 +293,13 @@ def summary(report: dict) -> str:
     """One line of counts: graded by status, empty patches, and what was not graded."""
     counts = report["status_counts"]
     errors = {k: v for k, v in counts.items() if k not in ("resolved", "unresolved", "unknown_instance",
-                                                             "malformed_prediction", "duplicate_prediction")}
+                                                             "malformed_prediction", "duplicate_prediction",
+                                                             reach.STATUS)}
     parts = [f"resolved {counts.get('resolved', 0)}", f"unresolved {counts.get('unresolved', 0)}",
              f"error {sum(errors.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in errors.items())})"
                                                  if errors else "")]
+    if counts.get(reach.STATUS):
+        parts.append(f"out of reach {counts[reach.STATUS]}")
     not_graded = [f"unknown id {len(report['unknown_ids'])}", f"malformed line {report['malformed_predictions']}"]
     return (f"graded {len(report['instances'])}: {', '.join(parts)}; empty patch "
             f"{report['empty_patch_instances']}; not graded: {', '.join(not_graded)}")
@@ -320,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for an instance's tests (and patching)")
     p.add_argument("--setup-timeout", type=float, default=1800.0, help="seconds for an instance's install step")
     p.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap of sandboxed commands")
+    p.add_argument("--index-cutoff", choices=("created_at", "off"), default="created_at",
+                   help="unpinned requirements as of the instance's created_at (default), or today's index (off)")
     p.add_argument("--keep-workdirs", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--instance_ids", nargs="+", default=None, metavar="ID",
@@ -335,7 +344,8 @@ def make_executor(args: argparse.Namespace):
         return DockerExecutor(args.out, limits)
     bwrap_path()
     return LocalExecutor(args.repos, args.out, environments.EnvironmentCache(args.env_cache), limits,
-                         keep_workdirs=args.keep_workdirs, setup_timeout_s=args.setup_timeout)
+                         keep_workdirs=args.keep_workdirs, setup_timeout_s=args.setup_timeout,
+                         index_cutoff=args.index_cutoff)
 
 
 def select(instances: dict[str, dict], predictions: dict[str, dict], ids: list[str] | None
@@ -383,6 +393,8 @@ def main(argv: list[str] | None = None) -> dict:
         raise
     for error in report["prediction_errors"]:
         print(f"skipped prediction: {error['error']}", file=sys.stderr)
+    for text in reach.report_lines(report):
+        print(text)
     print(f"report: {args.out / 'report.json'}")
     print(summary(report))
     print(outcomes.rate_line(report["outcome_counts"]))

@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         executor = LocalExecutor(pathlib.Path(c.repos), out / "exec", environments.EnvironmentCache(),
                                  SandboxLimits(timeout_s=float(c.test_timeout_s),
-                                                cpu_seconds=int(c.test_timeout_s) + 60))
+                                                cpu_seconds=int(c.test_timeout_s) + 60),
+                                 index_cutoff=str(c.index_cutoff))
     made = run_instances(instances, pathlib.Path(c.repos), out, chat, count_tokens, settings, executor,
                          progress=not args.no_progress)
     asked = [inst["instance_id"] for inst in instances]
@@ -183,6 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
         report = harness.main(["--instances", str(subset), "--predictions", str(out / "predictions.jsonl"),
                                "--repos", str(c.repos), "--out", str(out / "harness"),
                                "--workers", str(int(c.harness_workers)), "--timeout", str(float(c.test_timeout_s)),
+                               "--index-cutoff", str(c.index_cutoff),
                                *(["--no-progress"] if args.no_progress else [])])
     summary = write_summary(out, args.config, c, evaluated, asked, have, failed, report)
     print(f"summary: {out / 'summary.json'}", flush=True)

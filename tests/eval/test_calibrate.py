@@ -34,3 +34,16 @@ def test_select_and_table():
     text = calibrate.table(rows)
     assert "| o/a | 3 | 1 | 0 | 2 | 1/2 (50%) |" in text  # the rate leaves out only the network-bound a3
     assert "| a2 | unresolved | unresolved | gold unresolved |" in text
+
+
+def test_out_of_reach_is_excluded_and_counted_apart(tmp_path):
+    """Issue 49.3: out of reach is neither a gold failure nor in the rate's denominator."""
+    far = result("out_of_reach", tmp_path, reason="no Python 3.6 interpreter on this machine",
+                 fix="pyenv install 3.6")
+    assert calibrate.exclusion_reason(far, far) == (
+        "out of reach: no Python 3.6 interpreter on this machine; fix: pyenv install 3.6")
+    rows = [{"instance_id": "a1", "repo": "o/a", "gold_status": "resolved", "empty_status": "unresolved",
+             "excluded": None},
+            {"instance_id": "a2", "repo": "o/a", "gold_status": "out_of_reach", "empty_status": "out_of_reach",
+             "excluded": calibrate.exclusion_reason(far, far)}]
+    assert "| o/a | 2 | 1 | 0 | 1 | 1/1 (100%) | 1 |" in calibrate.table(rows)

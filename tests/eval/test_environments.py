@@ -1,6 +1,8 @@
 """Interpreter lookup, clone resolution and the thin per-instance venv over a cached environment."""
 
+import hashlib
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -90,3 +92,74 @@ def test_versions_with_identical_specs_share_one_env(shared_data, tmp_path):
     flask = [r for r in json.loads((shared_data / "swebench_lite.json").read_text()) if r["repo"] == "pallets/flask"]
     git_dir = environments.resolve_clone(shared_data / "repos", "pallets/flask", tmp_path / "repos")
     assert len({cache.plan(r, git_dir)[3] for r in flask}) == 2  # flask 2.0 and 2.3 differ
+
+
+def test_what_the_machine_lacks_is_out_of_reach_with_the_fix(monkeypatch, tmp_path):
+    """Issue 49.3: a missing interpreter, a conda spec, a compiler or the index: named, with the fix."""
+    from swerl_jax.eval import reach
+
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(reach.OutOfReach) as err:
+        environments.find_python("2.1")
+    assert err.value.reason == "no Python 2.1 interpreter on this machine" and "pyenv install 2.1" in err.value.fix
+    monkeypatch.undo()
+    with pytest.raises(reach.OutOfReach) as err:
+        environments.EnvironmentCache(tmp_path).plan({"repo": "pydata/xarray", "version": "0.12"}, tmp_path)
+    assert "conda" in err.value.reason and "--executor docker" in err.value.fix
+    gcc = "error: command 'gcc' failed: No such file or directory\n"
+    assert reach.from_log(gcc).reason == "building it needs a C compiler, which this machine lacks"
+    offline = "WARNING: Retrying ... NewConnectionError('<...>: Failed to establish a new connection')\n"
+    assert "package index" in reach.from_log(offline, step="build").reason
+    assert reach.from_log("ERROR: No matching distribution found for foo\n") is None
+    submodule = ("fatal: unable to access 'https://github.com/astropy/astropy-helpers.git/': Could not resolve host: "
+                 "github.com\n")  # astropy 1.3's install clones its astropy_helpers submodule
+    assert reach.from_log(submodule, step="install").reason.startswith("its install fetches from github.com")
+    git = ("remote: fatal: unable to read 4a48cb86af7454056316ceca5011ba607cf1f31d\n"
+           "fatal: git upload-pack: aborting due to possible repository corruption on the remote side.\n")
+    partial = reach.incomplete_clone(git, "astropy/astropy", "R")
+    assert "lacks objects" in partial.reason and "git clone --mirror https://github.com/astropy/astropy" in partial.fix
+    assert reach.incomplete_clone("fatal: not a git repository", "o/r", "R") is None
+
+
+def test_the_index_cutoff_names_the_env_and_off_keeps_todays(shared_data, tmp_path):
+    """Issue 49.1: an env built as of the instance's date is another env; the cut-off off is today's env."""
+    lite = [r for r in json.loads((shared_data / "swebench_lite.json").read_text()) if r["repo"] == "sympy/sympy"]
+    a = lite[0]
+    b = next(r for r in lite[1:] if r["version"] == a["version"] and r["created_at"] != a["created_at"])
+    cache = environments.EnvironmentCache(tmp_path)
+    spec, python, requirements, today = cache.plan(a, tmp_path)
+    key = json.dumps([spec, requirements, str(python.resolve())], sort_keys=True, default=str)
+    assert today.name == f"py3.9-{hashlib.sha256(key.encode()).hexdigest()[:12]}"  # the name it had before
+
+    assert cache.plan(b, tmp_path, cutoff=None)[3] == today
+    dated = {cache.plan(r, tmp_path, cutoff=r["created_at"])[3] for r in (a, b)}
+    assert len(dated) == 2 and today not in dated
+
+
+def test_build_steps_under_a_cutoff_pin_first_then_resolve_the_rest_as_of_the_date(tmp_path):
+    """Issue 49.1: the spec's pins (tox 4.16.0 and its 2024 dependencies) come from today's index, as the official
+    images got them; every unpinned requirement resolves through the dated view; off is today's steps exactly."""
+    spec = {"packages": "mpmath flake8", "pip_packages": ["mpmath==1.3.0", "flake8-comprehensions"]}
+    python, tmp = pathlib.Path("/py/bin/python"), tmp_path / "env"
+    pip = [str(tmp / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    off = environments.build_steps(spec, None, python, tmp, dated=False)
+    assert off == [([str(python), "-m", "venv", str(tmp)], "config"), (pip + ["mpmath", "flake8"], "config"),
+                   (pip + ["mpmath==1.3.0", "flake8-comprehensions"], "config")]
+    on = environments.build_steps(spec, None, python, tmp, dated=True)
+    assert on == [([str(python), "-m", "venv", str(tmp)], "config"), (pip + ["mpmath==1.3.0"], "pypi"),
+                  (pip + ["mpmath", "flake8"], "dated"), (pip + ["flake8-comprehensions"], "dated")]
+    astropy13 = {"packages": "setuptools==38.2.4", "pip_packages": ["numpy==1.16.0"]}  # all pinned: today's PyPI
+    assert [i for _, i in environments.build_steps(astropy13, None, python, tmp, dated=True)] == [
+        "config", "pypi", "pypi"]
+    env = environments.dated_env({"PIP_FIND_LINKS": "/opt/wheels", "PATH": "/bin", "PIP_CERT": "/ca.pem"},
+                                 "http://127.0.0.1:1/v/simple/")
+    # the config files are off (their find-links hold wheels of any date) but their CA is kept (sphinx-7686's
+    # install failed its TLS checks through this machine's proxy without it)
+    assert env == {"PATH": "/bin", "PIP_INDEX_URL": "http://127.0.0.1:1/v/simple/", "PIP_CONFIG_FILE": os.devnull,
+                   "PIP_CERT": "/ca.pem"}
+    assert environments.unpinned(spec, "") == ["mpmath", "flake8", "flake8-comprehensions"]
+    sphinx = {"packages": None, "pip_packages": ["tox==4.16.0", "tox-current-env==0.0.11", "Jinja2==3.0.3"]}
+    assert environments.unpinned(sphinx, "") == []  # nothing a cut-off changes: the env stays today's, shared
+    assert environments.EnvironmentCache.env_cutoff(sphinx, "", "2020-01-01T00:00:00Z") is None
+    assert environments.unpinned({"packages": "requirements.txt"}, "a==1\n# c\nb>=2\n-e .\n") == ["b>=2"]

@@ -36,3 +36,34 @@ def test_docker_executor_refuses_clearly_without_docker(tmp_path, monkeypatch):
     assert shutil.which("docker") == str(fake)
     with pytest.raises(RuntimeError, match="daemon is not reachable: Cannot connect"):
         executors.DockerExecutor(tmp_path)
+
+
+def test_a_repository_not_in_repos_is_out_of_reach_with_the_fix(tmp_path):
+    """Issue 49.3: django/scikit-learn/matplotlib are not on this machine: say so, and what would fix it."""
+    from swerl_jax.eval import environments
+
+    local = executors.LocalExecutor(tmp_path / "repos", tmp_path / "out", environments.EnvironmentCache(tmp_path / "e"))
+    (tmp_path / "log").mkdir()
+    instance = {"instance_id": "django__django-11099", "repo": "django/django", "version": "3.0", "base_commit": "c"}
+    result = local.prepare(instance, "", tmp_path / "log", tmp_path / "work")
+    assert result["status"] == "out_of_reach"
+    assert result["reason"] == f"django/django is not in --repos {tmp_path / 'repos'}"
+    assert "git clone --mirror https://github.com/django/django" in result["fix"]
+    assert str(tmp_path / "repos" / "django__django.git") in result["fix"]
+
+
+def test_the_index_cutoff_is_part_of_a_result_key_and_off_keeps_todays(tmp_path):
+    """Issue 49.1: a result graded against today's index is not reused for the dated one, and the reverse; off
+    keeps today's fingerprint, so stored results of today stay valid."""
+    from swerl_jax.eval import environments
+
+    def local(mode):
+        return executors.LocalExecutor(tmp_path, tmp_path / "out", environments.EnvironmentCache(tmp_path),
+                                       index_cutoff=mode)
+
+    instance = {"instance_id": "pallets__flask-4045", "repo": "pallets/flask", "version": "2.0",
+                "created_at": "2021-05-13T21:32:41Z"}
+    off, on = local("off").fingerprint(instance), local("created_at").fingerprint(instance)
+    assert "index_cutoff" not in off and on == {**off, "index_cutoff": "2021-05-13T21:32:41Z"}
+    with pytest.raises(ValueError, match="index cut-off 'of'"):
+        local("of")

@@ -226,3 +226,23 @@ def test_the_rate_counts_every_instance_asked_about_with_a_count_per_reason(tmp_
     assert capsys.readouterr().out.strip().splitlines()[-1] == ("resolved 1/2 (unresolved 0, empty patch 0, error 0, "
                                                                "no prediction 1)")
     assert only["total_instances"] == 2 and only["resolved_rate"] == 0.5
+
+
+def test_out_of_reach_is_counted_apart_named_in_one_line_with_its_fix(tmp_path, monkeypatch, capsys):
+    """Issue 49.3: an instance whose repository is not in --repos (or whose environment needs what the machine
+    lacks) read as an error, counted with the unresolved: the rate fell for a reason no patch could change."""
+    (tmp_path / "instances.jsonl").write_text("\n".join(json.dumps(instance(i)) for i in "abc"))
+    (tmp_path / "preds.json").write_text("".join(json.dumps({"instance_id": i, "model_name_or_path": "m",
+                                                             "model_patch": "p"}) + "\n" for i in "abc"))
+    far = {"status": "out_of_reach", "reason": "o/r is not in --repos R", "fix": "clone it into R/o__r.git"}
+    executor = ScriptedExecutor({"a": {"status": "resolved"}, "b": {"status": "unresolved"}, "c": far})
+    report = grade(tmp_path, executor, monkeypatch)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1] == ("resolved 1/2 (unresolved 1, empty patch 0, error 0, no prediction 0; "
+                       "out of reach 1, not counted)")
+    assert "out of reach (1): o/r is not in --repos R; fix: clone it into R/o__r.git: c" in out
+    assert report["resolved_rate"] == 0.5 and report["error_ids"] == [] and report["out_of_reach_ids"] == ["c"]
+    assert report["out_of_reach"] == {"c": {"reason": far["reason"], "fix": far["fix"]}}
+    assert "out of reach 1" in harness.summary(report) and "error 0" in harness.summary(report)
+    again = ScriptedExecutor({"c": {"status": "resolved"}})  # fetched since: graded anew, not reused
+    assert grade(tmp_path, again, monkeypatch)["resolved_instances"] == 2 and again.calls == ["c"]
