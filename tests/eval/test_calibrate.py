@@ -34,3 +34,27 @@ def test_select_and_table():
     text = calibrate.table(rows)
     assert "| o/a | 3 | 1 | 0 | 2 | 1/2 (50%) |" in text  # the rate leaves out only the network-bound a3
     assert "| a2 | unresolved | unresolved | gold unresolved |" in text
+
+
+def test_paths_typed_relative_reach_the_harness_absolute(tmp_path, monkeypatch, capsys):
+    """Held-out check of issue 46, item 4: calibrate's path flags are resolved once, against the current
+    directory, so the harness reports it runs name absolute files."""
+    import json
+
+    from swerl_jax.eval import harness
+
+    (tmp_path / "instances.jsonl").write_text(json.dumps({"instance_id": "a", "repo": "o/r", "patch": "p"}) + "\n")
+    calls = []
+
+    def fake_main(argv):
+        calls.append(argv)
+        return {"instances": {"a": {"status": "resolved", "log_dir": str(tmp_path)}}}
+
+    monkeypatch.setattr(harness, "index_instances", lambda path: {"a": {"repo": "o/r", "patch": "p"}})
+    monkeypatch.setattr(harness, "main", fake_main)
+    monkeypatch.chdir(tmp_path)
+    calibrate.main(["--instances", "instances.jsonl", "--repos", ".", "--out", "cal"])
+    flags = dict(zip(calls[0][::2], calls[0][1::2]))
+    assert flags["--instances"] == str(tmp_path / "instances.jsonl") and flags["--repos"] == str(tmp_path)
+    assert flags["--out"] == str(tmp_path / "cal" / "gold")
+    assert "(table: " + str(tmp_path / "cal" / "calibration.md") in capsys.readouterr().out

@@ -226,3 +226,31 @@ def test_the_rate_counts_every_instance_asked_about_with_a_count_per_reason(tmp_
     assert capsys.readouterr().out.strip().splitlines()[-1] == ("resolved 1/2 (unresolved 0, empty patch 0, error 0, "
                                                                "no prediction 1)")
     assert only["total_instances"] == 2 and only["resolved_rate"] == 0.5
+
+
+def test_paths_typed_relative_are_absolute_from_the_current_directory(tmp_path, monkeypatch, capsys):
+    """Held-out check of issue 46, item 4: report.json kept `--predictions preds.json` as typed, which names another
+    file from any other directory; every path flag is resolved once, against the current directory."""
+    one_prediction(tmp_path)
+    seen = {}
+
+    def executor(args):
+        seen.update(repos=args.repos, out=args.out)
+        return ScriptedExecutor({"a": {"status": "resolved"}})
+
+    monkeypatch.setattr(harness, "make_executor", executor)
+    monkeypatch.chdir(tmp_path)
+    report = harness.main(["--instances", "instances.jsonl", "--predictions", "preds.json", "--repos", ".",
+                           "--out", "out", "--no-progress"])
+    assert report["predictions_file"] == str(tmp_path / "preds.json")
+    assert report["instances_file"] == str(tmp_path / "instances.jsonl")
+    assert seen == {"repos": tmp_path, "out": tmp_path / "out"}
+    assert capsys.readouterr().out.splitlines()[0] == f"report: {tmp_path / 'out' / 'report.json'}"
+
+
+def test_help_shows_the_whole_description(capsys):
+    """Held-out check of issue 46, item 7: `--help` showed only the docstring's first line."""
+    with pytest.raises(SystemExit):
+        harness.main(["--help"])
+    out = capsys.readouterr().out
+    assert "results/<id>.json (one per graded instance" in out and "listed in test_infra_ids." in out
