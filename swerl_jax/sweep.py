@@ -333,7 +333,7 @@ def _module_attr(path: str, name: str) -> Any:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the sweep; 1 when a run failed or conflicts with its directory, else 0.
     Bad input and Ctrl-C raise (`cli` turns them into one line)."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="experiments/NAME.py[:arg]")
     p.add_argument("--workdir", required=True, help="the sweep's directory (runs/, index.json)")
     p.add_argument("--sweep", action="append", default=[], help="KEY=V1,V2,...: one axis (repeatable)")
