@@ -209,6 +209,11 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
     `share_sft`: start a run from a finished run's identical SFT stage (this sweep's or `sft_from` sweeps')."""
     root = pathlib.Path(workdir).resolve()
     runner = runner or run_child
+    # config and launcher absolute where found, once: runs start in the repository root (issue 46 held-out, item 3)
+    from swerl_jax.config import config_file_arg
+
+    path, sep, arg = config_file_arg(config_arg).partition(":")
+    config_arg = os.path.abspath(path) + sep + arg
     if sft_from and not share_sft:
         raise ValueError("--sft-from names sweeps whose SFT stages --share-sft reuses: pass --share-sft too")
     if emit and share_sft:  # sharing copies a finished stage just before a run starts: only the sweep itself can
@@ -219,6 +224,8 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
     if emit and not (pathlib.Path(emit).is_file() or (REPO / emit).is_file() or shutil.which(emit)):
         near = difflib.get_close_matches(emit, [str(p) for p in pathlib.Path(emit).parent.glob("*")], n=1)
         raise FileNotFoundError(f"--emit {emit}: no such launcher" + (f" (did you mean {near[0]}?)" if near else ""))
+    if emit and (pathlib.Path(emit).is_file() or (REPO / emit).is_file()):  # a bare name on PATH stays as typed
+        emit = os.path.abspath(emit) if pathlib.Path(emit).is_file() else str(REPO / emit)
     for other in sft_from:
         if not (pathlib.Path(other) / "runs").is_dir():
             raise FileNotFoundError(f"--sft-from {other}: no runs/ folder there (not a sweep's --workdir)")
@@ -326,7 +333,7 @@ def _module_attr(path: str, name: str) -> Any:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the sweep; 1 when a run failed or conflicts with its directory, else 0.
     Bad input and Ctrl-C raise (`cli` turns them into one line)."""
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="experiments/NAME.py[:arg]")
     p.add_argument("--workdir", required=True, help="the sweep's directory (runs/, index.json)")
     p.add_argument("--sweep", action="append", default=[], help="KEY=V1,V2,...: one axis (repeatable)")

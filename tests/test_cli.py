@@ -62,3 +62,34 @@ def test_the_harness_writes_the_report_of_what_finished_on_ctrl_c(tmp_path, monk
     assert report["interrupted"] and report["resolved_ids"] == ["a"] and report["pending_ids"] == ["b", "c"]
     assert report["outcome_counts"]["pending"] == 2 and report["no_prediction_ids"] == []  # had predictions
     assert "interrupted: 1 graded, 2 not" in capsys.readouterr().err
+
+
+HELP_MODULES = ["swerl_jax.eval.export", "swerl_jax.agent.tts", "swerl_jax.sweep", "swerl_jax.testbed.tokenizer",
+                "swerl_jax.model.check_logits", "swerl_jax.eval.harness", "swerl_jax.eval.calibrate",
+                "swerl_jax.eval.run", "swerl_jax.eval.repair_score", "swerl_jax.curate.__main__",
+                "swerl_jax.data.__main__"]
+
+
+@pytest.mark.parametrize("module", HELP_MODULES)
+def test_help_shows_the_whole_docstring_as_written(module, capsys):
+    """Held-out check of issue 46, item 7: `eval.export --help` cut its description at the docstring's first line
+    and `agent.tts --help` showed only the usage line; every entry point's --help is its whole docstring, laid out
+    as written."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    with pytest.raises(SystemExit) as done:
+        mod.main(["--help"])
+    assert done.value.code in (0, None)
+    shown = {line.rstrip() for line in capsys.readouterr().out.splitlines()}
+    missing = [line for line in mod.__doc__.strip().splitlines() if line.strip() and line.rstrip() not in shown]
+    assert not missing, f"{module} --help leaves out {missing[:2]}"
+
+
+def test_no_entry_point_cuts_its_description():
+    """The rule behind the test above, for entry points still to come: no `description=__doc__.split(...)`."""
+    import pathlib
+
+    package = pathlib.Path(__file__).resolve().parents[1] / "swerl_jax"
+    cut = [str(p.relative_to(package)) for p in package.rglob("*.py") if "description=__doc__.split" in p.read_text()]
+    assert cut == []

@@ -70,7 +70,7 @@ def test_runs_variants_by_seeds_records_failures_and_skips_finished(tmp_path):
     assert [r["status"] for r in index["runs"]] == ["done", "failed", "done", "failed"]  # the sweep went on
     assert len(rec.commands) == 4
     first = rec.commands[0]
-    assert first[1:4] == ["-m", "swerl_jax.train", f"--config={CONFIG}"]
+    assert first[1:4] == ["-m", "swerl_jax.train", f"--config={sweep.REPO / CONFIG}"]
     assert "--config.reward.kind=continuous" in first and "--config.seed=0" in first
     assert json.loads((tmp_path / "index.json").read_text()) == index
     # the first run finished (its checkpoints reached both stages' steps): a re-run skips it and runs the rest
@@ -90,7 +90,8 @@ def test_emit_writes_one_launcher_line_per_run_and_runs_nothing(tmp_path):
                             emit="launch/local.sh", runner=rec)
     lines = (tmp_path / "commands.sh").read_text().splitlines()[2:]
     assert rec.commands == [] and len(lines) == 6 and all(r["status"] == "pending" for r in index["runs"])
-    assert lines[0].startswith(f"launch/local.sh {CONFIG} --workdir=") and "--config.rl.kl_coef=0.0" in lines[0]
+    assert lines[0].startswith(f"{sweep.REPO / 'launch/local.sh'} {sweep.REPO / CONFIG} --workdir=")
+    assert "--config.rl.kl_coef=0.0" in lines[0]
     # a key both swept and fixed is refused (held-out check: the --set value silently lost or won)
     with pytest.raises(ValueError, match="reward.kind is both swept"):
         sweep.main(_argv(tmp_path / "both", ["reward.kind=continuous"], "--dry-run"))
@@ -108,6 +109,20 @@ def test_emit_writes_one_launcher_line_per_run_and_runs_nothing(tmp_path):
             sweep.main(_argv(tmp_path / "shared", [], "--emit", "launch/local.sh",
                              "--share-sft", *extra))
     assert not (tmp_path / "shared").exists()
+
+
+
+def test_emitted_lines_name_the_launcher_and_config_where_they_were_found(tmp_path, monkeypatch):
+    """Held-out check of issue 46, item 3: from outside the clone, `--emit launch/local.sh` was found under the
+    repository root but written as typed, a path that does not exist from the user's directory; the config likewise
+    (the launcher runs from the repository root, so one beside the user must be named absolute)."""
+    (tmp_path / "mine.py").write_text("from experiments.tiny_cpu import get_config  # noqa: F401\n")
+    monkeypatch.chdir(tmp_path)
+    for config, named in ((CONFIG, sweep.REPO / CONFIG), ("mine.py", tmp_path / "mine.py")):
+        sweep.run_sweep(config, tmp_path / "sw", [("rl.kl_coef", [0.0])], [0], CHEAP, emit="launch/local.sh",
+                        runner=Recorder())
+        line = (tmp_path / "sw" / "commands.sh").read_text().splitlines()[2]
+        assert line.startswith(f"{sweep.REPO / 'launch' / 'local.sh'} {named} --workdir={tmp_path / 'sw' / 'runs'}/")
 
 
 @pytest.mark.slow

@@ -153,7 +153,9 @@ def say(line: str) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point; returns the report."""
-    p = argparse.ArgumentParser(prog="python -m swerl_jax.agent.tts", description=__doc__.split("\n")[0])
+    # the whole docstring, as written: its first line is only the usage (held-out check of issue 46, item 7)
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.agent.tts", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="experiments/agent_tts.py[:cpu|:tiny]")
     p.add_argument("--out", required=True, help="directory for trajectories, verifier, report")
     p.epilog = OVERRIDE_HELP

@@ -48,6 +48,19 @@ def config_path(entry: str | os.PathLike) -> str:
     return os.path.abspath(text)
 
 
+def user_record_spec(spec: str) -> str:
+    """A records flag (comma-separated files, directories or globs) with each entry absolute where
+    `expand_record_paths` finds it (the current directory, else the repository root; else the current directory's,
+    for the error): settings recorded from it name files, not spellings that mean another file elsewhere."""
+    out = []
+    for entry in (e.strip() for e in spec.split(",")):
+        if entry:
+            found = [c for c in _candidates(os.path.expanduser(entry))
+                     if (glob.glob(c) if glob.has_magic(c) else os.path.exists(c))]
+            out.append(os.path.abspath(found[0] if found else os.path.expanduser(entry)))
+    return ",".join(out)
+
+
 def config_paths(config: Any, keys: Sequence[str], keep: Sequence[str] = ()) -> None:
     """Make each of `keys` in `config` (a ConfigDict or dict) a `config_path`, in place; empty values and the
     names in `keep` (values that are not paths, such as "synthetic") stay."""

@@ -76,10 +76,12 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Run the calibration CLI; returns the per-instance rows."""
-    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.calibrate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--instances", type=pathlib.Path, required=True)
-    p.add_argument("--repos", type=pathlib.Path, required=True)
-    p.add_argument("--out", type=pathlib.Path, required=True)
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.calibrate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # all of it, as laid out
+    # every path absolute once, here: the harness runs it grades and their reports name them
+    p.add_argument("--instances", type=harness.typed_path, required=True)
+    p.add_argument("--repos", type=harness.typed_path, required=True)
+    p.add_argument("--out", type=harness.typed_path, required=True)
     p.add_argument("--repo", action="append", help="only these repositories (repeatable)")
     p.add_argument("--per-repo", type=int, default=None, help="at most N instances per repository")
     p.add_argument("--workers", type=int, default=1)

@@ -166,7 +166,9 @@ def write_stop_ids(path: str | pathlib.Path, tokenizer: Any) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point; prints and returns what was exported."""
-    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.export", description=__doc__.split("\n")[0])
+    # the whole docstring, as written: its first line cut a sentence (held-out check of issue 46, item 7)
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.export", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", required=True, help="the run's workdir (config.json, checkpoints/, policy/)")
     p.add_argument("--out", required=True, help="the Hugging Face directory to write")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: the newest)")

@@ -33,6 +33,7 @@ import traceback
 
 from tqdm import tqdm
 
+from swerl_jax.data.paths import user_path
 from swerl_jax.data.swebench import load_instances
 from swerl_jax.eval import environments, outcomes, reach
 from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
@@ -313,17 +314,24 @@ def exit_code(report: dict) -> int:
     return 0 if report["completed_instances"] else 1
 
 
+def typed_path(text: str) -> pathlib.Path:
+    """A path flag, absolute against the current directory as it is parsed (report.json names the files)."""
+    return pathlib.Path(user_path(text))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's arguments."""
-    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.harness", description=__doc__.split("\n\n")[0])
-    p.add_argument("--instances", type=pathlib.Path, required=True, help="SWE-bench instances (JSON list or JSONL)")
-    p.add_argument("--predictions", type=pathlib.Path, required=True,
+    # the whole docstring, as laid out: its first line left out where everything goes (issue 46 held-out, item 7)
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.harness", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--instances", type=typed_path, required=True, help="SWE-bench instances (JSON list or JSONL)")
+    p.add_argument("--predictions", type=typed_path, required=True,
                    help="JSONL or a JSON list of " + ", ".join(PREDICTION_FIELDS))
-    p.add_argument("--repos", type=pathlib.Path, required=True, help="clones: owner__name[.git] or owner__name.bundle")
-    p.add_argument("--out", type=pathlib.Path, required=True, help="run dir (report.json, logs, results)")
+    p.add_argument("--repos", type=typed_path, required=True, help="clones: owner__name[.git] or owner__name.bundle")
+    p.add_argument("--out", type=typed_path, required=True, help="run dir (report.json, logs, results)")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--executor", choices=("local", "docker"), default="local")
-    p.add_argument("--env-cache", type=pathlib.Path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
+    p.add_argument("--env-cache", type=typed_path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for an instance's tests (and patching)")
     p.add_argument("--setup-timeout", type=float, default=1800.0, help="seconds for an instance's install step")
     p.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap of sandboxed commands")

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from swerl_jax.data.paths import expand_record_paths, user_path
+from swerl_jax.data.paths import expand_record_paths, user_path, user_record_spec
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import read_records
 from swerl_jax.data.synthetic import config_records
@@ -227,7 +227,7 @@ def check_out_dir(out: pathlib.Path, settings: dict) -> None:
 
 def main(argv: list[str] | None = None) -> RepairScore:
     """CLI entry point; returns the score (tests call it in-process)."""
-    from swerl_jax.config import apply_overrides, load_experiment_config, split_overrides
+    from swerl_jax.config import apply_overrides, config_file_arg, load_experiment_config, split_overrides
 
     rest, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
     args = _parser().parse_args(rest)
@@ -237,6 +237,9 @@ def main(argv: list[str] | None = None) -> RepairScore:
     # every path typed, from the current directory, once (Orbax refuses relative paths; a config's own paths
     # resolve as data paths do: absolute_paths)
     args.weights, args.hf_dir, args.out = user_path(args.weights), user_path(args.hf_dir), user_path(args.out)
+    # --records too, before the settings record it: as typed, `recs.jsonl` from another directory (another file)
+    # overwrote these results, and the same file typed absolute was refused (issue 46 held-out, item 1)
+    args.records = user_record_spec(args.records)
     config = load_experiment_config(args.config)
     apply_overrides(config, overrides)
     absolute_paths(config)
@@ -254,12 +257,14 @@ def main(argv: list[str] | None = None) -> RepairScore:
     if args.samples < 1:
         raise ValueError(f"--samples {args.samples}: must be >= 1")
     out = pathlib.Path(args.out)
+    config_file, sep, config_arg = config_file_arg(args.config).partition(":")  # the file, however typed
     settings = {**{f"--{k}": v for k, v in sorted(vars(args).items()) if k not in ("config", "out")},
-                "--config": args.config, "config": json.loads(config.to_json())}
+                "--config": os.path.abspath(config_file) + sep + config_arg, "config": json.loads(config.to_json())}
     check_out_dir(out, settings)  # before anything loads: results of other settings are never overwritten
     config = resolve_config(config, check_files=True)
     evaluated = policy_source.describe(source, config, args.config)
-    records = [r for path in expand_record_paths(args.records, key="--records") for r in read_records(path)]
+    record_files = expand_record_paths(args.records, key="--records")
+    records = [r for path in record_files for r in read_records(path)]
     tokenizer = tokenizer_for(config.model)
     sampling = SamplingParams(temperature=args.temperature, top_p=config.sampler.top_p, top_k=config.sampler.top_k,
                               max_new_tokens=args.max_new_tokens or config.sampler.max_new_tokens).validate()
@@ -286,7 +291,8 @@ def main(argv: list[str] | None = None) -> RepairScore:
         if row["format_error"] is not None:
             malformed[row["format_error"]] = malformed.get(row["format_error"], 0) + 1
     summary = {**dataclasses.asdict(result), "samples": args.samples, "temperature": args.temperature,
-               "config": args.config, "config_overrides": {k: v for k, v in overrides}, "weights": args.weights,
+               "config": args.config, "config_overrides": {k: v for k, v in overrides}, "records_files": record_files,
+               "weights": args.weights,
                "policy_version": policy_version, "evaluated": evaluated, "format_errors": malformed}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"evaluated: {evaluated['what']}", flush=True)

@@ -157,7 +157,7 @@ def print_report(result: ParityResult, tokenizer=None, out=None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hf", required=True,
                     help="Hugging Face Llama, Qwen2 or Qwen3 directory (config.json + safetensors)")
     ap.add_argument("--prompt", default=DEFAULT_PROMPT)

@@ -77,7 +77,7 @@ def build(out: str | pathlib.Path, vocab_size: int = DEFAULTS["vocab_size"], num
 
 def main(argv: list[str] | None = None) -> int:
     """CLI: build the testbed tokenizer (the defaults rebuild the shipped `model.tokenizer="testbed"`)."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(TESTBED_TOKENIZER_DIR))
     p.add_argument("--vocab-size", type=int, default=DEFAULTS["vocab_size"])
     p.add_argument("--num-tasks", type=int, default=DEFAULTS["num_tasks"])

@@ -45,3 +45,15 @@ def test_relative_paths_fall_back_to_the_repository_root(tmp_path, monkeypatch):
     assert expand_record_paths("data/recs.jsonl") == [str(repo / "data" / "recs.jsonl")]
     _touch(tmp_path / "elsewhere" / "data", "recs.jsonl")  # the current directory wins when it has the file
     assert expand_record_paths("data/recs.jsonl") == ["data/recs.jsonl"]
+
+
+def test_a_records_flag_made_absolute_names_what_expand_finds(tmp_path, monkeypatch):
+    """Held-out check of issue 46, item 1: each entry of a records flag, absolute where it is found (the current
+    directory, else the repository root), so recorded settings name files; a missing one is the current
+    directory's."""
+    _touch(tmp_path / "d", "a-0.jsonl", "a-1.jsonl")
+    monkeypatch.chdir(tmp_path)
+    spec = paths.user_record_spec("d/a-*.jsonl, d ,missing.jsonl,tests/data/test_paths.py")
+    assert spec.split(",") == [str(tmp_path / "d" / "a-*.jsonl"), str(tmp_path / "d"), str(tmp_path / "missing.jsonl"),
+                               str(paths.REPO_ROOT / "tests" / "data" / "test_paths.py")]
+    assert expand_record_paths(spec.split(",")[:2]) == [str(tmp_path / "d" / f"a-{i}.jsonl") for i in range(2)]

@@ -47,3 +47,27 @@ def test_out_of_reach_is_excluded_and_counted_apart(tmp_path):
             {"instance_id": "a2", "repo": "o/a", "gold_status": "out_of_reach", "empty_status": "out_of_reach",
              "excluded": calibrate.exclusion_reason(far, far)}]
     assert "| o/a | 2 | 1 | 0 | 1 | 1/1 (100%) | 1 |" in calibrate.table(rows)
+
+
+def test_paths_typed_relative_reach_the_harness_absolute(tmp_path, monkeypatch, capsys):
+    """Held-out check of issue 46, item 4: calibrate's path flags are resolved once, against the current
+    directory, so the harness reports it runs name absolute files."""
+    import json
+
+    from swerl_jax.eval import harness
+
+    (tmp_path / "instances.jsonl").write_text(json.dumps({"instance_id": "a", "repo": "o/r", "patch": "p"}) + "\n")
+    calls = []
+
+    def fake_main(argv):
+        calls.append(argv)
+        return {"instances": {"a": {"status": "resolved", "log_dir": str(tmp_path)}}}
+
+    monkeypatch.setattr(harness, "index_instances", lambda path: {"a": {"repo": "o/r", "patch": "p"}})
+    monkeypatch.setattr(harness, "main", fake_main)
+    monkeypatch.chdir(tmp_path)
+    calibrate.main(["--instances", "instances.jsonl", "--repos", ".", "--out", "cal"])
+    flags = dict(zip(calls[0][::2], calls[0][1::2]))
+    assert flags["--instances"] == str(tmp_path / "instances.jsonl") and flags["--repos"] == str(tmp_path)
+    assert flags["--out"] == str(tmp_path / "cal" / "gold")
+    assert "(table: " + str(tmp_path / "cal" / "calibration.md") in capsys.readouterr().out

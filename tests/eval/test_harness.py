@@ -246,3 +246,31 @@ def test_out_of_reach_is_counted_apart_named_in_one_line_with_its_fix(tmp_path, 
     assert "out of reach 1" in harness.summary(report) and "error 0" in harness.summary(report)
     again = ScriptedExecutor({"c": {"status": "resolved"}})  # fetched since: graded anew, not reused
     assert grade(tmp_path, again, monkeypatch)["resolved_instances"] == 2 and again.calls == ["c"]
+
+
+def test_paths_typed_relative_are_absolute_from_the_current_directory(tmp_path, monkeypatch, capsys):
+    """Held-out check of issue 46, item 4: report.json kept `--predictions preds.json` as typed, which names another
+    file from any other directory; every path flag is resolved once, against the current directory."""
+    one_prediction(tmp_path)
+    seen = {}
+
+    def executor(args):
+        seen.update(repos=args.repos, out=args.out)
+        return ScriptedExecutor({"a": {"status": "resolved"}})
+
+    monkeypatch.setattr(harness, "make_executor", executor)
+    monkeypatch.chdir(tmp_path)
+    report = harness.main(["--instances", "instances.jsonl", "--predictions", "preds.json", "--repos", ".",
+                           "--out", "out", "--no-progress"])
+    assert report["predictions_file"] == str(tmp_path / "preds.json")
+    assert report["instances_file"] == str(tmp_path / "instances.jsonl")
+    assert seen == {"repos": tmp_path, "out": tmp_path / "out"}
+    assert capsys.readouterr().out.splitlines()[0] == f"report: {tmp_path / 'out' / 'report.json'}"
+
+
+def test_help_shows_the_whole_description(capsys):
+    """Held-out check of issue 46, item 7: `--help` showed only the docstring's first line."""
+    with pytest.raises(SystemExit):
+        harness.main(["--help"])
+    out = capsys.readouterr().out
+    assert "results/<id>.json (one per graded instance" in out and "listed in test_infra_ids." in out

@@ -241,3 +241,26 @@ def test_help_shows_the_whole_description(capsys):
     assert exit_.value.code == 0
     assert "the policy's answer, scored by the SWE-RL reward" in " ".join(out.split())
     assert "format_rate  share of answers that are well formed" in out  # the metrics' table, as laid out
+
+
+def test_records_typed_relative_are_the_file_they_name_from_the_current_directory(tmp_path, monkeypatch):
+    """Held-out check of issue 46, item 1: --records was recorded as typed, so `recs.jsonl` from another directory
+    (another file) overwrote the results with exit 0, and the same file typed absolute was refused."""
+    for folder, n in (("a", 2), ("b", 1)):
+        (tmp_path / folder).mkdir()
+        write_records(tmp_path / folder / "recs.jsonl", RECORDS[:n])
+    out = tmp_path / "o"
+    common = [f"--config={rs.__file__.rsplit('/swerl_jax/', 1)[0]}/experiments/tiny_cpu.py", f"--out={out}",
+              "--max_new_tokens=4", "--random_init"]
+    monkeypatch.chdir(tmp_path / "a")
+    rs.main(["--records=recs.jsonl", *common])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["records_files"] == [str(tmp_path / "a" / "recs.jsonl")] and summary["records"] == 2
+    written = [(out / name).read_text() for name in ("summary.json", "repair.jsonl")]
+    monkeypatch.chdir(tmp_path / "b")
+    with pytest.raises(ValueError, match=r"holds results of other settings \(--records: "):
+        rs.main(["--records=recs.jsonl", *common])
+    assert [(out / name).read_text() for name in ("summary.json", "repair.jsonl")] == written
+    rs.main([f"--records={tmp_path / 'a' / 'recs.jsonl'}", *common])  # the same file, typed absolute: the same
+    # and the same config file, typed as found from the repository root: the same settings too
+    rs.main([f"--records={tmp_path / 'a' / 'recs.jsonl'}", "--config=experiments/tiny_cpu.py", *common[1:]])
