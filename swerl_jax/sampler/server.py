@@ -27,6 +27,7 @@ import ipaddress
 import json
 import logging
 import os
+import pathlib
 import socket
 import sys
 import threading
@@ -354,6 +355,9 @@ def _exit_with_parent(poll_s: float = 1.0) -> None:
 def _define_flags() -> None:
     from absl import flags
     from ml_collections import config_flags
+    repo_root = str(pathlib.Path(__file__).resolve().parents[2])
+    if repo_root not in sys.path:  # experiments/ import `experiments.base`; the server may start in any directory
+        sys.path.insert(0, repo_root)
     config_flags.DEFINE_config_file("config", None, "experiment config file (experiments/NAME.py[:arg])")
     flags.DEFINE_string("config_json", "", "a config saved as JSON (what the trainer passes), instead of --config")
     flags.DEFINE_bool("exit_with_parent", False, "exit when the parent process dies (set by SamplerClient)")
