@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 
 from swerl_jax.sandbox import seccomp
 from swerl_jax.sandbox.cgroup import SandboxCgroup, memory_mode
+from swerl_jax.sandbox.held_files import held_deleted_bytes
 from swerl_jax.sandbox.uids import reserve_uid
 from swerl_jax.sandbox.workdirs import disk_free, sockets_under, tree_usage
 
@@ -308,7 +309,7 @@ class Sandbox:
                     break
                 if now >= next_poll:
                     next_poll = now + DISK_POLL_S
-                    if _over_quota(workdir, limits, disk_allowed, free_at_start):
+                    if _over_quota(workdir, limits, disk_allowed, free_at_start, proc.pid):
                         stopped = "disk"
                         break
                 wait = min(start + limits.timeout_s, next_poll) - now
@@ -327,7 +328,7 @@ class Sandbox:
                 stopped = "timeout"
         proc.wait()
         proc.stdout.close()
-        if stopped is None and _over_quota(workdir, limits, disk_allowed, free_at_start):
+        if stopped is None and _over_quota(workdir, limits, disk_allowed, free_at_start, None):
             stopped = "disk"  # it finished before a poll saw it: still reported, so the caller can say so
         text = output.text()
         if group is not None and group.oom_killed():
@@ -361,12 +362,20 @@ def _sandbox_started(status_read: int) -> bool:
     return b'"child-pid"' in data
 
 
-def _over_quota(workdir: pathlib.Path, limits: SandboxLimits, allowed: int, free_at_start: int) -> bool:
-    """The work dir holds more than `allowed` bytes or `disk_files` entries, or the file system lost more than the
-    quota since the command started: files a command deleted while it still holds them open take space that no
-    walk of the work dir sees."""
+def _over_quota(workdir: pathlib.Path, limits: SandboxLimits, allowed: int, free_at_start: int,
+                root: int | None) -> bool:
+    """The work dir holds more than `allowed` bytes or `disk_files` entries, counting the files the sandbox's
+    processes (`root` and below; None: it has exited, holding nothing) deleted but still hold open or mapped, which
+    no walk of the work dir sees (held_files.py). Only where those cannot be read (a host without the privilege) is
+    the file system's loss of free space since the start taken instead: it counts every writer on the host, so
+    there a busy disk can stop a command that wrote nothing."""
     used, entries = tree_usage(workdir, limits.disk_files)
-    return used > allowed or entries > limits.disk_files or free_at_start - disk_free(workdir) > limits.disk_bytes
+    if used > allowed or entries > limits.disk_files:
+        return True
+    held = 0 if root is None else held_deleted_bytes(root, os.stat(workdir).st_dev)
+    if held is None:
+        return free_at_start - disk_free(workdir) > limits.disk_bytes
+    return used + held > allowed
 
 
 def limit_note(result: SandboxResult, limits: SandboxLimits) -> str:
