@@ -187,14 +187,26 @@ class EnvironmentCache:
         if spec.get("packages") == "requirements.txt":
             commit = instance.get("environment_setup_commit") or instance["base_commit"]
             requirements = specs.requirements_from_clone(str(git_dir), instance["repo"], commit)
+        cutoff = self.env_date(spec, instance, git_dir, cutoff)
         material: list = [spec, requirements, str(python.resolve())]
         if cutoff is not None:  # else the key is exactly today's; all pinned: one env for every instance date
-            material.append({"index_cutoff": self.env_cutoff(spec, requirements, cutoff), "pins_from": "pypi"})
+            material.append({"index_cutoff": self.env_cutoff(spec, requirements, cutoff), "pins_from": "pypi",
+                             **index_cutoff.tooling_rule()})
         key = json.dumps(material, sort_keys=True, default=str)
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
         # Named by content, not version: versions with identical specs (all of sympy's but one) share one env.
         env_dir = self.root / instance["repo"].replace("/", "__") / f"py{spec['python']}-{digest}"
         return spec, python, requirements, env_dir
+
+    @staticmethod
+    def env_date(spec: dict, instance: dict, git_dir: pathlib.Path, cutoff: str | None) -> str | None:
+        """The date an env is resolved as of: the instance's `cutoff`, or, for requirements read at a later
+        environment-setup commit, that commit's date: pylint's requirements of 2022-06 name contributors-txt>=0.7.3,
+        which did not exist at pylint-5859's date (2022-04), so no index of that date could build them."""
+        if cutoff is None or spec.get("packages") != "requirements.txt":
+            return cutoff
+        commit = instance.get("environment_setup_commit") or instance["base_commit"]
+        return max(cutoff, specs.commit_time(str(git_dir), commit), key=index_cutoff.parse_time)
 
     @staticmethod
     def env_cutoff(spec: dict, requirements: str, cutoff: str | None) -> str | None:
@@ -207,7 +219,8 @@ class EnvironmentCache:
         with file_lock(env_dir.with_name(env_dir.name + ".lock")):
             if (env_dir / ".complete").exists():
                 return env_dir
-            self._build(spec, python, requirements, env_dir, self.env_cutoff(spec, requirements, cutoff),
+            self._build(spec, python, requirements, env_dir,
+                        self.env_cutoff(spec, requirements, self.env_date(spec, instance, git_dir, cutoff)),
                         dated=cutoff is not None)
             self.built += 1
         return env_dir

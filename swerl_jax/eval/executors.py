@@ -116,6 +116,7 @@ class LocalExecutor:
                 found["index_cutoff"] = cutoffs.instance_cutoff(instance, self.index_cutoff)
             except cutoffs.CutoffError as err:
                 found["index_cutoff"] = f"error: {err}"
+            found.update(cutoffs.tooling_rule())
         return found
 
     def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
@@ -201,7 +202,10 @@ class LocalExecutor:
         started = time.monotonic()
         done = sandbox.run("set -e\n" + setup, work, network=True, env=setup_env, limits=self.setup_limits)
         (log_dir / "setup.log").write_text(f"{setup}\n---\n{done.output}")
-        environment = {"env": env_dir.name, "index_cutoff": cutoff, "env_resolved": environments.resolved(env_dir),
+        environment = {"env": env_dir.name, "index_cutoff": cutoff,
+                       "env_cutoff": self.envs.env_date(spec, instance, git_dir, cutoff),
+                       "tooling_cutoff": cutoffs.TOOLING_CUTOFF if cutoff is not None else None,
+                       "env_resolved": environments.resolved(env_dir),
                        "installed": installed(venv), "env_s": round(env_s, 1),
                        "install_s": round(time.monotonic() - started, 1)}
         if done.timed_out:

@@ -7,7 +7,7 @@ resolves against the index as it was at the instance's `created_at`: pip is poin
 every pip, old ones included) at a small HTTP server on 127.0.0.1 that serves PyPI's simple pages (PEP 691 JSON,
 upload times from PEP 700) as PEP 503 HTML listing only the files uploaded before the cut-off. Versions the spec
 pins (`name==version`) are listed whatever their date: the official harness pinned them when it built its images;
-so is the build tooling (`UNDATED`), which runs on the spec's interpreter.
+the build tooling (`TOOLING`), which runs on the spec's interpreter, is listed as of `TOOLING_CUTOFF` instead.
 
     url = shared_index().url(cutoff="2020-05-27T12:00:00Z", pins={"setuptools": "68.0.0"})
 """
@@ -32,10 +32,24 @@ PIN = re.compile(r"(?<![\w.-])([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([0-9
 _SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".zip", ".egg", ".exe", ".msi", ".rpm", ".tar")
 
 
-# Build tooling the view lists at every date: pip's isolated builds fetch it to run on the spec's interpreter, which
-# is often newer than the instance (pytest-5413, 2019: setuptools 41 imports HTMLParser.unescape, gone in Python
-# 3.9, so the build of the base commit failed). The official images' builds used the tooling of their build day.
-UNDATED = frozenset({"setuptools", "setuptools-scm", "wheel", "pip"})
+# Build tooling, which pip's isolated builds fetch to run on the spec's interpreter, and what that tooling needs, is
+# listed as of the day SWE-bench's containerized harness built its images (2024-06-27: their builds, and every
+# unpinned requirement in them, got that day's versions), or of the instance's date when that is later. Not the
+# instance's date: the spec's interpreter is often newer than the instance (pytest-5413, 2019: setuptools 41 imports
+# HTMLParser.unescape, gone in Python 3.9). Not today's: today moves, so an env's key would not say what it holds,
+# and today's tooling broke the same instance (setuptools 82 ships no pkg_resources, and with setuptools-scm's own
+# needs dated out pip backtracked it to 6.0.1, which imports pkg_resources). The tooling's needs (tomli, packaging,
+# typing-extensions for setuptools-scm 8) come along: with them dated, pip backtracks setuptools-scm again, to a
+# release that reads pkg_resources.packaging, gone from 2024's setuptools. They are runtime requirements of some
+# instances too, which then get 2024's versions, as the official images did.
+TOOLING = frozenset({"setuptools", "setuptools-scm", "wheel", "pip", "tomli", "packaging", "typing-extensions"})
+TOOLING_CUTOFF = "2024-06-27T00:00:00Z"
+
+
+def tooling_rule() -> dict:
+    """What the view lists at the tooling's date instead of the instance's: part of every dated env's and result's
+    key, since it changes what a build resolves."""
+    return {"tooling_cutoff": TOOLING_CUTOFF, "tooling": sorted(TOOLING)}
 
 
 class CutoffError(ValueError):
@@ -137,8 +151,8 @@ def file_version(filename: str, project: str) -> str | None:
 def visible_files(page: dict, project: str, cutoff: str, pins: dict[str, str]) -> list[dict]:
     """The files of a PEP 691 project page the index showed before `cutoff`, plus the pinned version's files."""
     limit, pinned = parse_time(cutoff), pins.get(normalize(project))
-    if normalize(project) in UNDATED:
-        return list(page.get("files", []))
+    if normalize(project) in TOOLING:
+        limit = max(limit, parse_time(TOOLING_CUTOFF))
     kept = []
     for entry in page.get("files", []):
         uploaded = entry.get("upload-time")

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable
 
@@ -101,6 +102,15 @@ def _git_show(git_dir: str, commit: str, path: str) -> str | None:
         ["git", "--git-dir", git_dir, "show", f"{commit}:{path}"], capture_output=True, text=True
     )
     return result.stdout if result.returncode == 0 else None
+
+
+def commit_time(git_dir: str, commit: str) -> str:
+    """`commit`'s committer date in a local git dir, as `YYYY-MM-DDTHH:MM:SSZ` (UTC); SpecError when absent."""
+    result = subprocess.run(["git", "--git-dir", git_dir, "show", "-s", "--format=%ct", commit, "--"],
+                            capture_output=True, text=True)
+    if result.returncode != 0 or not result.stdout.strip().isdigit():
+        raise SpecError(f"commit {commit} is not in {git_dir}: {result.stderr.strip()[:200]}")
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(result.stdout.strip())))
 
 
 def requirements_from_clone(git_dir: str, repo: str, commit: str) -> str:

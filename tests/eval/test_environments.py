@@ -163,3 +163,24 @@ def test_build_steps_under_a_cutoff_pin_first_then_resolve_the_rest_as_of_the_da
     assert environments.unpinned(sphinx, "") == []  # nothing a cut-off changes: the env stays today's, shared
     assert environments.EnvironmentCache.env_cutoff(sphinx, "", "2020-01-01T00:00:00Z") is None
     assert environments.unpinned({"packages": "requirements.txt"}, "a==1\n# c\nb>=2\n-e .\n") == ["b>=2"]
+
+
+def test_requirements_of_a_later_setup_commit_resolve_as_of_that_commit(tmp_path):
+    """Issue 49.1: pylint-5859 (2022-04) builds its env from requirements of its environment-setup commit (2022-06),
+    which name contributors-txt>=0.7.3, uploaded after 2022-04: the env is resolved as of the commit, the
+    instance's own install as of the instance."""
+    git = tmp_path / "repo.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(git)], check=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@b", "GIT_COMMITTER_DATE": "2022-06-14T08:00:00Z"}
+    tree = subprocess.run(["git", "--git-dir", str(git), "mktree"], input="", capture_output=True, text=True,
+                          check=True, env=env).stdout.strip()
+    commit = subprocess.run(["git", "--git-dir", str(git), "commit-tree", tree, "-m", "setup"], capture_output=True,
+                            text=True, check=True, env=env).stdout.strip()
+    reqs = {"packages": "requirements.txt"}
+    instance = {"base_commit": "b", "environment_setup_commit": commit}
+    cache = environments.EnvironmentCache(tmp_path)
+    assert cache.env_date(reqs, instance, git, "2022-04-01T00:00:00Z") == "2022-06-14T08:00:00Z"
+    assert cache.env_date(reqs, instance, git, "2022-07-01T00:00:00Z") == "2022-07-01T00:00:00Z"  # the later
+    assert cache.env_date(reqs, instance, git, None) is None  # the cut-off off: today's index, as before
+    assert cache.env_date({"packages": "numpy"}, instance, git, "2022-04-01T00:00:00Z") == "2022-04-01T00:00:00Z"

@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from swerl_jax.eval import executors, specs
+from swerl_jax.eval import index_cutoff as cutoffs
 
 
 def test_eval_script_follows_the_official_order(shared_data):
@@ -64,6 +65,8 @@ def test_the_index_cutoff_is_part_of_a_result_key_and_off_keeps_todays(tmp_path)
     instance = {"instance_id": "pallets__flask-4045", "repo": "pallets/flask", "version": "2.0",
                 "created_at": "2021-05-13T21:32:41Z"}
     off, on = local("off").fingerprint(instance), local("created_at").fingerprint(instance)
-    assert "index_cutoff" not in off and on == {**off, "index_cutoff": "2021-05-13T21:32:41Z"}
+    assert "index_cutoff" not in off and "tooling_cutoff" not in off and "tooling" not in off
+    assert on == {**off, "index_cutoff": "2021-05-13T21:32:41Z", "tooling_cutoff": "2024-06-27T00:00:00Z",
+                  "tooling": sorted(cutoffs.TOOLING)}
     with pytest.raises(ValueError, match="index cut-off 'of'"):
         local("of")

@@ -25,9 +25,29 @@ def test_a_cutoff_view_lists_what_was_uploaded_before_it_and_the_pinned_versions
     assert names == ["docutils-0.16.tar.gz"]  # sphinx-7686's date: 0.16, never today's 0.23
     pinned = index_cutoff.visible_files(PAGE, "docutils", "2020-05-27T12:00:00Z", {"docutils": "0.23"})
     assert [f["filename"] for f in pinned] == ["docutils-0.16.tar.gz", "docutils-0.23.tar.gz"]
-    tooling = {"files": [{**PAGE["files"][2], "filename": "setuptools-80.0.0.tar.gz"}]}
-    # build tooling is never dated: pytest-5413's isolated build got setuptools 41 (2019), which fails on Python 3.9
-    assert len(index_cutoff.visible_files(tooling, "setuptools", "2019-06-06T00:00:00Z", {})) == 1
+
+
+def test_build_tooling_is_listed_as_of_the_official_images_build_day():
+    """pytest-5413 (2019): dated setuptools 41 fails on the spec's Python 3.9; today's setuptools (82, no
+    pkg_resources) failed too, beside the setuptools-scm 6.0.1 pip backtracked to, its tomli dated out. The
+    tooling of 2024-06-27, and what it needs, is what the official images' builds used; a later instance gets its
+    own date's; everything else keeps the instance's date."""
+    files = [{**PAGE["files"][0], "filename": f"setuptools-{v}.tar.gz", "upload-time": t}
+             for v, t in (("41.0.1", "2019-04-23T00:00:00Z"), ("70.1.0", "2024-06-19T00:00:00Z"),
+                          ("71.0.0", "2024-07-16T00:00:00Z"), ("82.0.1", "2026-03-01T00:00:00Z"))]
+    for cutoff, newest in (("2019-06-06T00:00:00Z", "70.1.0"), ("2024-08-01T00:00:00Z", "71.0.0")):
+        seen = [f["filename"] for f in index_cutoff.visible_files({"files": files}, "setuptools", cutoff, {})]
+        assert seen[-1] == f"setuptools-{newest}.tar.gz" and len(seen) == 2 + (newest == "71.0.0")
+    scm = [{**files[0], "filename": "setuptools_scm-10.3.4.tar.gz", "upload-time": "2026-03-01T00:00:00Z"}]
+    assert index_cutoff.visible_files({"files": scm}, "setuptools_scm", "2019-06-06T00:00:00Z", {}) == []
+    deps = [{**files[0], "filename": "tomli-2.0.1.tar.gz", "upload-time": "2022-02-08T00:00:00Z"}]
+    assert len(index_cutoff.visible_files({"files": deps}, "tomli", "2019-06-06T00:00:00Z", {})) == 1  # scm 8 needs it
+    other = [{**files[0], "filename": "docutils-0.17.tar.gz", "upload-time": "2021-04-07T00:00:00Z"}]
+    assert index_cutoff.visible_files({"files": other}, "docutils", "2019-06-06T00:00:00Z", {}) == []
+
+
+def test_a_cutoff_view_renders_pep_503():
+    pinned = index_cutoff.visible_files(PAGE, "docutils", "2020-05-27T12:00:00Z", {"docutils": "0.23"})
     html = index_cutoff.render("docutils", pinned)
     assert 'href="https://files.example/docutils-0.16.tar.gz#sha256=ab"' in html
     assert 'data-requires-python="&gt;=2.7, !=3.0.*"' in html and 'data-yanked="broken"' in html
