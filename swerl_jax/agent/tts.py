@@ -109,7 +109,7 @@ def _instances(c: Any, out: pathlib.Path) -> tuple[list[dict], pathlib.Path, Any
         return tasks.instances, tasks.root / "repos", tasks.executor(out / "grade")
     from swerl_jax.eval import environments
     from swerl_jax.eval.executors import LocalExecutor
-    from swerl_jax.eval.harness import index_instances
+    from swerl_jax.eval.predictions import index_instances
 
     known = index_instances(pathlib.Path(str(c.instances)))
     ids = [i.strip() for i in str(c.instance_ids).split(",") if i.strip()] or list(known)

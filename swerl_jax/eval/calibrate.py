@@ -16,7 +16,7 @@ import collections
 import json
 import pathlib
 
-from swerl_jax.eval import harness, reach
+from swerl_jax.eval import harness, predictions, reach
 
 # Test-log signs that a test needed the network the sandbox does not give (results graded before reach.py).
 NETWORK_SIGNS = reach.NETWORK_SIGNS
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help="resolve unpinned requirements as of each instance's created_at, or today (off)")
     p.add_argument("--env-cache", type=pathlib.Path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
     args = p.parse_args(argv)
-    instances = harness.index_instances(args.instances)
+    instances = predictions.index_instances(args.instances)
     ids = select(instances, args.repo, args.per_repo)
     args.out.mkdir(parents=True, exist_ok=True)
     reports = {}

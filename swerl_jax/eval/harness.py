@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import pathlib
-import re
 import shutil
 import sys
 import threading
@@ -34,13 +33,12 @@ import traceback
 from tqdm import tqdm
 
 from swerl_jax.data.paths import user_path
-from swerl_jax.data.swebench import load_instances
 from swerl_jax.eval import environments, outcomes, reach
 from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
+from swerl_jax.eval.predictions import PREDICTION_FIELDS, index_instances, load_predictions, safe_id
 from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits, bwrap_path
 
-PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
 # Bump when grading, patching or the sandbox changes what a result means: every stored result is then re-graded.
 HARNESS_VERSION = 4  # 4: history-free checkouts, the seccomp filter, a finished pytest session is no crash
 # Statuses that say the infrastructure failed, not the patch: never reused, so a fixed cause is graded anew.
@@ -48,94 +46,6 @@ INFRA_FAILURES = ("no_repo", "env_failed", "setup_failed", reach.STATUS)  # out 
 # The instance fields a result depends on (with the patch and the executor's fingerprint).
 GRADED_FIELDS = ("instance_id", "repo", "base_commit", "version", "environment_setup_commit", "test_patch",
                  "FAIL_TO_PASS", "PASS_TO_PASS")
-# An instance id names files and folders under --out: letters, digits, '_', '-', '.', not starting with '.'.
-SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
-
-
-def safe_id(instance_id: object) -> bool:
-    """Whether `instance_id` can name a file under --out (no '/', no '..', no leading '.', at most 200 chars)."""
-    return isinstance(instance_id, str) and SAFE_ID.fullmatch(instance_id) is not None
-
-
-def index_instances(path: pathlib.Path) -> dict[str, dict]:
-    """SWE-bench instances (`data.swebench.load_instances`: a JSON list or JSONL file) by instance_id, each
-    checked for the fields grading needs and for an id that can name a file (errors name the file and instance)."""
-    instances = {}
-    for number, row in enumerate(load_instances(path), 1):
-        missing = [k for k in ("instance_id", "repo", "base_commit", "test_patch", "version") if k not in row]
-        if missing:
-            raise ValueError(f"{path}: instance #{number} ({row.get('instance_id', '?')}) lacks {missing}")
-        if not safe_id(row["instance_id"]):
-            raise ValueError(f"{path}: instance #{number}: instance_id {row['instance_id']!r} cannot name a file "
-                             f"(allowed: {SAFE_ID.pattern})")
-        instances[row["instance_id"]] = row
-    return instances
-
-
-def _prediction_rows(path: pathlib.Path) -> list[tuple[int, str, object]]:
-    """(number, where, row or a JSONDecodeError) per prediction: JSONL lines, or the items of a JSON list (or of a
-    JSON object keyed by instance id), as SWE-bench reads them."""
-    text = pathlib.Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark is not part of the JSON
-    stripped = text.lstrip()
-    if stripped.startswith(("[", "{")):  # one JSON document: a list, or an object keyed by id (pretty-printed)
-        try:
-            whole = json.loads(text)
-        except json.JSONDecodeError as err:
-            if stripped.startswith("["):
-                return [(1, f"{path}", err)]
-            whole = None  # JSONL whose first line is an object
-        if isinstance(whole, list):
-            return [(i, f"{path}: item #{i}", row) for i, row in enumerate(whole, 1)]
-        if isinstance(whole, dict) and whole and all(isinstance(v, dict) for v in whole.values()) \
-                and not any(k in whole for k in PREDICTION_FIELDS):
-            return [(i, f"{path}: {key}", {**row, "instance_id": row.get("instance_id", key)})
-                    for i, (key, row) in enumerate(whole.items(), 1)]
-    rows = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append((number, f"{path}:{number}", json.loads(line)))
-            except json.JSONDecodeError as err:
-                rows.append((number, f"{path}:{number}", err))
-    return rows
-
-
-def load_predictions(path: pathlib.Path) -> tuple[dict[str, dict], list[dict]]:
-    """Predictions (JSONL, a JSON list, or a JSON object by id) -> ({instance_id: prediction}, [per-line errors]).
-    A bad line is reported, not fatal."""
-    predictions, errors = {}, []
-    for number, where, row in _prediction_rows(path):
-        if isinstance(row, json.JSONDecodeError):
-            errors.append({"line": number, "status": "malformed_prediction", "error": f"{where}: bad JSON: {row}"})
-            continue
-        if not isinstance(row, dict) or any(k not in row for k in PREDICTION_FIELDS):
-            missing = [k for k in PREDICTION_FIELDS if k not in row] if isinstance(row, dict) else "an object"
-            errors.append({"line": number, "status": "malformed_prediction", "instance_id": row.get("instance_id")
-                           if isinstance(row, dict) else None,
-                           "error": f"{where}: missing {missing} (a prediction has the fields {PREDICTION_FIELDS})"})
-            continue
-        if not isinstance(row["instance_id"], str):
-            errors.append({"line": number, "status": "malformed_prediction", "instance_id": None,
-                           "error": f"{where}: instance_id must be a string, got {type(row['instance_id']).__name__}"})
-            continue
-        if not isinstance(row["model_patch"], str) and row["model_patch"] is not None:
-            errors.append({"line": number, "status": "malformed_prediction", "instance_id": row["instance_id"],
-                           "error": f"{where}: model_patch must be a string"})
-            continue
-        try:
-            (row["model_patch"] or "").encode("utf-8")
-        except UnicodeEncodeError as err:  # JSON allows "\udc80"; no patch file can hold it
-            errors.append({"line": number, "status": "malformed_prediction", "instance_id": row["instance_id"],
-                           "error": f"{where}: model_patch is not valid text (a lone surrogate at {err.start})"})
-            continue
-        if row["instance_id"] in predictions:
-            errors.append({"line": number, "status": "duplicate_prediction", "instance_id": row["instance_id"],
-                           "error": f"{where}: second prediction for {row['instance_id']} (the first is graded)"})
-            continue
-        predictions[row["instance_id"]] = {**row, "model_patch": row["model_patch"] or ""}
-    return predictions, errors
-
-
 def _patch_digest(patch: str) -> str:
     return hashlib.sha256(patch.encode()).hexdigest()
 

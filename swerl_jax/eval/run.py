@@ -18,7 +18,7 @@ import sys
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
 from swerl_jax.data.paths import config_paths, user_path
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
-from swerl_jax.eval.harness import index_instances
+from swerl_jax.eval.predictions import index_instances
 from swerl_jax.sampler import source as policy_source
 
 BACKENDS = ("engine", "sampler", "openai", "oracle")

@@ -54,7 +54,7 @@ def test_paths_typed_relative_reach_the_harness_absolute(tmp_path, monkeypatch, 
     directory, so the harness reports it runs name absolute files."""
     import json
 
-    from swerl_jax.eval import harness
+    from swerl_jax.eval import harness, predictions
 
     (tmp_path / "instances.jsonl").write_text(json.dumps({"instance_id": "a", "repo": "o/r", "patch": "p"}) + "\n")
     calls = []
@@ -63,7 +63,7 @@ def test_paths_typed_relative_reach_the_harness_absolute(tmp_path, monkeypatch, 
         calls.append(argv)
         return {"instances": {"a": {"status": "resolved", "log_dir": str(tmp_path)}}}
 
-    monkeypatch.setattr(harness, "index_instances", lambda path: {"a": {"repo": "o/r", "patch": "p"}})
+    monkeypatch.setattr(predictions, "index_instances", lambda path: {"a": {"repo": "o/r", "patch": "p"}})
     monkeypatch.setattr(harness, "main", fake_main)
     monkeypatch.chdir(tmp_path)
     calibrate.main(["--instances", "instances.jsonl", "--repos", ".", "--out", "cal"])

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from swerl_jax.eval import harness
+from swerl_jax.eval import harness, predictions
 
 
 class ScriptedExecutor:
@@ -89,10 +89,10 @@ def test_instances_file_errors_name_the_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(instance("a")) + "\n{oops\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:2"):
-        harness.index_instances(path)
+        predictions.index_instances(path)
     path.write_text(json.dumps([{"instance_id": "x", "repo": "o/r"}]))
     with pytest.raises(ValueError, match=r"\(x\) lacks \['base_commit', 'test_patch', 'version'\]"):
-        harness.index_instances(path)
+        predictions.index_instances(path)
 
 
 class KeyedExecutor:

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from swerl_jax.eval import environments, harness
+from swerl_jax.eval import environments, harness, predictions
 from swerl_jax.eval.executors import LocalExecutor, checkout
 from swerl_jax.sandbox.bwrap import SandboxLimits
 
@@ -63,7 +63,7 @@ def test_a_prediction_id_is_never_a_path(tmp_path, monkeypatch, capsys, hostile)
 def test_an_unsafe_id_in_the_instances_file_is_one_error_naming_it(tmp_path, bad):
     (tmp_path / "instances.jsonl").write_text(json.dumps(instance(bad)) + "\n")
     with pytest.raises(ValueError, match=r"instances\.jsonl: instance #1: instance_id .* cannot name a file"):
-        harness.index_instances(tmp_path / "instances.jsonl")
+        predictions.index_instances(tmp_path / "instances.jsonl")
 
 
 def test_concurrent_gradings_of_one_instance_never_share_a_work_dir(tmp_path, monkeypatch):
