@@ -113,7 +113,8 @@ class LocalExecutor:
                  "setup_timeout_s": self.setup_limits.timeout_s}
         if self.index_cutoff != "off":
             try:
-                found["index_cutoff"] = cutoffs.instance_cutoff(instance, self.index_cutoff)
+                python = found["spec"].get("python") if isinstance(found["spec"], dict) else None
+                found["index_cutoff"] = cutoffs.instance_cutoff(instance, self.index_cutoff, python)
             except cutoffs.CutoffError as err:
                 found["index_cutoff"] = f"error: {err}"
             found.update(cutoffs.tooling_rule())
@@ -167,7 +168,7 @@ class LocalExecutor:
             return {"status": "no_repo", "error": str(err)}
         try:
             spec = specs.env_spec(instance["repo"], instance["version"])
-            cutoff = cutoffs.instance_cutoff(instance, self.index_cutoff)
+            cutoff = cutoffs.instance_cutoff(instance, self.index_cutoff, str(spec.get("python")))
             started = time.monotonic()
             env_dir = self.envs.get(instance, git_dir, cutoff)
             env_s = time.monotonic() - started  # a cache hit is ~0; a build is minutes (BENCHMARKS.md, the harness)

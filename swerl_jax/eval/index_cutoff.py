@@ -96,16 +96,28 @@ def parse_time(text: str) -> dt.datetime:
     return (when if when.tzinfo else when.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
 
 
-def instance_cutoff(instance: dict, mode: str) -> str | None:
-    """The cut-off for an instance under `mode` ("created_at": its created_at as `YYYY-MM-DDTHH:MM:SSZ`; "off":
-    None, today's index); CutoffError naming the mode or the instance's field."""
+# First releases of the interpreters SWE-bench's specs name (python.org). A package released before its interpreter
+# was made for an older one: pytest-5413 and -5495 (2019-06, spec Python 3.9) got importlib_metadata 0.17 / 0.18,
+# which break on 3.9's importlib.metadata (AttributeError: 'str' object has no attribute 'name') before any test.
+PYTHON_RELEASED = {"3.5": "2015-09-13", "3.6": "2016-12-23", "3.7": "2018-06-27", "3.8": "2019-10-14",
+                   "3.9": "2020-10-05", "3.10": "2021-10-04", "3.11": "2022-10-24", "3.12": "2023-10-02",
+                   "3.13": "2024-10-07"}
+
+
+def instance_cutoff(instance: dict, mode: str, python: str | None = None) -> str | None:
+    """The cut-off for an instance under `mode` ("created_at": its created_at as `YYYY-MM-DDTHH:MM:SSZ`, or the
+    release of the spec's interpreter `python` when that is later; "off": None, today's index); CutoffError naming
+    the mode or the instance's field."""
     if mode not in MODES:
         raise CutoffError(f"index cut-off {mode!r}: must be one of {MODES}")
     if mode == "off":
         return None
     raw = instance.get("created_at")
     try:
-        return parse_time(str(raw)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        when = parse_time(str(raw))
+        if python in PYTHON_RELEASED:
+            when = max(when, parse_time(PYTHON_RELEASED[python] + "T00:00:00Z"))
+        return when.strftime("%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
         raise CutoffError(f"{instance.get('instance_id', '?')}: created_at {raw!r} is not an ISO time, so the index "
                           "cut-off has no date (fix the instance, or --index-cutoff off)") from None

@@ -67,6 +67,10 @@ def test_versions_pins_and_the_instance_date():
     assert index_cutoff.instance_cutoff(inst, "created_at") == "2020-05-27T12:00:31Z"
     assert index_cutoff.instance_cutoff({"created_at": "2020-05-27 12:00:31"}, "created_at") == "2020-05-27T12:00:31Z"
     assert index_cutoff.instance_cutoff(inst, "off") is None
+    # never before the spec's interpreter existed (pytest-5413: 2019-06, Python 3.9)
+    assert index_cutoff.instance_cutoff(inst, "created_at", "3.9") == "2020-10-05T00:00:00Z"
+    assert index_cutoff.instance_cutoff(inst, "created_at", "3.6") == "2020-05-27T12:00:31Z"
+    assert index_cutoff.instance_cutoff(inst, "off", "3.9") is None
     with pytest.raises(index_cutoff.CutoffError, match=r"index cut-off 'of': must be one of"):
         index_cutoff.instance_cutoff(inst, "of")
     with pytest.raises(index_cutoff.CutoffError, match=r"i: created_at None is not an ISO time.*--index-cutoff off"):
