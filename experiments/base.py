@@ -136,8 +136,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # trajectories get no final reward); False: their real rewards count in the group mean/std (ours).
     c.rl.baseline_excludes_filtered = False
     c.rl.old_logprobs = "sampler"  # sampler | recompute
-    # plain: ratio vs old log-probs | decoupled: AReaL's decoupled PPO (stale batches; not for results yet: a run
-    # with it warns at start, see rl.max_staleness)
+    # plain: ratio vs old log-probs | decoupled: AReaL's decoupled PPO (stale batches; with rl.ppo_minibatches > 1,
+    # where its clip acts: a run with one update per batch warns at start; see rl.max_staleness)
     c.rl.off_policy = "plain"
     c.rl.behav_weight_cap = 5.0  # decoupled: drop tokens with pi_prox / pi_behav above it (AReaL examples); 0: no cap
     c.rl.micro_batch_size = 0  # 0: the whole step's batch at once
@@ -147,9 +147,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # 1: one update per batch (the papers'); swerl_jax/rl/minibatch.py says how the loss is normalised.
     c.rl.ppo_minibatches = 1
     # Asynchronous RL: 0 is the synchronous loop (the papers'); k >= 1 collects step t + 1 while step t trains,
-    # from policy versions >= t - k (swerl_jax/rl/producer.py), with rl.off_policy = "plain" (as good as k = 0 on
-    # tiny_cpu); "decoupled" is not for results until issue 47's testbed comparison is done (its tiny_cpu
-    # "collapse" did not replicate: ABLATIONS.md).
+    # from policy versions >= t - k (swerl_jax/rl/producer.py). On the testbed (ABLATIONS.md, 6 RL seeds) k = 1 with
+    # "plain" and with "decoupled" + rl.ppo_minibatches=4 were both as good as k = 0 (within +-2.5 points resolved),
+    # none collapsing; the asynchronous ablation (experiments/ablations/async_grpo.py) also sets rl.dual_clip=3 on
+    # every arm, since at k >= 1 plain's ratio to a stale behaviour policy is otherwise unbounded.
     c.rl.max_staleness = 0
     c.rl.trainer_memory_fraction = 0.0  # the trainer process's share of each GPU (see sampler.memory_fraction)
     c.rl.trainer_cpus = ""  # cores the trainer process runs on, e.g. "1" ("": any); see sampler.cpus

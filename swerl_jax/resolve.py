@@ -167,7 +167,8 @@ def _check_staleness(config: Any) -> None:
 
 def start_warnings(config: Experiment) -> list[str]:
     """One line for each setting that runs but will not do what it seems (an entry point logs them once at start):
-    sampler processes of a fleet that no request reaches, and rl.off_policy='decoupled' (not for results yet)."""
+    sampler processes of a fleet that no request reaches, and rl.off_policy='decoupled' at one update per batch
+    (where its clip never acts)."""
     rl, s = config.rl, config.sampler
     if int(rl.num_steps) <= 0:
         return []
@@ -189,10 +190,11 @@ def start_warnings(config: Experiment) -> list[str]:
                 f"the fleet splits a request only at batch boundaries, so {n - batches} of the {n} sampler processes "
                 f"will never serve a request (standing by for a failed one); set sampler.num_processes={batches}, "
                 "or send more prompts per request")
-    if str(rl.off_policy) == "decoupled":
-        out.append("rl.off_policy='decoupled': not for results at this scale yet: the 3-seed tiny_cpu ablation that "
-                   "found it collapsing at rl.max_staleness=1 did not replicate, and its comparison on the testbed "
-                   "(6 RL seeds, rl.ppo_minibatches as AReaL runs it) is not done (ABLATIONS.md, issue 47)")
+    if str(rl.off_policy) == "decoupled" and int(rl.ppo_minibatches) == 1 and int(rl.update_epochs) == 1:
+        out.append("rl.off_policy='decoupled' with one update per batch (rl.ppo_minibatches=1, rl.update_epochs=1): "
+                   "its clip never acts (the ratio to the proximal policy is 1), so it is REINFORCE with capped "
+                   "behaviour weights; AReaL splits each batch into rl.ppo_minibatches=4 updates, as "
+                   "experiments/ablations/async_grpo.py does (ABLATIONS.md, issue 47)")
     return out
 
 

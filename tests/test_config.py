@@ -171,7 +171,10 @@ def test_start_warnings_name_an_idle_sampler_fleet_and_the_decoupled_objective()
     c.sampler.num_processes = 1
     c.rl.off_policy = "decoupled"
     (line,) = start_warnings(resolve_config(c))
-    assert line.startswith("rl.off_policy='decoupled': not for results at this scale") and "issue 47" in line
+    assert line.startswith("rl.off_policy='decoupled' with one update per batch") and "never acts" in line
+    c.rl.ppo_minibatches = 4  # as AReaL runs it (issue 47's testbed comparison): its clip acts from update 2
+    assert start_warnings(resolve_config(c)) == []
+    c.rl.ppo_minibatches = 1
     c.rl.num_steps = 0  # no GRPO stage: nothing of the kind runs
     assert start_warnings(resolve_config(c)) == []
 

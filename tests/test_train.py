@@ -136,4 +136,4 @@ def test_start_warnings_are_said_once_before_anything_runs(tmp_path, monkeypatch
         train.run_experiment(c, tmp_path)
     said = [r.getMessage() for r in caplog.records if r.name == "swerl_jax.train"]
     assert sum("sampler.num_processes=2: " in m and "never serve a request" in m for m in said) == 1, said
-    assert sum(m.startswith("rl.off_policy='decoupled': not for results") for m in said) == 1, said
+    assert sum(m.startswith("rl.off_policy='decoupled' with one update per batch") for m in said) == 1, said
