@@ -39,8 +39,10 @@ def processes_under(root: int) -> list[int]:
 
 # Entries (fds and mapping lines) read per measurement; past it the sandbox counts as over its quota, as a work dir
 # too deep to walk does (workdirs.tree_usage): 30,000 mappings of one deleted file in each of 16 processes made one
-# measurement take 8 s, during which nothing else was checked and the timeout waited.
-MAX_ENTRIES = 1 << 18
+# measurement take 8 s, during which nothing else was checked and the timeout waited. A process's mappings are read
+# once (its threads share them) and a thread's fds only where its table differs, so an honest process with many
+# threads (a BLAS pool, a JAX runtime) costs what one thread does.
+MAX_ENTRIES = 1 << 20
 OVER = 1 << 62  # what an unmeasurable sandbox holds: more than any quota
 
 
@@ -63,31 +65,38 @@ def held_deleted_bytes(root: int, device: int) -> int | None:
             continue  # it exited
         except PermissionError:
             return None
+        tables: set[frozenset] = set()
+        mapped = False  # the process's mappings, read from its first thread that shows any
         for tid in tids:
             holders = []
             try:
-                fds = os.listdir(f"{PROC}/{tid}/fd")
-                budget -= len(fds)
-                for n in fds:
+                links = {}
+                for n in os.listdir(f"{PROC}/{tid}/fd"):
                     try:
-                        if os.readlink(f"{PROC}/{tid}/fd/{n}").endswith(" (deleted)"):
-                            holders.append(f"{PROC}/{tid}/fd/{n}")
+                        links[n] = os.readlink(f"{PROC}/{tid}/fd/{n}")
                     except FileNotFoundError:  # closed meanwhile
                         continue
-                with open(f"{PROC}/{tid}/maps") as maps:
-                    for line in maps:
-                        budget -= 1
-                        if budget < 0:
-                            return OVER
-                        if not line.endswith(" (deleted)\n"):
-                            continue
-                        span, _, _, dev, inode = line.split(maxsplit=5)[:5]
-                        dev_major, dev_minor = (int(x, 16) for x in dev.split(":"))
-                        if (dev_major, dev_minor) != (major, minor) or int(inode) in seen:
-                            continue
-                        # maps pads addresses to 8 digits, map_files names them unpadded
-                        lo, hi = (int(x, 16) for x in span.split("-"))
-                        holders.append(f"{PROC}/{tid}/map_files/{lo:x}-{hi:x}")
+                budget -= len(links)
+                table = frozenset(links.items())
+                if table not in tables:
+                    tables.add(table)
+                    holders += [f"{PROC}/{tid}/fd/{n}" for n, link in links.items() if link.endswith(" (deleted)")]
+                if not mapped:
+                    with open(f"{PROC}/{tid}/maps") as maps:
+                        for line in maps:
+                            mapped = True
+                            budget -= 1
+                            if budget < 0:
+                                return OVER
+                            if not line.endswith(" (deleted)\n"):
+                                continue
+                            span, _, _, dev, inode = line.split(maxsplit=5)[:5]
+                            dev_major, dev_minor = (int(x, 16) for x in dev.split(":"))
+                            if (dev_major, dev_minor) != (major, minor) or int(inode) in seen:
+                                continue
+                            # maps pads addresses to 8 digits, map_files names them unpadded
+                            lo, hi = (int(x, 16) for x in span.split("-"))
+                            holders.append(f"{PROC}/{tid}/map_files/{lo:x}-{hi:x}")
             except (FileNotFoundError, ProcessLookupError):
                 continue  # it exited
             except PermissionError:

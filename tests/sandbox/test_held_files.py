@@ -161,3 +161,23 @@ def test_too_many_mappings_to_measure_count_as_over_the_quota(tmp_path, monkeypa
         "time.sleep(120)\nprint('kept')\n")
     result = Sandbox(readable=[sys.base_prefix], limits=LIMITS).run(f"{PY} maps.py", work)
     assert result.limit == "disk" and "kept" not in result.output, (result.limit, result.output)
+
+
+def test_threads_sharing_their_tables_are_read_once(monkeypatch, tmp_path):
+    """The full suite's own process (JAX's threads) measured as over: each thread's copy of the shared mappings was
+    counted. Mappings are read once per process, a shared fd table once: 33 threads cost about one."""
+    from swerl_jax.sandbox import held_files
+
+    lines = len(pathlib.Path("/proc/self/maps").read_text().splitlines())
+    release = threading.Event()
+    threads = [threading.Thread(target=release.wait) for _ in range(32)]
+    for t in threads:
+        t.start()
+    try:
+        fds = len(os.listdir("/proc/self/fd")) + 8
+        monkeypatch.setattr(held_files, "MAX_ENTRIES", 2 * lines + 40 * fds)  # 33 reads of the mappings are over
+        assert held_deleted_bytes(os.getpid(), os.stat(tmp_path).st_dev) < held_files.OVER
+    finally:
+        release.set()
+        for t in threads:
+            t.join()
