@@ -11,6 +11,7 @@ commit's reachable set. Executors call nothing else to materialise a repository,
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -20,6 +21,9 @@ import shlex
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterator
+
+from swerl_jax.sandbox.workdirs import tree_usage
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # Files git leaves in .git that name commits or object stores beyond a checkout's own (FETCH_HEAD names the
@@ -83,34 +87,85 @@ def _fetch_checkout(source: pathlib.Path, dest: pathlib.Path, commit: str) -> No
     _git(dest, "checkout", "-q", "--detach", commit)
 
 
-def _cached_store(source: pathlib.Path, commit: str, cache: pathlib.Path) -> pathlib.Path:
+# What a checkout cache keeps by default: an instance's store is reused across an RL run's episodes, and a
+# harness run over Lite without a bound left 14 GB of stores, one per instance, each used once.
+CACHE_BYTES = 4 << 30
+
+
+@contextlib.contextmanager
+def _cached_store(source: pathlib.Path, commit: str, cache: pathlib.Path,
+                  cache_bytes: int) -> Iterator[pathlib.Path]:
     """A verified history-free repository of `commit` under `cache`, made once per (source, commit) and reused:
-    the fetch packs the whole ancestry (0.5 s for flask, far more for larger repositories), a copy does not."""
+    the fetch packs the whole ancestry (0.5 s for flask, far more for larger repositories), a copy does not.
+
+    Held under a shared lock while the caller copies it, so no eviction removes it mid-copy; a store is built
+    under the exclusive lock (one build per key, across threads and processes). After a build the cache is cut
+    back to `cache_bytes`, least recently used first (`_evict`)."""
     cache.mkdir(parents=True, exist_ok=True)
     key = f"{commit}-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]}"
-    store = cache / key
-    with open(cache / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build per key, across threads (own open files) and processes
-        if not store.is_dir():
-            tmp = cache / f".{key}.{uuid.uuid4().hex[:8]}"
+    store, lock_path, built = cache / key, cache / f"{key}.lock", False
+    with open(lock_path, "a") as lock:
+        while True:  # an evictor can take the store between our build and the shared lock: then build again
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            if store.is_dir():
+                break
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not store.is_dir():
+                tmp = cache / f".{key}.{uuid.uuid4().hex[:8]}"
+                try:
+                    _fetch_checkout(source, tmp, commit)
+                    verify_history_free(tmp, commit)
+                    (cache / f"{key}.bytes").write_text(str(tree_usage(tmp, 1 << 24)[0]))
+                    tmp.rename(store)  # atomic: a half-made store is never seen under its name
+                    built = True
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        os.utime(lock_path)  # the lock file's mtime is the store's last use
+        yield store
+    if built:
+        _evict(cache, cache_bytes, keep=key)
+
+
+def _evict(cache: pathlib.Path, cache_bytes: int, keep: str) -> None:
+    """Remove stores, least recently used first, until those left fit `cache_bytes`; never `keep` (just built)
+    nor a store another checkout holds (its shared lock makes our non-blocking exclusive one fail)."""
+    stores = []
+    for lock_path in cache.glob("*.lock"):
+        key = lock_path.name[:-len(".lock")]
+        if (cache / key).is_dir():
             try:
-                _fetch_checkout(source, tmp, commit)
-                verify_history_free(tmp, commit)
-                tmp.rename(store)  # atomic: a half-made store is never seen under its name
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    return store
+                size = int((cache / f"{key}.bytes").read_text())
+            except (OSError, ValueError):  # a store from before the size was kept
+                size = tree_usage(cache / key, 1 << 24)[0]
+            stores.append((lock_path.stat().st_mtime, key, size))
+    total = sum(size for _, _, size in stores)
+    for _, key, size in sorted(stores):
+        if total <= cache_bytes:
+            break
+        if key == keep:
+            continue
+        with open(cache / f"{key}.lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # being copied now: it stays
+                continue
+            if (cache / key).is_dir():
+                trash = cache / f".{key}.evicted.{uuid.uuid4().hex[:8]}"
+                (cache / key).rename(trash)  # gone from its name at once, then deleted
+                shutil.rmtree(trash, ignore_errors=True)
+            total -= size
 
 
 def history_free_checkout(source: pathlib.Path, dest: pathlib.Path, commit: str,
-                          cache: pathlib.Path | None = None) -> None:
+                          cache: pathlib.Path | None = None, cache_bytes: int = CACHE_BYTES) -> None:
     """Check `commit` (a full hash) out of the git dir `source` into the new directory `dest`, as a repository of
     its own holding the commit, its ancestors and the tags that point into them, then `verify_history_free` it.
 
     A fetch by hash from a local repository sends exactly the objects reachable from it (the source's other
     commits stay behind); no remote is configured, no FETCH_HEAD written, no reflog kept. `cache` (a host folder
     no sandbox sees): fetch once per (source, commit) into it and copy that store's .git (copies, never hard
-    links: a sandbox owns and may rewrite its checkout's files). `dest` is verified either way. Raises
+    links: a sandbox owns and may rewrite its checkout's files), keeping at most `cache_bytes` of stores there (and
+    always the one just built). `dest` is verified either way. Raises
     CheckoutError when a step fails and HistoryLeak when the result holds more (a bundle source, for one, brings
     its whole pack).
     """
@@ -122,9 +177,9 @@ def history_free_checkout(source: pathlib.Path, dest: pathlib.Path, commit: str,
     if cache is None:
         _fetch_checkout(source, dest, commit)
     else:
-        store = _cached_store(source, commit, pathlib.Path(cache))
-        dest.mkdir(parents=True)
-        shutil.copytree(store / ".git", dest / ".git", symlinks=True)
+        with _cached_store(source, commit, pathlib.Path(cache), cache_bytes) as store:
+            dest.mkdir(parents=True)
+            shutil.copytree(store / ".git", dest / ".git", symlinks=True)
         _git(dest, "checkout", "-q", "-f", "--detach", commit)  # the work tree (reset would write ORIG_HEAD)
     verify_history_free(dest, commit)
 

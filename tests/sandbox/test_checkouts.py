@@ -151,3 +151,33 @@ def test_a_cached_store_is_copied_and_every_copy_is_verified(source, tmp_path):
     (store / ".git" / "FETCH_HEAD").write_text(f"{fix}\n")
     with pytest.raises(HistoryLeak, match="FETCH_HEAD"):
         history_free_checkout(git_dir, tmp_path / "three", base, cache)
+
+
+def test_the_store_cache_keeps_its_bound_and_never_evicts_a_store_in_use(source, tmp_path):
+    """A Lite run left one store per instance (14 GB): past `cache_bytes` the least recently used go, except the
+    one just built and one another checkout holds (its shared lock)."""
+    import fcntl
+
+    git_dir, base, _ = source
+    first = git(git_dir, "rev-list", "--max-parents=0", "HEAD")
+    second = git(git_dir, "rev-parse", f"{base}~1")
+    cache = tmp_path / "cache"
+
+    def stores() -> set[str]:
+        return {p.name.split("-")[0] for p in cache.iterdir() if p.is_dir() and not p.name.startswith(".")}
+
+    history_free_checkout(git_dir, tmp_path / "a", first, cache, cache_bytes=1)
+    history_free_checkout(git_dir, tmp_path / "b", second, cache, cache_bytes=1)
+    assert stores() == {second}  # over the bound: the older store went, the new one stays
+    held = next(cache.glob(f"{second}-*.lock"))
+    with open(held, "a") as lock:  # a checkout copying `second` right now
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        history_free_checkout(git_dir, tmp_path / "c", base, cache, cache_bytes=1)
+        assert stores() == {second, base}
+    history_free_checkout(git_dir, tmp_path / "d", first, cache, cache_bytes=1)
+    assert stores() == {first}
+    history_free_checkout(git_dir, tmp_path / "e", base, cache)  # the default bound holds both
+    assert stores() == {first, base}
+    for name in "abcde":
+        assert (tmp_path / name / ".git").is_dir()
+    assert (tmp_path / "e" / "a.py").read_text() == "v = 2\n"
