@@ -1,27 +1,17 @@
 """swerl_jax.sweep: typed overrides checked before anything runs, one subprocess per (variant, seed), finished runs
-skipped, a failed run recorded while the sweep goes on, emitted launch commands, and one real run end to end."""
+skipped, a failed run recorded while the sweep goes on, emitted launch commands, and one real run end to end (run
+names and the index: test_sweep_names.py; stopping a run: test_process_group.py)."""
 
 from __future__ import annotations
 
 import json
-import pathlib
-import re
-import shlex
-import signal
-import subprocess
-import sys
-import textwrap
-import threading
-import time
 
 import pytest
 
 from swerl_jax import sweep, sweepdir
-from swerl_jax.config import load_experiment_config, parse_value, set_key
-from swerl_jax.resolve import resolve_config
-from swerl_jax.runs import rundir
+from swerl_jax.config import load_experiment_config, parse_value
+from tests.sweep_fakes import CONFIG, Recorder, sweep_argv
 
-CONFIG = "experiments/tiny_cpu.py"
 CHEAP = {"sft.num_steps": 1, "rl.num_steps": 1, "sampler.mode": "inline", "sampler.max_new_tokens": 8,
          "logging.progress_bar": False, "logging.tensorboard": False}
 
@@ -46,18 +36,6 @@ def test_a_bad_override_fails_before_any_run(tmp_path):
         sweep.run_sweep(CONFIG, tmp_path, [("rl.num_samples", [8, 1])], [0], CHEAP,
                         runner=lambda *a, **k: calls.append(a))
     assert calls == [] and not (tmp_path / "index.json").exists()
-
-
-class Recorder:
-    """Stands in for subprocess.run: records each command, fails the runs whose seed is in `fail_seeds`."""
-
-    def __init__(self, fail_seeds=()):
-        self.commands, self.fail_seeds = [], set(fail_seeds)
-
-    def __call__(self, cmd, **kwargs):
-        self.commands.append(cmd)
-        seed = int(next(a for a in cmd if a.startswith(("--config.seed=", "--config.rl.seed="))).split("=")[1])
-        return subprocess.CompletedProcess(cmd, 3 if seed in self.fail_seeds else 0)
 
 
 def test_runs_variants_by_seeds_records_failures_and_skips_finished(tmp_path):
@@ -94,7 +72,7 @@ def test_emit_writes_one_launcher_line_per_run_and_runs_nothing(tmp_path):
     assert "--config.rl.kl_coef=0.0" in lines[0]
     # a key both swept and fixed is refused (held-out check: the --set value silently lost or won)
     with pytest.raises(ValueError, match="reward.kind is both swept"):
-        sweep.main(_argv(tmp_path / "both", ["reward.kind=continuous"], "--dry-run"))
+        sweep.main(sweep_argv(tmp_path / "both", ["reward.kind=continuous"], "--dry-run"))
     # a launcher that does not exist is refused (issue 31.9: commands.sh was written naming it)
     with pytest.raises(FileNotFoundError, match=r"--emit launch/locl.sh: no such launcher \(did you mean "
                                                 r"launch/local.sh\?\)"):
@@ -106,7 +84,7 @@ def test_emit_writes_one_launcher_line_per_run_and_runs_nothing(tmp_path):
     for extra in ([], ["--dry-run"]):
         with pytest.raises(ValueError, match=r"^--share-sft with --emit: .*each emitted command would train its own "
                                              r"SFT stage.*without --emit"):
-            sweep.main(_argv(tmp_path / "shared", [], "--emit", "launch/local.sh",
+            sweep.main(sweep_argv(tmp_path / "shared", [], "--emit", "launch/local.sh",
                              "--share-sft", *extra))
     assert not (tmp_path / "shared").exists()
 
@@ -255,230 +233,3 @@ def test_variants_keep_positions_of_the_declared_sweep():
 
 # ------------------------------------------------ a researcher's sweep never silently retrains or loses a run
 # (issue 31.5, 31.7): the flags of ABLATIONS.md's commands, result-changing and cosmetic ones apart
-RESULT = ["sft.num_steps=1", "rl.num_steps=1", "sampler.mode=inline", "sampler.max_new_tokens=8"]
-COSMETIC = ["eval.every_steps=30", "logging.progress_bar=false"]
-KINDS = ("reward.kind", ["continuous", "discrete"])
-
-
-def _command(root, sets, seeds=(0,), runner=None, dry_run=False):
-    """`python -m swerl_jax.sweep --config CONFIG --sweep reward.kind=continuous,discrete --set S ...` as `main`
-    parses it (each --set in flag order), with `runner` for the training subprocess."""
-    base = load_experiment_config(CONFIG)
-    fixed = {}
-    for spec in sets:
-        key, _, text = spec.partition("=")
-        fixed[key] = parse_value(base, key, text)
-    return sweep.run_sweep(CONFIG, root, [KINDS], list(seeds), fixed, dry_run=dry_run, runner=runner)
-
-
-def _argv(root, sets, *more):
-    return ["--config", CONFIG, "--workdir", str(root), "--seeds", "0", "--sweep", "reward.kind=continuous,discrete",
-            *[f"--config.{s}" for s in sets], *more]
-
-
-class FakeTrain(Recorder):
-    """Stands in for `python -m swerl_jax.train`: records the command, keeps the resolved config as the trainer
-    does (`rundir.record_config`) and leaves both stages' last checkpoints, i.e. a finished run."""
-
-    def __call__(self, cmd, **kwargs):
-        super().__call__(cmd, **kwargs)
-        flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--"))
-        config, workdir = load_experiment_config(flags.pop("config")), pathlib.Path(flags.pop("workdir"))
-        for key, text in flags.items():
-            key = key.removeprefix("config.")
-            set_key(config, key, parse_value(config, key, text))
-        resolved = resolve_config(config, check_files=False)
-        rundir.record_config(workdir, resolved.to_json(indent=1))
-        for stage, steps in (("sft/checkpoints", resolved.sft.num_steps), ("checkpoints", resolved.rl.num_steps)):
-            (workdir / stage / str(steps)).mkdir(parents=True, exist_ok=True)
-        return subprocess.CompletedProcess(cmd, 0)
-
-
-def _files(root):
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def test_a_runs_name_is_its_result_changing_settings_in_canonical_order():
-    base = load_experiment_config(CONFIG)
-
-    def names(*sets):
-        fixed = {k: parse_value(base, k, v) for k, _, v in (s.partition("=") for s in sets)}
-        return [r["name"] for r in sweep.plan_runs(CONFIG, [KINDS], [0], fixed, check_files=False)]
-
-    planned = names("rl.kl_coef=0.04", *COSMETIC)
-    assert planned == [f"reward.kind-{kind}__rl.kl_coef-0.04__seed-0" for kind in KINDS[1]]
-    assert names(*COSMETIC[::-1], "rl.kl_coef=0.04") == planned  # the flags swapped
-    assert names("rl.kl_coef=0.04") == planned  # the cosmetic flags dropped
-    assert names("rl.kl_coef=4e-2", "logging.progress_bar=true", "checkpoint.every_steps=7") == planned  # same values
-
-
-def test_two_runs_that_would_train_the_same_thing_are_refused():
-    with pytest.raises(ValueError, match="differ only in logging.progress_bar, which change no result"):
-        sweep.plan_runs(CONFIG, [("logging.progress_bar", [True, False])], [0], {}, check_files=False)
-
-
-def test_a_rerun_with_the_flags_swapped_or_cosmetic_ones_dropped_retrains_nothing(tmp_path):
-    first = FakeTrain()
-    index = _command(tmp_path, [*RESULT, *COSMETIC], runner=first)
-    assert len(first.commands) == 2 and [r["status"] for r in index["runs"]] == ["done", "done"]
-    names = [r["name"] for r in index["runs"]]
-    for sets in ([*COSMETIC[::-1], *RESULT[::-1]], [*RESULT, COSMETIC[0]], RESULT):  # swapped; no progress_bar; none
-        again = Recorder()
-        index = _command(tmp_path, sets, runner=again)
-        assert again.commands == [], sets
-        assert [(r["name"], r["status"]) for r in index["runs"]] == [(n, "done") for n in names]
-        assert all(r["returncode"] == 0 and "seconds" in r for r in index["runs"])  # the first command's record
-        assert json.loads((tmp_path / "index.json").read_text()) == index
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == sorted(names)  # no new run directory
-
-
-def test_a_dry_run_writes_nothing(tmp_path, capsys):
-    _command(tmp_path, [*RESULT, *COSMETIC], runner=FakeTrain())
-    before = _files(tmp_path)
-    assert sweep.main(_argv(tmp_path, [*COSMETIC[::-1], *RESULT], "--dry-run")) == 0
-    assert _files(tmp_path) == before
-    assert "2 runs, 2 done, 0 failed, 0 pending (dry run: nothing written)" in capsys.readouterr().out
-    assert sweep.main(_argv(tmp_path / "new", RESULT, "--dry-run")) == 0
-    assert not (tmp_path / "new").exists()
-    # with --emit too: the commands are printed, commands.sh is not written (a held-out check found it written)
-    assert sweep.main(_argv(tmp_path, RESULT, "--dry-run", "--emit", "launch/local.sh")) == 0
-    assert _files(tmp_path) == before and "launch/local.sh " in capsys.readouterr().out
-
-
-def test_runs_named_by_yesterdays_code_are_found_not_retrained(tmp_path, capsys):
-    # yesterday's code named a run by every --set in flag order (ABLATIONS.md's: eval.every_steps, progress_bar, ...)
-    base = load_experiment_config(CONFIG)
-    yesterday = {k: parse_value(base, k, v) for k, _, v in (s.partition("=") for s in [*COSMETIC, *RESULT])}
-    old_dirs = []
-    for kind in KINDS[1]:
-        overrides = {**yesterday, "reward.kind": kind}
-        old_dirs.append(tmp_path / "runs" / ("__".join(f"{k}-{v}" for k, v in overrides.items()) + "__seed-0"))
-        FakeTrain()(sweep.train_command(CONFIG, old_dirs[-1], overrides, 0))
-    # today: the same sweep, its flags in another order
-    rec = Recorder()
-    index = _command(tmp_path, [*RESULT, *COSMETIC[::-1]], runner=rec)
-    assert rec.commands == [] and [r["status"] for r in index["runs"]] == ["done", "done"]
-    assert [r["workdir"] for r in index["runs"]] == [str(d) for d in old_dirs]
-    assert [r["planned_name"] for r in index["runs"]] == [
-        f"reward.kind-{kind}__rl.num_steps-1__sampler.max_new_tokens-8__sampler.mode-inline__sft.num_steps-1__seed-0"
-        for kind in KINDS[1]]
-    out = capsys.readouterr().out
-    assert all(f"found as {d} (named by an earlier sweep" in out for d in old_dirs)
-    assert sorted((tmp_path / "runs").iterdir()) == old_dirs  # nothing trained again beside them
-
-
-def test_a_run_directory_holding_another_configs_checkpoints_is_reported_not_counted(tmp_path, capsys):
-    index = _command(tmp_path, RESULT, runner=FakeTrain())
-    changed = pathlib.Path(index["runs"][0]["workdir"]) / "config.json"  # the experiment file changed since
-    config = json.loads(changed.read_text())
-    config["sft"]["learning_rate"] = 0.5
-    changed.write_text(json.dumps(config))
-    rec = Recorder()
-    index = _command(tmp_path, RESULT, runner=rec)
-    assert rec.commands == [] and [r["status"] for r in index["runs"]] == ["conflict", "done"]
-    assert "sft.learning_rate: 0.5 -> " in index["runs"][0]["conflict"]
-    assert f"conflict {changed.parent}: it holds checkpoints of a run with another config (sft.learning_rate: 0.5 -> " \
-        in capsys.readouterr().out
-
-
-def test_the_index_keeps_every_run_the_directory_holds(tmp_path):
-    _command(tmp_path, RESULT, seeds=[0], runner=FakeTrain())
-    planned = _command(tmp_path, RESULT, seeds=[1], runner=FakeTrain())  # ABLATIONS.md: one seed at a time
-    index = json.loads((tmp_path / "index.json").read_text())
-    assert sorted((r["overrides"]["reward.kind"], r["seed"], r["status"]) for r in index["runs"]) == [
-        (kind, seed, "done") for kind in KINDS[1] for seed in (0, 1)]
-    assert index["planned"] == [r["name"] for r in planned["runs"][:2]]
-    # an index lost (deleted, or written by older code without them): the run directories list their runs again
-    (tmp_path / "index.json").unlink()
-    _command(tmp_path, RESULT, seeds=[1], runner=Recorder())
-    again = json.loads((tmp_path / "index.json").read_text())
-    key = lambda r: (r["name"], r["seed"], r["status"], json.dumps(r["overrides"], sort_keys=True))  # noqa: E731
-    assert sorted(map(key, again["runs"])) == sorted(map(key, index["runs"]))
-
-
-def test_every_run_prints_its_start_and_end_and_the_index_lists_every_run_at_every_update(tmp_path, capsys):
-    seen = []
-
-    class Peek(Recorder):
-        def __call__(self, cmd, **kwargs):
-            seen.append({r["name"]: r["status"] for r in json.loads((tmp_path / "index.json").read_text())["runs"]})
-            return super().__call__(cmd, **kwargs)
-
-    index = _command(tmp_path, RESULT, seeds=[0, 1], runner=Peek(fail_seeds={1}))
-    names = [r["name"] for r in index["runs"]]
-    assert [sorted(s) for s in seen] == [sorted(names)] * 4  # every run listed, the first write included
-    assert [s[n] for s, n in zip(seen, names, strict=True)] == ["running"] * 4 and seen[1][names[0]] == "done"
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 8
-    for i, (name, status) in enumerate(zip(names, ["done", "failed", "done", "failed"], strict=True)):
-        run_dir = re.escape(str(tmp_path / "runs" / name))
-        assert re.fullmatch(rf"sweep \[{i + 1}/4\] start {run_dir} \(its output: train.log there\)", lines[2 * i])
-        assert re.fullmatch(rf"sweep \[{i + 1}/4\] {status} {run_dir} in \d+\.\d s"
-                            + (r" \(exit 3: see its train.log\)" if status == "failed" else ""), lines[2 * i + 1])
-
-
-def test_ctrl_c_and_bad_input_are_one_line(tmp_path, monkeypatch, capsys):
-    def ctrl_c(cmd, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(sweep, "run_child", ctrl_c)
-    argv = _argv(tmp_path, [*RESULT, *COSMETIC])
-    with pytest.raises(SystemExit) as stop:
-        sweep.cli(argv)
-    assert stop.value.code == 130
-    assert capsys.readouterr().err.strip() == ("python -m swerl_jax.sweep: interrupted; to resume, run the same "
-                                               f"command again: python -m swerl_jax.sweep {shlex.join(argv)}")
-    # the run it stopped is pending (it resumes), not "running"; the same command resumes the sweep
-    assert [r["status"] for r in json.loads((tmp_path / "index.json").read_text())["runs"]] == ["pending", "pending"]
-    monkeypatch.setattr(sweep, "run_child", FakeTrain())
-    with pytest.raises(SystemExit) as stop:
-        sweep.cli(argv)
-    assert stop.value.code == 0
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as stop:
-        sweep.cli(_argv(tmp_path, ["rl.kl_coeff=0"]))
-    assert stop.value.code == 2
-    assert capsys.readouterr().err.strip() == ("python -m swerl_jax.sweep: unknown config key rl.kl_coeff; did you "
-                                               "mean rl.kl_coef?")
-
-
-def test_ctrl_c_stops_the_run_in_progress_and_what_it_started(tmp_path):
-    # the run (a stand-in for the trainer) stops on SIGINT; what it started ignores SIGINT and must not outlive it
-    started, stopped = tmp_path / "started", tmp_path / "stopped"
-    child = textwrap.dedent(f"""
-        import pathlib, signal, subprocess, sys, time
-        ignore = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(120)"
-        helper = subprocess.Popen([sys.executable, "-c", ignore])
-        def stop(*_):
-            pathlib.Path({str(stopped)!r}).write_text("SIGINT")
-            sys.exit(130)
-        signal.signal(signal.SIGINT, stop)
-        pathlib.Path({str(started)!r}).write_text(f"{{helper.pid}}")
-        time.sleep(120)
-    """)
-    main_thread = threading.main_thread().ident
-
-    def press_ctrl_c():  # once the run is up: waits on an event, not on a guessed duration
-        deadline = time.monotonic() + 60
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        signal.pthread_kill(main_thread, signal.SIGINT)
-
-    threading.Thread(target=press_ctrl_c, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        sweep.run_child([sys.executable, "-c", child], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL)
-    assert stopped.read_text() == "SIGINT"  # it was asked to stop (and could close its checkpoint writes)
-    helper = int(started.read_text())
-    deadline = time.monotonic() + 30
-    while _alive(helper) and time.monotonic() < deadline:  # killed; its parent gone, init reaps it
-        time.sleep(0.02)
-    assert not _alive(helper)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state not in ("Z", "X")
