@@ -2,7 +2,8 @@
 (FIELD: a `CurateConfig` field, e.g. --config.max_changed_lines=500 --config.formats=jsonl).
 
 Beam options pass through unchanged, e.g.
-  DirectRunner (default), 2 processes: --direct_num_workers=2 --direct_running_mode=multi_processing
+  FnApiRunner (default, local), 2 processes: --direct_num_workers=2 --direct_running_mode=multi_processing
+  (Beam's DirectRunner downloads and tries its Prism runner first: --runner=DirectRunner to have that)
   Dataflow: --runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp --num_workers=N
             --sdk_container_image=IMAGE (an image with this package installed; clones and --out must be
             on a file system every worker mounts)

@@ -28,15 +28,16 @@ def run_curation(
     """Run the pipeline, then publish ``out_dir/{records,rl_seeds,meta,dropped}/`` and ``out_dir/funnel.json``.
 
     ``beam_args`` are Beam pipeline options (``--runner``, ``--direct_num_workers``, Dataflow/Flink/Spark
-    flags); without ``--runner`` the DirectRunner is used. Returns the funnel dict plus ``seconds``.
-    If the pipeline fails nothing is published and the staging folder is removed.
+    flags); without ``--runner`` the local FnApiRunner is used: Beam 2.77's DirectRunner would first download the
+    Prism runner from GitHub (a binary fetched at run time) and, where that works, run there instead. Returns the
+    funnel dict plus ``seconds``. If the pipeline fails nothing is published and the staging folder is removed.
     """
     os.makedirs(out_dir, exist_ok=True)
     staging = os.path.join(os.path.abspath(out_dir), f".staging-{uuid.uuid4().hex[:12]}")
     os.makedirs(staging)
     args = list(beam_args)
     if not any(a.startswith("--runner") for a in args):
-        args.append("--runner=DirectRunner")
+        args.append("--runner=FnApiRunner")  # what the DirectRunner fell back to here, without the download
     start = time.perf_counter()
     try:
         with beam.Pipeline(options=PipelineOptions(args)) as p:

@@ -192,3 +192,28 @@ def test_unexpected_error_is_counted_not_fatal(world, tmp_path, monkeypatch):
     funnel = run_curation(str(clones), str(tmp_path / "out"), CurateConfig(num_shards=1), beam_args=IN_MEMORY,
                           verbose=False)
     assert funnel["stages"] == [{"stage": "extract_error", "dropped": 1, "remaining": 0}] and funnel["kept"] == 0
+
+
+def test_the_default_runner_never_tries_prism(world, tmp_path, monkeypatch):
+    """Beam 2.77's DirectRunner first tries Prism, which downloads a Go binary from GitHub at run time and, where it
+    can, runs the pipeline there instead of the FnApiRunner the tests exercise: the default names FnApiRunner."""
+    from apache_beam.runners.portability import prism_runner
+
+    root, _, _, _ = world
+    tried = []
+
+    class NoPrism(prism_runner.PrismRunner):
+        def run_pipeline(self, *args, **kwargs):
+            tried.append(True)
+            raise RuntimeError("prism is off in this test")
+
+    monkeypatch.setattr(prism_runner, "PrismRunner", NoPrism)
+    clones = tmp_path / "clones"
+    clones.mkdir()
+    (clones / "acme__gadget.git").symlink_to(root / "clones" / "acme__gadget.git")
+    funnel = run_curation(str(clones), str(tmp_path / "out"), CurateConfig(num_shards=1), beam_args=IN_MEMORY,
+                          verbose=False)
+    assert funnel["kept"] > 0 and not tried
+    run_curation(str(clones), str(tmp_path / "direct"), CurateConfig(num_shards=1),
+                 beam_args=[*IN_MEMORY, "--runner=DirectRunner"], verbose=False)
+    assert tried  # the check can fail: the DirectRunner does try Prism
