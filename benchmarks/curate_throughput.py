@@ -1,5 +1,5 @@
 """Curation throughput: PRs/s of our extraction vs GitPython on the same PRs, and the Beam pipeline with 1 and 2
-DirectRunner workers.
+FnApiRunner workers (the local runner `run_curation` names).
 
     .venv/bin/python benchmarks/curate_throughput.py --clones /tmp/curate_real/clones [--workers 1 2]
 
@@ -7,7 +7,7 @@ Part 1 (extraction core, one process): the same merged-PR list (git history, bot
 turned into (path, before, after) triples by our ``extract_pr`` (one ``git cat-file --batch`` per repo,
 ``git diff --raw``) and by GitPython (``Commit.diff(create_patch=True)`` + ``blob.data_stream``, the engine
 behind PyDriller); prints both rates, the ratio, and how many PRs' file contents agree.
-Part 2 (end to end): ``run_curation`` on the DirectRunner, multi-process, per worker count: PR candidates/s.
+Part 2 (end to end): ``run_curation`` on the local FnApiRunner, multi-process, per worker count: PR candidates/s.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def main() -> int:
             funnel = run_curation(args.clones, out, CurateConfig(), beam_args=[
                 "--direct_running_mode=multi_processing", f"--direct_num_workers={n}"], verbose=False)
         rates[n] = funnel["pr_candidates"] / funnel["seconds"]
-        print(f"pipeline, DirectRunner {n} worker(s): {funnel['pr_candidates']} PRs -> {funnel['kept']} records in "
+        print(f"pipeline, FnApiRunner {n} worker(s): {funnel['pr_candidates']} PRs -> {funnel['kept']} records in "
               f"{funnel['seconds']:.1f} s = {rates[n]:.1f} PRs/s")
     if 1 in rates and len(rates) > 1:
         for n in sorted(rates)[1:]:

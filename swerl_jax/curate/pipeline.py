@@ -1,7 +1,7 @@
 """The Beam graph: clones (+ events, + issues) -> merged PRs -> filtered, deduplicated records -> shards.
 
 Every transform is a pure function or a DoFn whose state (open clones) lives in ``setup``/``teardown``;
-nothing global, so the same graph runs on the DirectRunner, Dataflow, Flink or Spark. Each PR leaves
+nothing global, so the same graph runs on the local FnApiRunner, Dataflow, Flink or Spark. Each PR leaves
 exactly one funnel label ("drop:<reason>" or "kept"), each kept PR one "seed:<reason>" label; labels
 are counted with Count.PerElement and written to ``<staging>/funnel_counts.json``.
 """

@@ -1,4 +1,4 @@
-"""The command line on the default multi-process DirectRunner (2 workers) gives the in-memory run's results."""
+"""The command line on the default multi-process FnApiRunner (2 workers) gives the in-memory run's results."""
 
 import json
 
