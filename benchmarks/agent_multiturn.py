@@ -30,7 +30,7 @@ import torch  # noqa: E402
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.sampler_throughput import build_prompts  # noqa: E402
+from benchmarks.sampler_measure import build_prompts  # noqa: E402
 from swerl_jax.agent.rollout import Reprefill  # noqa: E402
 from swerl_jax.model.convert import load_hf  # noqa: E402
 from swerl_jax.model.smollm2 import smollm2_hf_dir  # noqa: E402

@@ -43,7 +43,7 @@ def os_count(src: pathlib.Path, dst: pathlib.Path, shardings, read: str = "auto"
     import jax
 
     from swerl_jax.model.convert import load_hf
-    from tests.model.test_hf_stream import private_copy, read_bytes, reference
+    from tests.model.hf_checkpoints import private_copy, read_bytes, reference
 
     copy = private_copy(src, dst)
     before = read_bytes()
@@ -72,7 +72,7 @@ def worker(hf_dir: pathlib.Path, out: pathlib.Path, small: pathlib.Path) -> None
 
     from swerl_jax.model.convert import CheckpointReader, checkpoint_tensors, hf_config_to_llama, load_hf
     from swerl_jax.model.hf_write import save_tensors
-    from tests.model.test_hf_stream import reference
+    from tests.model.hf_checkpoints import reference
 
     cfg = hf_config_to_llama(json.loads((hf_dir / "config.json").read_text()))
     report: dict = {"process": jax.process_index(), "processes": jax.process_count()}
@@ -106,8 +106,8 @@ def test_two_processes_each_read_their_half_and_save_without_gathering(tmp_path)
     from safetensors.numpy import load_file
 
     from swerl_jax.model.config import get_model_config
+    from tests.model.hf_checkpoints import write_random_checkpoint
     from tests.model.hf_models import save_random_hf
-    from tests.model.test_hf_stream import write_random_checkpoint
 
     hf_dir = tmp_path / "hf"
     save_random_hf(get_model_config("tiny"), hf_dir, seed=9, max_shard_size="100KB")
