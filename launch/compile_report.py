@@ -129,4 +129,7 @@ def format_report(report: dict[str, Any]) -> str:
                   f"{r['mfu_bound']:.0%}",
                   "  collectives: " + (", ".join(f"{k} x{v['count']} {v['bytes'] / GiB:.3f} GiB"
                                                  for k, v in sorted(r["collectives"].items())) or "none")]
+        if "updates_per_step" in r:  # the program is one optimizer update; a step runs it this many times
+            lines.append(f"  one update: {r['rows']} rows in {r['num_micro_batches']} micro-batch(es); "
+                         f"{r['updates_per_step']} update(s) per step (rl.update_epochs x rl.ppo_minibatches)")
     return "\n".join(lines)

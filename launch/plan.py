@@ -49,6 +49,7 @@ from swerl_jax import sharding  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
 from swerl_jax.model.config import FROM_CHECKPOINT, LlamaConfig, get_model_config  # noqa: E402
 from swerl_jax.resolve import resolve_config  # noqa: E402
+from swerl_jax.rl import minibatch  # noqa: E402
 from swerl_jax.runs.affinity import sampler_shares_devices  # noqa: E402
 
 GiB = 1024**3
@@ -71,14 +72,25 @@ class Workload:
     sampler_len: int  # KV-cache slots per sequence
 
 
+def update_rows(config: Any, mode: str = "rl") -> int:
+    """Rows one optimizer update trains on: sft.batch_size, or a step's rl.prompts_per_step x rl.num_samples cut
+    into rl.ppo_minibatches (each minibatch is an update of its own, `swerl_jax.rl.minibatch`); raises naming
+    rl.ppo_minibatches where it does not divide them."""
+    if mode == "sft":
+        return int(config.sft.batch_size)
+    rows, n = int(config.rl.prompts_per_step) * int(config.rl.num_samples), int(config.rl.ppo_minibatches)
+    minibatch.check_minibatches(rows, n, int(config.rl.micro_batch_size))
+    return rows // n
+
+
 def workload_from_config(config: Any, mode: str = "rl") -> Workload:
     """The RL (prompt + completion, loss over the completion) or SFT workload the config describes."""
     sampler_len = config.data.max_prompt_len + config.sampler.max_new_tokens
     if mode == "sft":
         return Workload(config.sft.micro_batch_size or config.sft.batch_size, config.sft.max_len, config.sft.max_len,
                         config.sampler.max_batch, sampler_len)
-    step_batch = config.rl.prompts_per_step * config.rl.num_samples
-    micro = config.rl.micro_batch_size or step_batch
+    step_batch = update_rows(config, mode)
+    micro = min(config.rl.micro_batch_size or step_batch, step_batch)
     if str(config.rl.task) == "agent":  # a row is a whole episode: task + turns + observations, <= max_context
         context = config.agent.max_context
         return Workload(micro, context, context, config.sampler.max_batch, sampler_len)
@@ -283,8 +295,7 @@ def make_plan(config: Any, mesh: str, model_name: str | None = None, mode: str =
                      f"batch shards (data x fsdp); planned as {-(-work.micro_batch // shards)} per device: set "
                      f"{key} to a multiple of {shards}")
     rules = sharding.logical_axis_rules(config)
-    step_batch = (int(config.sft.batch_size) if mode == "sft"
-                  else int(config.rl.prompts_per_step) * int(config.rl.num_samples))
+    step_batch = update_rows(config, mode)
     num_micro = max(1, step_batch // max(1, work.micro_batch))  # > 1 adds the fp32 gradient accumulator
     rows = estimate(model, sizes, rules, work, micro_batches=num_micro)
     # The largest per-device micro-batch (sequences) whose train step fits: what rl.micro_batch_size could be.

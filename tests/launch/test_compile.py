@@ -97,6 +97,21 @@ def test_qwen3_train_and_decode_compile_and_agree_with_the_planner(qwen3_report,
     assert state == 2 * 4 * 32 * 6
 
 
+@needs_libtpu
+def test_a_step_of_minibatches_compiles_one_update(report):
+    """rl.ppo_minibatches = n: the trainer runs a step's rows as n updates of rows / n (each with its loss scale
+    and, decoupled, the proximal log-probs); the compiled program and the planner were the whole step's."""
+    c = _small_config()
+    c.rl.ppo_minibatches, c.rl.off_policy = 2, "decoupled"
+    r = tpu_compile.compile_all(c, "v5p-8", programs=("train",), attention="pallas")
+    half, whole = r["programs"]["train"], report["programs"]["train"]
+    assert "error" not in half and (half["rows"], half["updates_per_step"]) == (4, 2)
+    assert (whole["rows"], whole["updates_per_step"]) == (8, 1)
+    assert 0.4 <= half["xla_flops"] / whole["xla_flops"] <= 0.6, (half["xla_flops"], whole["xla_flops"])
+    assert r["planner"]["train total"] < report["planner"]["train total"]
+    assert half["argument_bytes"] < whole["argument_bytes"]  # the state is the same; the batch is half plus two
+
+
 def test_collectives_are_counted_by_kind():
     hlo = """
   %all-gather-start.1 = (bf16[64,8]{1,0}, bf16[256,8]{1,0}) all-gather-start(bf16[64,8]{1,0} %p), dimensions={0}

@@ -149,3 +149,18 @@ def test_a_sampler_on_the_trainers_gpu_is_planned_with_it():
     two = plan.make_plan(c, "h100x1")
     assert two.device_total == two.total + 2 * two.rows["sampler total"]
     assert sum((two.memory_split()[0], 2 * two.memory_split()[1])) <= two.usable
+
+
+def test_a_step_cut_into_minibatches_is_planned_per_update():
+    """rl.ppo_minibatches = n: each update trains on a step's rows / n, so without micro-batches that is the
+    activation batch the planner sizes (it planned the whole step's); n that does not divide is named."""
+    c = base.get_config()
+    c.rl.prompts_per_step, c.rl.num_samples, c.rl.micro_batch_size = 8, 4, 0
+    assert plan.workload_from_config(c).micro_batch == 32
+    c.rl.ppo_minibatches = 4
+    assert plan.update_rows(c) == 8 and plan.workload_from_config(c).micro_batch == 8
+    c.rl.micro_batch_size = 16  # larger than an update's rows: the trainer runs one micro-batch of 8
+    assert plan.workload_from_config(c).micro_batch == 8
+    c.rl.ppo_minibatches = 3
+    with pytest.raises(ValueError, match=r"rl.ppo_minibatches=3 does not divide the step's 32 rows"):
+        plan.update_rows(c)
