@@ -47,14 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from launch import plan  # noqa: E402
 from launch.compile_report import GiB, analyse, collectives, format_report, model_flops  # noqa: E402, F401
+from launch.train_shapes import train_batch, train_info  # noqa: E402
 from swerl_jax import sharding  # noqa: E402
 from swerl_jax.meshes import MESHES, MeshSpec, multislice_spec  # noqa: E402
 from swerl_jax.model.config import LlamaConfig  # noqa: E402
 from swerl_jax.model.llama import KVCache, Llama, positions_from_mask  # noqa: E402
 from swerl_jax.optim import make_optimizer  # noqa: E402
-from swerl_jax.policy import micro_batches, model_config_from  # noqa: E402
-from swerl_jax.rl import minibatch  # noqa: E402
-from swerl_jax.rl.collector import COMPLETION_BUCKET  # noqa: E402
+from swerl_jax.policy import model_config_from  # noqa: E402
 from swerl_jax.rl.objectives import GRPOLossConfig  # noqa: E402
 from swerl_jax.rl.trainer import make_rl_loss  # noqa: E402
 from swerl_jax.sampler.decode import decode_step, decode_step_shared, decode_weights  # noqa: E402
@@ -100,63 +99,6 @@ def abstract_train_state(model_config: LlamaConfig, mesh: Any, rules: sharding.R
     shardings = state_shardings(optimizer, p_shard, params, mesh)
     state = jax.eval_shape(lambda p: TrainState(jnp.zeros((), jnp.int32), p, optimizer.init(p)), params)
     return _sds(state, shardings), shardings
-
-
-def train_batch(config: Any, mode: str) -> tuple[dict[str, jax.ShapeDtypeStruct], int, int]:
-    """One optimizer update's batch at the trainer's longest shapes: (batch, prompt_len, completion_len).
-
-    RL rows are `rollouts.build_train_batch`'s (+ sampler / reference log-probs), `plan.update_rows` of them (a
-    step's rows over rl.ppo_minibatches: each minibatch is an update of its own, with its loss scale), the
-    proximal log-probs where the objective is decoupled, and a row as long as the collector's caps allow
-    (`longest_rl_row`). SFT rows are `sft.sft_rows`'s with the prompt at `data.max_prompt_len` and the target
-    filling `sft.max_len`.
-    """
-    f32, i32, b = jnp.float32, jnp.int32, jnp.bool_
-    if mode == "sft":
-        rows, width = int(config.sft.batch_size), int(config.sft.max_len)
-        p = min(int(config.data.max_prompt_len), width - 1)
-        c = width - p
-        return {"tokens": jax.ShapeDtypeStruct((rows, width), i32),
-                "attention_mask": jax.ShapeDtypeStruct((rows, width), b),
-                "loss_mask": jax.ShapeDtypeStruct((rows, c), f32)}, p, c
-    rows = plan.update_rows(config, mode)
-    p, c = longest_rl_row(config)
-    batch = {"tokens": jax.ShapeDtypeStruct((rows, p + c), i32),
-             "attention_mask": jax.ShapeDtypeStruct((rows, p + c), b),
-             "loss_mask": jax.ShapeDtypeStruct((rows, c), f32), "old_logp": jax.ShapeDtypeStruct((rows, c), f32),
-             "advantages": jax.ShapeDtypeStruct((rows,), f32), "truncated": jax.ShapeDtypeStruct((rows,), b),
-             "sampler_logp": jax.ShapeDtypeStruct((rows, c), f32)}
-    if float(config.rl.kl_coef) > 0:
-        batch["ref_logp"] = jax.ShapeDtypeStruct((rows, c), f32)
-    if GRPOLossConfig.from_config(config).off_policy == "decoupled":
-        batch["prox_logp"] = jax.ShapeDtypeStruct((rows, c), f32)
-    if int(config.rl.ppo_minibatches) > 1:
-        batch[minibatch.SCALE_KEY] = jax.ShapeDtypeStruct((rows,), f32)
-    if str(config.rl.task) == "agent":  # token masks: only the model's turns are scored (at most every position)
-        batch["score_positions"] = jax.ShapeDtypeStruct((rows, c), i32)
-    return batch, p, c
-
-
-def longest_rl_row(config: Any) -> tuple[int, int]:
-    """(prompt_len, completion_len) of the trainer's longest RL row: `batching.row_shape` buckets a step's rows
-    up to data.max_prompt_len and the collector's `completion_cap` (an answer: sampler.max_new_tokens, at least
-    one bucket; an agent's transcript: agent.max_context)."""
-    if str(config.rl.task) == "agent":
-        return int(config.data.max_prompt_len), int(config.agent.max_context)
-    return int(config.data.max_prompt_len), max(COMPLETION_BUCKET, int(config.sampler.max_new_tokens))
-
-
-def train_info(config: Any, mode: str) -> dict[str, int]:
-    """The compiled step's workload: rows, prompt_len, loss_len and num_micro_batches (as the trainer splits),
-    and for RL the updates one step makes (rl.update_epochs x rl.ppo_minibatches, each this program once)."""
-    batch, p, c = train_batch(config, mode)
-    rows = batch["tokens"].shape[0]
-    key = "sft.micro_batch_size" if mode == "sft" else "rl.micro_batch_size"
-    size = int(config.sft.micro_batch_size) if mode == "sft" else int(config.rl.micro_batch_size)
-    info = {"rows": rows, "prompt_len": p, "loss_len": c, "num_micro_batches": micro_batches(rows, size, key)}
-    if mode != "sft":
-        info["updates_per_step"] = int(config.rl.update_epochs) * int(config.rl.ppo_minibatches)
-    return info
 
 
 def lower_train(config: Any, mode: str, model_config: LlamaConfig, mesh: Any, rules: sharding.Rules) -> Any:

@@ -45,11 +45,11 @@ from ml_collections import config_flags
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
+from launch.train_shapes import update_rows  # noqa: E402
 from swerl_jax import sharding  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
 from swerl_jax.model.config import FROM_CHECKPOINT, LlamaConfig, get_model_config  # noqa: E402
 from swerl_jax.resolve import resolve_config  # noqa: E402
-from swerl_jax.rl import minibatch  # noqa: E402
 from swerl_jax.runs.affinity import sampler_shares_devices  # noqa: E402
 
 GiB = 1024**3
@@ -70,17 +70,6 @@ class Workload:
     loss_len: int  # positions projected to the vocabulary per sequence
     sampler_batch: int  # sequences decoded at once (global)
     sampler_len: int  # KV-cache slots per sequence
-
-
-def update_rows(config: Any, mode: str = "rl") -> int:
-    """Rows one optimizer update trains on: sft.batch_size, or a step's rl.prompts_per_step x rl.num_samples cut
-    into rl.ppo_minibatches (each minibatch is an update of its own, `swerl_jax.rl.minibatch`); raises naming
-    rl.ppo_minibatches where it does not divide them."""
-    if mode == "sft":
-        return int(config.sft.batch_size)
-    rows, n = int(config.rl.prompts_per_step) * int(config.rl.num_samples), int(config.rl.ppo_minibatches)
-    minibatch.check_minibatches(rows, n, int(config.rl.micro_batch_size))
-    return rows // n
 
 
 def workload_from_config(config: Any, mode: str = "rl") -> Workload:

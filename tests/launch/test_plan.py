@@ -11,7 +11,7 @@ import optax
 import pytest
 
 from experiments import base, swerl_llama3_70b
-from launch import plan
+from launch import plan, train_shapes
 from swerl_jax import sharding
 from swerl_jax.meshes import MESHES
 from swerl_jax.model.config import get_model_config
@@ -158,9 +158,9 @@ def test_a_step_cut_into_minibatches_is_planned_per_update():
     c.rl.prompts_per_step, c.rl.num_samples, c.rl.micro_batch_size = 8, 4, 0
     assert plan.workload_from_config(c).micro_batch == 32
     c.rl.ppo_minibatches = 4
-    assert plan.update_rows(c) == 8 and plan.workload_from_config(c).micro_batch == 8
+    assert train_shapes.update_rows(c) == 8 and plan.workload_from_config(c).micro_batch == 8
     c.rl.micro_batch_size = 16  # larger than an update's rows: the trainer runs one micro-batch of 8
     assert plan.workload_from_config(c).micro_batch == 8
     c.rl.ppo_minibatches = 3
     with pytest.raises(ValueError, match=r"rl.ppo_minibatches=3 does not divide the step's 32 rows"):
-        plan.update_rows(c)
+        train_shapes.update_rows(c)
