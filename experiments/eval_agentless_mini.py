@@ -49,6 +49,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.grade = True
     c.harness_workers = 2
     c.test_timeout_s = 1800
-    # unpinned requirements of the test environments as of each instance's created_at; "off": today's index
+    # unpinned requirements of the test environments as of each instance's created_at; "images": as of 2024-06-27,
+    # the official images' build day, for every instance; "off": today's index
     c.index_cutoff = "created_at"
     return c

@@ -1,7 +1,7 @@
 """Calibrate the harness: grade gold and empty patches; exclude instances where gold fails or empty passes.
 
     python -m swerl_jax.eval.calibrate --instances FILE --repos DIR --out DIR [--repo owner/name ...]
-        [--per-repo N] [--workers N] [--index-cutoff created_at|off] [--env-cache DIR]
+        [--per-repo N] [--workers N] [--index-cutoff created_at|images|off] [--env-cache DIR]
 
 Runs the harness twice (OUT/gold, OUT/empty; each resumable) and writes OUT/calibration.json (per instance: gold
 and empty status, included or the reason it is excluded) and OUT/calibration.md (a table per repository). An
@@ -17,6 +17,7 @@ import json
 import pathlib
 
 from swerl_jax.eval import harness, predictions, reach
+from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
 
 # Test-log signs that a test needed the network the sandbox does not give (results graded before reach.py).
 NETWORK_SIGNS = reach.NETWORK_SIGNS
@@ -86,8 +87,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--per-repo", type=int, default=None, help="at most N instances per repository")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--timeout", type=float, default=1800.0)
-    p.add_argument("--index-cutoff", choices=("created_at", "off"), default="created_at",
-                   help="resolve unpinned requirements as of each instance's created_at, or today (off)")
+    p.add_argument("--index-cutoff", choices=CUTOFF_MODES, default="created_at",
+                   help="resolve unpinned requirements as of each instance's created_at, as of 2024-06-27 (images: "
+                   "the official images' build day), or today (off)")
     p.add_argument("--env-cache", type=pathlib.Path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
     args = p.parse_args(argv)
     instances = predictions.index_instances(args.instances)

@@ -99,7 +99,8 @@ class LocalExecutor:
                  index_cutoff: str = "created_at"):
         """limits bound the patch and test steps; the install step gets setup_timeout_s (it may download).
         index_cutoff: "created_at" resolves unpinned requirements (env build and install) against the index as of
-        the instance's created_at (index_cutoff.py); "off", against today's."""
+        the instance's created_at (index_cutoff.py); "images", as of 2024-06-27 (the official images' build day)
+        for every instance; "off", against today's."""
         if index_cutoff not in cutoffs.MODES:
             raise cutoffs.CutoffError(f"index cut-off {index_cutoff!r}: must be one of {cutoffs.MODES}")
         self.repos_dir, self.out_dir, self.envs = repos_dir, out_dir, envs

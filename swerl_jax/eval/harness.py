@@ -35,6 +35,7 @@ from tqdm import tqdm
 from swerl_jax.data.paths import user_path
 from swerl_jax.eval import environments, outcomes, reach
 from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
+from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
 from swerl_jax.eval.predictions import PREDICTION_FIELDS, index_instances, load_predictions, safe_id
 from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits, bwrap_path
@@ -245,8 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for an instance's tests (and patching)")
     p.add_argument("--setup-timeout", type=float, default=1800.0, help="seconds for an instance's install step")
     p.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap of sandboxed commands")
-    p.add_argument("--index-cutoff", choices=("created_at", "off"), default="created_at",
-                   help="unpinned requirements as of the instance's created_at (default), or today's index (off)")
+    p.add_argument("--index-cutoff", choices=CUTOFF_MODES, default="created_at",
+                   help="unpinned requirements as of the instance's created_at (default), as of 2024-06-27 for every "
+                   "instance (images: what the official images froze), or today's index (off)")
     p.add_argument("--keep-workdirs", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--instance_ids", nargs="+", default=None, metavar="ID",

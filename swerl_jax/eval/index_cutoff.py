@@ -25,7 +25,7 @@ import threading
 import urllib.error
 import urllib.request
 
-MODES = ("created_at", "off")
+MODES = ("created_at", "images", "off")
 UPSTREAM = os.environ.get("SWERL_JAX_INDEX_UPSTREAM", "https://pypi.org/simple")
 # A pinned requirement in a spec's strings: `name==version` (pip_packages, packages, sed'ed pins in pre_install).
 PIN = re.compile(r"(?<![\w.-])([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([0-9][A-Za-z0-9.+!_-]*)")
@@ -106,12 +106,19 @@ PYTHON_RELEASED = {"3.5": "2015-09-13", "3.6": "2016-12-23", "3.7": "2018-06-27"
 
 def instance_cutoff(instance: dict, mode: str, python: str | None = None) -> str | None:
     """The cut-off for an instance under `mode` ("created_at": its created_at as `YYYY-MM-DDTHH:MM:SSZ`, or the
-    release of the spec's interpreter `python` when that is later; "off": None, today's index); CutoffError naming
-    the mode or the instance's field."""
+    release of the spec's interpreter `python` when that is later; "images": `TOOLING_CUTOFF` for every
+    instance, what the official images froze when they were built; "off": None, today's index); CutoffError
+    naming the mode or the instance's field."""
     if mode not in MODES:
         raise CutoffError(f"index cut-off {mode!r}: must be one of {MODES}")
     if mode == "off":
         return None
+    if mode == "images":  # every Lite and Verified instance predates the build day; a later one keeps its own date
+        raw = instance.get("created_at")
+        try:
+            return max(TOOLING_CUTOFF, parse_time(str(raw)).strftime("%Y-%m-%dT%H:%M:%SZ"), key=parse_time)
+        except ValueError:
+            return TOOLING_CUTOFF
     raw = instance.get("created_at")
     try:
         when = parse_time(str(raw))

@@ -71,6 +71,9 @@ def test_versions_pins_and_the_instance_date():
     assert index_cutoff.instance_cutoff(inst, "created_at", "3.9") == "2020-10-05T00:00:00Z"
     assert index_cutoff.instance_cutoff(inst, "created_at", "3.6") == "2020-05-27T12:00:31Z"
     assert index_cutoff.instance_cutoff(inst, "off", "3.9") is None
+    # images: the official images' build day for every instance (a later instance keeps its own date)
+    assert index_cutoff.instance_cutoff(inst, "images", "3.9") == index_cutoff.TOOLING_CUTOFF == "2024-06-27T00:00:00Z"
+    assert index_cutoff.instance_cutoff({"created_at": "2025-01-02T03:04:05Z"}, "images") == "2025-01-02T03:04:05Z"
     with pytest.raises(index_cutoff.CutoffError, match=r"index cut-off 'of': must be one of"):
         index_cutoff.instance_cutoff(inst, "of")
     with pytest.raises(index_cutoff.CutoffError, match=r"i: created_at None is not an ISO time.*--index-cutoff off"):
