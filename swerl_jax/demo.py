@@ -39,6 +39,26 @@ def reward_change(rows: list[dict], key: str = "reward_mean", frac: float = 0.1,
     return _mean([r.get(key, 0.0) for r in rows[:k]]), _mean([r.get(key, 0.0) for r in rows[-k:]]), k
 
 
+DEMO_MARK = "DEMO_RUN"  # the demo's own folder: the next demo may replace it
+
+
+def clear_demo_workdir(workdir: pathlib.Path) -> None:
+    """Empty `workdir` for a fresh demo run, but only where it is one: a missing or empty folder, a folder with
+    the demo's mark, or the default demo folder holding a run (from before the mark). Anything else is a user's
+    folder, which the demo never deletes: ValueError naming it and what it holds."""
+    if not workdir.exists():
+        return
+    if not workdir.is_dir():
+        raise ValueError(f"--workdir {workdir} is a file, not a folder")
+    entries = sorted(p.name for p in workdir.iterdir())
+    legacy = workdir == REPO_ROOT / "workdirs" / "demo" and "config.json" in entries
+    if entries and DEMO_MARK not in entries and not legacy:
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise ValueError(f"--workdir {workdir} is not a demo run (it holds {shown}); the demo replaces its folder "
+                         "at each run, so give it a new or empty one (or --resume to continue a demo run there)")
+    shutil.rmtree(workdir)
+
+
 def train_demo(args: argparse.Namespace) -> int:
     """Train tiny_cpu into `args.workdir` and summarise the run (how the reward moved, where the files are)."""
     sys.path.insert(0, str(REPO_ROOT))  # the experiments package sits at the repository root
@@ -48,8 +68,14 @@ def train_demo(args: argparse.Namespace) -> int:
     from swerl_jax.train import run_experiment
 
     workdir = pathlib.Path(args.workdir).resolve()
-    if workdir.exists() and not args.resume:
-        shutil.rmtree(workdir)
+    if not args.resume:
+        try:
+            clear_demo_workdir(workdir)
+        except ValueError as err:  # a user's folder: one line, nothing deleted
+            print(f"python -m swerl_jax.demo: {err}", file=sys.stderr)
+            return 2
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / DEMO_MARK).write_text("written by python -m swerl_jax.demo, which replaces this folder at each run\n")
     config = tiny_cpu.get_config()
     if args.rl_steps:
         config.rl.num_steps = args.rl_steps

