@@ -95,6 +95,19 @@ def test_rerun_does_not_repeat_a_finished_sft_stage(handoff):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
+def test_a_finished_run_trains_nothing_even_without_its_sft_stage(handoff, tmp_path):
+    """A GRPO-finished run whose sft/ was deleted (to save disk) said "nothing to train", then trained SFT again."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(handoff[0], run)
+    shutil.rmtree(run / "sft")
+    summary = train.run_experiment(_config(2), run)
+    assert summary["already_finished"] == {"grpo": 2} and "sft" not in summary and "rl" not in summary
+    assert not (run / "sft").exists()
+
+
 def test_sft_baseline_evaluated_like_the_rl_policy(tmp_path):
     """eval.every_steps > 0 and an SFT-only run (the RL-vs-SFT baseline): the SFT policy's held-out repair metric
     is written to sft/eval.json, and it is the very metric the GRPO trainer logs for the same params."""

@@ -43,6 +43,7 @@ def test_resume_refuses_a_changed_config_and_a_finished_run_says_so(tmp_path):
     assert json.loads(first.stdout)["sft"]["steps"] == 2
     again = _train(*SFT_ONLY, workdir)
     assert again.returncode == 0 and "already finished" in again.stderr
+    assert "sft: " not in again.stderr  # nothing trained
     changed = _train(*SFT_ONLY, "--config.sft.learning_rate=0.1", workdir)
     assert changed.returncode == 1
     assert "sft.learning_rate: 0.002 -> 0.1" in changed.stderr and "Traceback" not in changed.stderr
