@@ -34,6 +34,7 @@ from swerl_jax.reward.functions import get_reward_fn
 from swerl_jax.rl.minibatch import check_minibatches
 from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
 from swerl_jax.runs.affinity import check_memory_split, cpu_shares, fleet_placement, parse_cpus
+from swerl_jax.sampler.types import sampling_params
 from swerl_jax.sections import Experiment, read_sections
 from swerl_jax.testbed.tasks import generate_tasks, parse_families
 from swerl_jax.tokenizer import NAMED_TOKENIZERS
@@ -89,7 +90,11 @@ def validate_config(config: Any, check_files: bool = True) -> None:
     """
     config = config if isinstance(config, Experiment) else read_sections(config)
     rl = config.rl
+    for key, steps in (("sft.num_steps", config.sft.num_steps), ("rl.num_steps", rl.num_steps)):
+        if int(steps) < 0:  # a negative count skipped its stage without a word
+            raise ValueError(f"{key} must be >= 0 (0: no such stage), got {steps}")
     if int(rl.num_steps) > 0:
+        sampling_params(config)  # the sampler's values, before SFT spends its time (the sampler checked them after)
         if int(rl.num_samples) < 2:
             raise ValueError(f"rl.num_samples={rl.num_samples}: rl.num_samples must be >= 2 (a group-relative "
                              "advantage compares the samples of a prompt: with 1, every group has zero variance "

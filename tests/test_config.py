@@ -42,6 +42,13 @@ def _set(c, dotted, value):
     ("data.train_files", "/no/such/records-*.array_record", "data.train_files: '/no/such/records-"),
     ("rl.seed", -2, "rl.seed must be >= 0, or -1 for `seed`, got -2"),
     ("rl.warmup_steps", -5, "rl.warmup_steps must be >= 0, or -1 for optim.warmup_steps, got -5"),
+    # new-user check: these ran SFT first and failed when the sampler started, or skipped a stage silently
+    ("sampler.temperature", -1.0, "sampler.temperature must be >= 0, got -1.0"),
+    ("sampler.top_p", 0.0, "sampler.top_p must be in (0, 1], got 0.0"),
+    ("sampler.top_k", -1, "sampler.top_k must be >= 0, got -1"),
+    ("sampler.max_new_tokens", 0, "sampler.max_new_tokens must be >= 1, got 0"),
+    ("rl.num_steps", -5, "rl.num_steps must be >= 0 (0: no such stage), got -5"),
+    ("sft.num_steps", -1, "sft.num_steps must be >= 0 (0: no such stage), got -1"),
 ])
 def test_each_wrong_value_is_named_before_anything_starts(key, value, message):
     c = _set(tiny_cpu.get_config(), key, value)
