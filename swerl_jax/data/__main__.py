@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
+import pathlib
 import sys
 from collections.abc import Iterator
 
@@ -61,9 +63,18 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_import_swebench(args: argparse.Namespace) -> int:
     """SWE-bench instances + clones -> records; failures counted by reason (exit 1 when none imports)."""
     instances = load_instances(args.instances)
+    if not pathlib.Path(args.clones).is_dir():
+        raise FileNotFoundError(f"--clones {args.clones}: no such folder (it holds owner__name or owner__name.git "
+                                "clones)")
     failures: list = []
-    n = write_records(args.out, import_swebench(instances, args.clones, args.source, on_error=failures.append))
-    print(f"imported {n} of {len(instances)} instances into {args.out}; {len(failures)} failed")
+    records = import_swebench(instances, args.clones, args.source, on_error=failures.append)
+    first = next(records, None)
+    if first is None:  # nothing to write: an existing --out stays as it is
+        n = 0
+        print(f"imported 0 of {len(instances)} instances; {args.out} not written; {len(failures)} failed")
+    else:
+        n = write_records(args.out, itertools.chain([first], records))
+        print(f"imported {n} of {len(instances)} instances into {args.out}; {len(failures)} failed")
     for reason, count in collections.Counter(f.reason for f in failures).most_common():
         print(f"  {count:6d}  {reason}")
     for f in failures[:20]:

@@ -130,6 +130,10 @@ def import_instance(instance: dict, clones: str | os.PathLike, source: str = "sw
     clone = find_clone(clones, repo)
     if clone is None:
         tried = pathlib.Path(clones) / repo.replace("/", "__")
+        bundle = tried.with_name(tried.name + ".bundle")
+        if bundle.is_file():  # the harness reads bundles; git here needs a repository: say how to make one
+            raise ImportFailure(iid, "clone missing", f"{tried} (or {tried}.git); {bundle} is a bundle: make a "
+                                f"clone of it first (git clone --mirror {bundle} {tried}.git)")
         raise ImportFailure(iid, "clone missing", f"{tried} (or {tried}.git)")
     try:
         _git(clone, "cat-file", "-e", f"{base}^{{commit}}")

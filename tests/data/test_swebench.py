@@ -136,3 +136,21 @@ def test_cli(world, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "2 valid records, 1 invalid" in text and "prompt tokens:" in text
     assert main(["validate", str(tmp_path / "nope.jsonl")]) == 2
+
+
+def test_an_import_that_imports_nothing_leaves_out_as_it_was(world, tmp_path, capsys):
+    """A wrong --clones emptied an existing --out (held-out new-user check); a bundle is named with the fix."""
+    _, instance = world
+    (tmp_path / "inst.jsonl").write_text(json.dumps(instance) + "\n")
+    out = tmp_path / "mine.jsonl"
+    out.write_text("kept\n")
+    args = ["import-swebench", "--instances", str(tmp_path / "inst.jsonl"), "--out", str(out)]
+    assert main([*args, "--clones", str(tmp_path / "nosuch")]) == 2
+    assert "--clones" in capsys.readouterr().err and out.read_text() == "kept\n"
+    clones = tmp_path / "clones"
+    clones.mkdir()
+    (clones / (instance["repo"].replace("/", "__") + ".bundle")).write_text("")
+    assert main([*args, "--clones", str(clones)]) == 1
+    printed = capsys.readouterr().out
+    assert "not written" in printed and "is a bundle: make a clone of it first" in printed
+    assert out.read_text() == "kept\n"
