@@ -147,7 +147,7 @@ def test_an_import_that_imports_nothing_leaves_out_as_it_was(world, tmp_path, ca
     args = ["import-swebench", "--instances", str(tmp_path / "inst.jsonl"), "--out", str(out)]
     assert main([*args, "--clones", str(tmp_path / "nosuch")]) == 2
     assert "--clones" in capsys.readouterr().err and out.read_text() == "kept\n"
-    clones = tmp_path / "clones"
+    clones = tmp_path / "bundles"
     clones.mkdir()
     (clones / (instance["repo"].replace("/", "__") + ".bundle")).write_text("")
     assert main([*args, "--clones", str(clones)]) == 1
