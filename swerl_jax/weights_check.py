@@ -65,7 +65,12 @@ def stored_shapes(path: str | pathlib.Path, subtree: str | None = None) -> Shape
         meta = checkpointer.metadata(pathlib.Path(path).absolute())
     finally:
         checkpointer.close()
-    tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta
+    if hasattr(meta, "item_metadata"):
+        tree = None if meta.item_metadata is None else meta.item_metadata.tree
+    else:
+        tree = meta
+    if tree is None:  # Orbax reads a missing or empty folder as a checkpoint without a tree
+        raise FileNotFoundError(f"{path}: no checkpoint metadata there (a missing or partly written checkpoint)")
     if subtree:
         tree = tree[subtree]
     return _flat_shapes(tree)

@@ -93,3 +93,12 @@ def test_a_broken_download_is_one_checkpoint_error_naming_the_file(tmp_path, dam
     with pytest.raises(CheckpointError, match=problem) as caught:
         check_hf_checkpoint(_config(tmp_path))
     assert str(tmp_path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_missing_or_empty_checkpoint_folder_is_named(tmp_path):
+    """Orbax reads both as a checkpoint without a tree: an AttributeError on None reached the user."""
+    from swerl_jax.weights_check import stored_shapes
+
+    for path in (tmp_path / "absent", tmp_path):
+        with pytest.raises(FileNotFoundError, match="no checkpoint metadata there"):
+            stored_shapes(path)

@@ -118,10 +118,12 @@ def require_policy(directory: str | epath.PathLike, version: int = -1) -> int:
         if latest_version(root / "policy") is not None:
             hint = f" (did you mean {root / 'policy'}? a run's published policies are in RUN/policy)"
         raise FileNotFoundError(f"weights {root}: no published policy in it (no {LATEST} marker){hint}")
-    if version >= 0 and not version_path(root, version).exists():
+    wanted = newest if version < 0 else version
+    if not version_path(root, wanted).exists():  # the newest too: a LATEST naming a deleted version
         kept = sorted(n for p in root.glob("v_*") if (n := _version_of(p)) is not None)
-        raise FileNotFoundError(f"weights {root}: policy version {version} is not there (kept: {kept})")
-    return newest if version < 0 else version
+        what = f"policy version {version}" if version >= 0 else f"the newest policy, version {newest} ({LATEST})"
+        raise FileNotFoundError(f"weights {root}: {what} is not there (kept: {kept})")
+    return wanted
 
 
 def load(directory: str | epath.PathLike, version: int, like: dict | None = None) -> dict:

@@ -30,6 +30,12 @@ def test_a_mistyped_weights_path_is_an_error_with_a_did_you_mean(tmp_path):
     named = eval_run.evaluated_model(config(policy="experiments/tiny_cpu.py", weights=str(tmp_path / "run" / "policy")))
     assert named["policy_version"] == 3 and named["model_name"] == f"{tmp_path / 'run' / 'policy'}@v3"
     assert "policy version 3 (GRPO step 3)" in named["what"]
+    # LATEST naming a deleted version (new-user check: an AttributeError deep in Orbax's metadata)
+    import shutil
+
+    shutil.rmtree(weights.version_path(tmp_path / "run" / "policy", 3))
+    with pytest.raises(FileNotFoundError, match=r"the newest policy, version 3 \(LATEST\) is not there \(kept: \[\]\)"):
+        eval_run.evaluated_model(config(weights=str(tmp_path / "run" / "policy")))
 
 
 def test_a_policy_without_weights_is_never_evaluated_as_a_random_init():
