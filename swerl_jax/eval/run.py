@@ -18,6 +18,7 @@ import sys
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
 from swerl_jax.data.paths import config_paths, user_path
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
+from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
 from swerl_jax.eval.predictions import index_instances
 from swerl_jax.sampler import source as policy_source
 
@@ -106,10 +107,12 @@ PATH_KEYS = ("instances", "repos", "weights", "hf_dir")  # files and folders the
 
 
 def check_out_dir(out: pathlib.Path, c) -> None:
-    """Refuse an --out that holds a run of another config (its predictions would be reused), listing the keys."""
+    """Refuse an --out that holds a run of another config (its predictions would be reused), listing the keys; an
+    --out without predictions holds nothing to reuse (a run that stopped before its first answer)."""
     from swerl_jax.runs.rundir import refuse_other_config
 
-    refuse_other_config(out / "eval_config.json", json.loads(c.to_json()), OPERATIONAL_KEYS)
+    if (out / "predictions.jsonl").exists():
+        refuse_other_config(out / "eval_config.json", json.loads(c.to_json()), OPERATIONAL_KEYS)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -132,6 +135,13 @@ def main(argv: list[str] | None = None) -> dict:
         close = difflib.get_close_matches(str(c.backend), BACKENDS, n=1)
         raise ValueError(f"backend={c.backend!r} is not one of {BACKENDS}"
                          + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if c.index_cutoff not in CUTOFF_MODES:  # before anything is written: the harness would refuse it only later
+        close = difflib.get_close_matches(str(c.index_cutoff), CUTOFF_MODES, n=1)
+        raise ValueError(f"index_cutoff={c.index_cutoff!r} is not one of {CUTOFF_MODES}"
+                         + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if not pathlib.Path(c.repos).is_dir():
+        raise FileNotFoundError(f"repos={c.repos}: no such folder (the clones: owner__name, owner__name.git or "
+                                "owner__name.bundle)")
     all_instances = index_instances(pathlib.Path(c.instances))
     ids = [i.strip() for i in str(c.instance_ids).split(",") if i.strip()]
     twice = sorted({i for i in ids if ids.count(i) > 1})

@@ -92,6 +92,18 @@ def test_default_data_paths_and_relative_paths_resolve_from_outside_the_reposito
         shared_data / "repos")
 
 
+def test_a_bad_cutoff_or_repos_is_named_before_out_is_claimed(tmp_path):
+    """New-user check: index_cutoff=image wrote eval_config.json first, so the corrected command was refused as
+    another config's folder; a missing repos folder made every instance fail with no prediction."""
+    base = ["--config", "experiments/eval_agentless_mini.py:cpu", "--out", str(tmp_path / "out"), "--no-progress",
+            "--config.backend=oracle"]
+    with pytest.raises(ValueError, match=r"index_cutoff='image' is not one of .*did you mean 'images'"):
+        eval_run.main([*base, "--config.index_cutoff=image"])
+    with pytest.raises(FileNotFoundError, match=r"repos=.*nosuch: no such folder"):
+        eval_run.main([*base, f"--config.repos={tmp_path / 'nosuch'}"])
+    assert not (tmp_path / "out").exists()
+
+
 def test_weights_of_another_model_are_one_line_naming_both_models(tmp_path):
     """Issue 46 item 10: weights of another model than the policy config's gave Orbax internals when loading."""
     from swerl_jax.model.convert import CheckpointError
