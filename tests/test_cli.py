@@ -93,3 +93,14 @@ def test_no_entry_point_cuts_its_description():
     package = pathlib.Path(__file__).resolve().parents[1] / "swerl_jax"
     cut = [str(p.relative_to(package)) for p in package.rglob("*.py") if "description=__doc__.split" in p.read_text()]
     assert cut == []
+
+
+def test_a_repos_folder_that_is_not_there_is_named(tmp_path):
+    """New-user check: a mistyped --repos read as every instance "out of reach", with a fix that cloned into it."""
+    (tmp_path / "instances.jsonl").write_text(json.dumps({"instance_id": "a", "repo": "o/r"}) + "\n")
+    (tmp_path / "preds.jsonl").write_text(json.dumps(
+        {"instance_id": "a", "model_name_or_path": "m", "model_patch": "p"}) + "\n")
+    with pytest.raises(FileNotFoundError, match=r"--repos .*/nosuch: no such folder"):
+        harness.main(["--instances", str(tmp_path / "instances.jsonl"), "--predictions", str(tmp_path / "preds.jsonl"),
+                      "--repos", str(tmp_path / "nosuch"), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()

@@ -291,6 +291,9 @@ def main(argv: list[str] | None = None) -> dict:
             raise FileNotFoundError(f"--{flag} {getattr(args, flag)}: no such file")
     if args.out.exists() and not args.out.is_dir():
         raise FileExistsError(f"--out {args.out}: a file, not a folder")
+    if args.executor == "local" and not args.repos.is_dir():  # else every instance read as "out of reach"
+        raise FileNotFoundError(f"--repos {args.repos}: no such folder (the clones: owner__name, owner__name.git or "
+                                "owner__name.bundle)")
     for flag in ("timeout", "setup_timeout", "memory_gb"):
         if getattr(args, flag) <= 0:
             raise ValueError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be > 0")
