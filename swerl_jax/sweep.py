@@ -55,6 +55,7 @@ from typing import Any, NoReturn
 from swerl_jax import sweepdir
 from swerl_jax.cli import run_cli
 from swerl_jax.config import OVERRIDE_HELP, load_experiment_config, parse_value, set_key, split_overrides
+from swerl_jax.data.paths import blocking_file
 from swerl_jax.process_group import run_child
 from swerl_jax.resolve import resolve_config
 from swerl_jax.runs import rundir
@@ -303,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     p.epilog = OVERRIDE_HELP + ": applied to every run"
     rest, overrides = split_overrides(list(sys.argv[1:] if argv is None else argv))
     args = p.parse_args(rest)
+    taken = blocking_file(args.workdir)
+    if taken is not None:  # a dry run said "pending" and the real one failed with an errno
+        raise FileExistsError(f"--workdir {args.workdir}: {taken} is a file, not a folder")
     base = load_experiment_config(args.config)
     axes = parse_axes(base, args.sweep)
     fixed = {key: parse_value(base, key, text) for key, text in overrides}

@@ -24,6 +24,7 @@ from typing import Any
 from swerl_jax import sharding
 from swerl_jax.cli import input_error_line
 from swerl_jax.config import config_file_arg, load_experiment_config, unknown_config_keys
+from swerl_jax.data.paths import blocking_file
 from swerl_jax.model.convert import CheckpointError
 from swerl_jax.resolve import absolute_paths, ensure_resolved, resolve_config, start_warnings
 from swerl_jax.rl.build import build_grpo_trainer
@@ -178,6 +179,9 @@ def main(argv: list[str]) -> None:
     f = flags.FLAGS
     config = f.config
     workdir = f.workdir or rundir.default_workdir(f["config"].config_filename)
+    taken = blocking_file(workdir)
+    if taken is not None:  # before any work: a file where the run's folder would go
+        raise SystemExit(f"swerl_jax.train: --workdir {workdir}: {taken} is a file, not a folder")
     try:
         # the config's paths from the current directory (else the repository root), once: the sampler process and
         # a resume from another directory read the same folders

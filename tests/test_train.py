@@ -37,6 +37,16 @@ def test_bad_flag_is_named_and_nothing_runs(tmp_path, flag, message):
     assert not (tmp_path / "run").exists()  # rejected before any work
 
 
+def test_a_workdir_that_is_a_file_is_one_line(tmp_path):
+    """New-user check: a FileExistsError / NotADirectoryError traceback came out of the run's first mkdir."""
+    (tmp_path / "afile").write_text("")
+    out = subprocess.run([sys.executable, "-m", "swerl_jax.train", "--config=experiments/tiny_cpu.py",
+                          f"--workdir={tmp_path / 'afile' / 'run'}"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)})
+    assert out.returncode != 0 and out.stderr.strip().splitlines() == [
+        f"swerl_jax.train: --workdir {tmp_path / 'afile' / 'run'}: {tmp_path / 'afile'} is a file, not a folder"]
+
+
 def _config(rl_steps: int):
     c = tiny_config(num_steps=rl_steps)
     c.sft.update(num_steps=2, batch_size=8, max_len=448, learning_rate=1e-3)

@@ -118,3 +118,11 @@ def expand_record_paths(spec: str | Sequence[str], key: str = "data.train_files"
             if path not in out:
                 out.append(path)
     return out
+
+
+def blocking_file(folder: str | os.PathLike) -> pathlib.Path | None:
+    """The file that stands where the folder `folder` (or one of its parents) would be made, or None: checked
+    before a run starts, so a mistyped --workdir / --out is one line, not an errno from the first mkdir."""
+    path = pathlib.Path(folder)
+    taken = next((p for p in (path, *path.parents) if p.exists()), None)
+    return taken if taken is not None and not taken.is_dir() else None

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from swerl_jax.data.paths import expand_record_paths, user_path, user_record_spec
+from swerl_jax.data.paths import blocking_file, expand_record_paths, user_path, user_record_spec
 from swerl_jax.data.prompts import build_prompt
 from swerl_jax.data.records import read_records
 from swerl_jax.data.synthetic import config_records
@@ -240,6 +240,9 @@ def main(argv: list[str] | None = None) -> RepairScore:
     # --records too, before the settings record it: as typed, `recs.jsonl` from another directory (another file)
     # overwrote these results, and the same file typed absolute was refused (issue 46 held-out, item 1)
     args.records = user_record_spec(args.records)
+    taken = blocking_file(args.out)
+    if taken is not None:
+        raise FileExistsError(f"--out {args.out}: {taken} is a file, not a folder")
     config = load_experiment_config(args.config)
     apply_overrides(config, overrides)
     absolute_paths(config)
