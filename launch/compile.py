@@ -32,6 +32,7 @@ figure when they disagree; both are printed. Each program's HLO text and a JSON 
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import sys
@@ -49,6 +50,7 @@ from launch import plan  # noqa: E402
 from launch.compile_report import GiB, analyse, collectives, format_report, model_flops  # noqa: E402, F401
 from launch.train_shapes import train_batch, train_info  # noqa: E402
 from swerl_jax import sharding  # noqa: E402
+from swerl_jax.cli import absl_flags_parser, one_line_errors  # noqa: E402
 from swerl_jax.meshes import MESHES, MeshSpec, multislice_spec  # noqa: E402
 from swerl_jax.model.config import LlamaConfig  # noqa: E402
 from swerl_jax.model.llama import KVCache, Llama, positions_from_mask  # noqa: E402
@@ -255,6 +257,13 @@ def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[st
     `attention` replaces model.attention_impl ("" = XLA, "pallas"); by default a "cudnn" config (GPU only)
     compiles with XLA attention."""
     spec = tpu_mesh_spec(topology)
+    unknown = [name for name in programs if name not in PROGRAMS]
+    if unknown:  # before minutes of compiling the known ones
+        close = difflib.get_close_matches(unknown[0], PROGRAMS, n=1)
+        raise ValueError(f"--programs: unknown program {unknown[0]!r}" + (f" (did you mean {close[0]!r}?)" if close
+                                                                          else "") + f"; known: {', '.join(PROGRAMS)}")
+    if attention not in (None, "", "xla", "pallas"):
+        raise ValueError(f"--attention={attention!r}: '' (XLA) or 'pallas' compile for TPU")
     config = config.copy_and_resolve_references()
     config.mesh.name = spec.name
     config.model.hf_dir = ""  # the architecture is model.name's; no checkpoint is read to compile
@@ -332,7 +341,11 @@ flags.DEFINE_string("attention", None, "model.attention_impl for TPU: '' (XLA) o
 flags.DEFINE_string("out", "", "directory for the HLO text and JSON (default: /tmp/swerl_compile/<mesh>-<model>)")
 
 
+PROG = "launch/compile.py"
+
+
 def main(argv: list[str]) -> None:
+    """The command: compile `--programs` for `--topology` and print the report."""
     del argv
     config = FLAGS.config
     spec = tpu_mesh_spec(FLAGS.topology)
@@ -344,5 +357,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(one_line_errors(PROG, main), flags_parser=absl_flags_parser(PROG))
 

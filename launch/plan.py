@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from launch.train_shapes import update_rows  # noqa: E402
 from swerl_jax import sharding  # noqa: E402
+from swerl_jax.cli import absl_flags_parser, one_line_errors  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
 from swerl_jax.model.config import FROM_CHECKPOINT, LlamaConfig, get_model_config  # noqa: E402
 from swerl_jax.resolve import resolve_config  # noqa: E402
@@ -357,7 +358,11 @@ flags.DEFINE_bool("split", False, "print only the trainer's memory-split overrid
                   "exits 1 when the roles do not fit together")
 
 
+PROG = "launch/plan.py"
+
+
 def main(argv: list[str]) -> None:
+    """The command: the plan of `--config` on `--mesh` (or every mesh with `--all`)."""
     del argv
     start = time.perf_counter()
     config = FLAGS.config
@@ -388,4 +393,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(one_line_errors(PROG, main), flags_parser=absl_flags_parser(PROG))

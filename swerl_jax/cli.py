@@ -38,3 +38,62 @@ def run_cli(prog: str, main: Callable[[list[str]], Any], resume: str = "run the 
         print(input_error_line(prog, err), file=sys.stderr, flush=True)
         sys.exit(2)
     sys.exit(exit_code(result) if exit_code else 0)
+
+
+def one_line_errors(prog: str, main: Callable[..., Any]) -> Callable[..., Any]:
+    """`main` whose bad-input exceptions (`INPUT_ERRORS`) exit with one line: for `absl.app.run`, which prints
+    the traceback of whatever `main` raises."""
+    def run(*args: Any) -> Any:
+        try:
+            return main(*args)
+        except INPUT_ERRORS as err:
+            raise SystemExit(input_error_line(prog, err)) from None
+
+    return run
+
+
+def absl_flags_parser(prog: str) -> Callable[[list[str]], list[str]]:
+    """`app.run(main, flags_parser=absl_flags_parser(prog))`: absl flag parsing whose errors are one line: an
+    unknown config key (with the closest valid one), a value of the wrong type, a missing flag or config file, an
+    experiment's own argument check (an unknown `:variant`)."""
+    import pathlib
+
+    from absl import flags
+
+    from swerl_jax.config import config_file_arg, load_experiment_config, unknown_config_keys
+
+    def parse(argv: list[str]) -> list[str]:
+        config_arg = config_flag(argv)
+        if config_arg and config_file_arg(config_arg) != config_arg:  # absl reads the file from the current folder
+            argv = [f"--config={config_file_arg(config_arg)}" if a == f"--config={config_arg}" else
+                    config_file_arg(config_arg) if a == config_arg and i and argv[i - 1] == "--config" else a
+                    for i, a in enumerate(argv)]
+            config_arg = config_file_arg(config_arg)
+        if config_arg:
+            repo_root = str(pathlib.Path(__file__).resolve().parents[1])
+            if repo_root not in sys.path:  # experiments/ import `experiments.base` from the repository root
+                sys.path.insert(0, repo_root)
+            try:
+                problems = unknown_config_keys(load_experiment_config(config_arg), argv[1:])
+            except FileNotFoundError as e:
+                raise SystemExit(f"{prog}: {e}") from None
+            except (ValueError, KeyError) as e:  # an experiment's own argument check (e.g. an unknown variant)
+                raise SystemExit(input_error_line(f"{prog}: --config={config_arg}", e)) from None
+            if problems:
+                raise SystemExit(f"{prog}: " + "; ".join(problems))
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as e:
+            raise SystemExit(f"{prog}: {e}") from None
+
+    return parse
+
+
+def config_flag(argv: list[str]) -> str | None:
+    """The value of `--config` in `argv` (`--config=X` or `--config X`), or None."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+        if arg == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None

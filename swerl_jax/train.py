@@ -22,8 +22,7 @@ import time
 from typing import Any
 
 from swerl_jax import sharding
-from swerl_jax.cli import input_error_line
-from swerl_jax.config import config_file_arg, load_experiment_config, unknown_config_keys
+from swerl_jax.cli import absl_flags_parser, input_error_line
 from swerl_jax.data.paths import blocking_file
 from swerl_jax.model.convert import CheckpointError
 from swerl_jax.resolve import absolute_paths, ensure_resolved, resolve_config, start_warnings
@@ -128,47 +127,9 @@ def evaluate_sft(config: Any, sft: SFTTrainer, path: pathlib.Path) -> dict | Non
     return row
 
 
-def _load_config_file(config_arg: str) -> Any:
-    try:
-        return load_experiment_config(config_arg)
-    except FileNotFoundError as e:
-        raise SystemExit(f"swerl_jax.train: {e}") from None
-
-
-def _config_arg(argv: list[str]) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg.startswith("--config="):
-            return arg.split("=", 1)[1]
-        if arg == "--config" and i + 1 < len(argv):
-            return argv[i + 1]
-    return None
-
-
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl flag parsing whose errors are one line: an unknown config key (with the closest valid one), a value
-    of the wrong type, a missing flag."""
-    from absl import flags
-
-    config_arg = _config_arg(argv)
-    if config_arg and config_file_arg(config_arg) != config_arg:  # absl reads the file from the current directory
-        argv = [f"--config={config_file_arg(config_arg)}" if a == f"--config={config_arg}" else
-                config_file_arg(config_arg) if a == config_arg and i and argv[i - 1] == "--config" else a
-                for i, a in enumerate(argv)]
-        config_arg = config_file_arg(config_arg)
-    if config_arg:
-        repo_root = str(pathlib.Path(__file__).resolve().parents[1])
-        if repo_root not in sys.path:  # experiments/ import `experiments.base` from the repository root
-            sys.path.insert(0, repo_root)
-        try:
-            problems = unknown_config_keys(_load_config_file(config_arg), argv[1:])
-        except (ValueError, KeyError) as e:  # an experiment's own argument check (e.g. an unknown variant)
-            raise SystemExit(f"swerl_jax.train: --config={config_arg}: {e}") from None
-        if problems:
-            raise SystemExit("swerl_jax.train: " + "; ".join(problems))
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as e:
-        raise SystemExit(f"swerl_jax.train: {e}") from None
+    """absl flag parsing whose errors are one line (`cli.absl_flags_parser`)."""
+    return absl_flags_parser("swerl_jax.train")(argv)
 
 
 def main(argv: list[str]) -> None:

@@ -125,6 +125,14 @@ def test_collectives_are_counted_by_kind():
                    "reduce-scatter": {"count": 1, "bytes": 16 * 4 * 4}, "all-reduce": {"count": 1, "bytes": 4}}
 
 
+def test_a_mistyped_program_or_attention_is_named_before_compiling():
+    """`--programs=train,decod` compiled the train step for minutes, then failed without writing report.json."""
+    with pytest.raises(ValueError, match=r"unknown program 'decod' \(did you mean 'decode'\?\)"):
+        tpu_compile.compile_all(_small_config(), "v5p-8", programs=("train", "decod"))
+    with pytest.raises(ValueError, match=r"--attention='palas'"):
+        tpu_compile.compile_all(_small_config(), "v5p-8", programs=("train",), attention="palas")
+
+
 def test_unknown_topology_lists_the_known_ones():
     with pytest.raises(KeyError, match="v5p-512"):
         tpu_compile.tpu_mesh_spec("v7-9")

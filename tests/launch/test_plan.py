@@ -60,6 +60,20 @@ def test_single_plan_prints_table_and_verdict():
     assert "together on each device" in out.stdout and "--config.sampler.memory_fraction=" in out.stdout
 
 
+@pytest.mark.parametrize("flag, line", [
+    ("--model=llama3.1-8bb", "launch/plan.py: unknown model.name='llama3.1-8bb'; known: "),
+    ("--config.mesh.shape.tensr=8", "launch/plan.py: unknown config key 'mesh.shape.tensr'; did you mean "
+                                    "mesh.shape.tensor?"),
+])
+def test_a_users_mistake_is_one_line(flag, line):
+    """New-user check: every input error of plan.py was a 10-40-line traceback (launch/local.sh prints it)."""
+    out = subprocess.run([sys.executable, "launch/plan.py", "--config=experiments/swerl_llama3_70b.py", flag],
+                         cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
+    assert out.stderr.startswith(line), out.stderr
+
+
 def test_paper_config_plans_without_a_caveat():
     """The paper's run as written (experiments/swerl_llama3_70b.py) on its 512 H100s: fits, no invalid note."""
     out = subprocess.run([sys.executable, "launch/plan.py", "--config=experiments/swerl_llama3_70b.py"], cwd=REPO,
