@@ -17,8 +17,10 @@ import argparse
 import dataclasses
 import difflib
 import glob
+import pathlib
 import sys
 
+from swerl_jax.cli import run_cli
 from swerl_jax.config import split_overrides
 from swerl_jax.curate.config import CurateConfig
 
@@ -61,14 +63,48 @@ def _show(default: object) -> str:
     return ",".join(default) if isinstance(default, tuple) else str(default)
 
 
+def check_beam_flags(beam_args: list[str], ours: list[str]) -> None:
+    """ValueError naming the first argument neither we nor Beam know, with the closest of either: Beam only logs
+    "Discarding unparseable args" among its INFO lines and runs without it (`--isues` ran with no issues)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    known = set(PipelineOptions([]).get_all_options(drop_default=False, retain_unknown_options=False))
+    for arg in beam_args:
+        name = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
+        if name is not None and name.replace("-", "_") not in known:
+            close = difflib.get_close_matches(name, [*ours, *known], n=1)
+            raise ValueError(f"unknown flag --{name}" + (f"; did you mean --{close[0]}?" if close else "")
+                             + " (neither curation's nor an Apache Beam pipeline option)")
+
+
+def check_inputs(clones: str, events: list[str], issues: list[str]) -> None:
+    """FileNotFoundError naming a --clones folder without clones or an --events / --issues file that is not
+    there, before Beam starts; a bundle there is named (git cannot read it as a clone)."""
+    root = pathlib.Path(clones)
+    if not root.is_dir():
+        raise FileNotFoundError(f"--clones {clones}: no such folder")
+    bundles = sorted(p.name for p in root.glob("*.bundle"))
+    for name in bundles:
+        print(f"python -m swerl_jax.curate: skipping {root / name}: a bundle, not a clone (git clone --mirror "
+              f"{root / name} {root / name.removesuffix('.bundle')}.git makes one)", file=sys.stderr)
+    if not any(p.is_dir() for p in root.iterdir()):
+        raise FileNotFoundError(f"--clones {clones}: no clones in it (folders named owner__name or owner__name.git)")
+    for flag, paths in (("--events", events), ("--issues", issues)):
+        for path in paths:
+            if not pathlib.Path(path).is_file():
+                raise FileNotFoundError(f"{flag} {path}: no such file (and no file matches it as a pattern)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
+    check_beam_flags(beam_args, ["clones", "out", "events", "issues"])
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(CurateConfig)}
     values["formats"] = tuple(values["formats"])
     config = CurateConfig(**values)
     events = [p for pattern in args.events for p in (sorted(glob.glob(pattern)) or [pattern])]
     issues = [p for pattern in args.issues for p in (sorted(glob.glob(pattern)) or [pattern])]
+    check_inputs(args.clones, events, issues)
     if not any(a.startswith("--direct_running_mode") for a in beam_args):
         beam_args = [*beam_args, "--direct_running_mode=multi_processing"]
     if not any(a.startswith("--direct_num_workers") for a in beam_args):
@@ -80,4 +116,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_cli("python -m swerl_jax.curate", main, resume="run the same command again (curation starts over)",
+            exit_code=int)

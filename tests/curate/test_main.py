@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from swerl_jax.curate.__main__ import main, parse_args
+from swerl_jax.curate.__main__ import check_beam_flags, check_inputs, main, parse_args
 from tests.curate.builders import build_world
 
 
@@ -15,6 +15,25 @@ def test_flags_split_between_ours_and_beams():
     assert beam == ["--runner=FlinkRunner", "--flink_master=h:8081"]
     with pytest.raises(KeyError, match="unknown config key max_changed_line; did you mean max_changed_lines"):
         parse_args(["--clones", "c", "--out", "o", "--config.max_changed_line=50"])
+
+
+def test_a_flag_nobody_knows_and_inputs_that_are_not_there_are_named(tmp_path):
+    """New-user check: `--isues F` went to Beam, which logged "Discarding unparseable args" and ran without
+    issues; an empty --clones, a bundle there and a missing --events file each ran to "0 records"."""
+    check_beam_flags(["--runner=FlinkRunner", "--flink_master=h:8081", "--direct_num_workers=2"], ["issues"])
+    with pytest.raises(ValueError, match=r"unknown flag --isues; did you mean --issues\?"):
+        check_beam_flags(["--isues", "x.jsonl"], ["clones", "out", "events", "issues"])
+    clones = tmp_path / "clones"
+    clones.mkdir()
+    (clones / "o__r.bundle").write_text("")
+    with pytest.raises(FileNotFoundError, match="no clones in it"):
+        check_inputs(str(clones), [], [])
+    (clones / "o__r.git").mkdir()
+    check_inputs(str(clones), [], [])
+    with pytest.raises(FileNotFoundError, match=r"--events .*nosuch.json.gz: no such file"):
+        check_inputs(str(clones), [str(tmp_path / "nosuch.json.gz")], [])
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        check_inputs(str(tmp_path / "nosuch"), [], [])
 
 
 @pytest.mark.slow
