@@ -1,6 +1,6 @@
 """Calibrate the harness: grade gold and empty patches; exclude instances where gold fails or empty passes.
 
-    python -m swerl_jax.eval.calibrate --instances FILE --repos DIR --out DIR [--repo owner/name ...]
+    python -m swerl_jax.eval.calibrate --instances FILE --repos DIR --out DIR [--repo owner/name]... (repeated)
         [--per-repo N] [--workers N] [--index-cutoff created_at|images|off] [--env-cache DIR]
 
 Runs the harness twice (OUT/gold, OUT/empty; each resumable) and writes OUT/calibration.json (per instance: gold
@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import difflib
 import json
 import pathlib
 
+from swerl_jax.cli import run_cli
 from swerl_jax.eval import harness, predictions, reach
 from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
 
@@ -46,6 +48,13 @@ def select(instances: dict[str, dict], repos: list[str] | None, per_repo: int | 
     by_repo = collections.defaultdict(list)
     for iid in sorted(instances):
         by_repo[instances[iid]["repo"]].append(iid)
+    if per_repo is not None and per_repo < 1:  # 0 read as "no limit" and calibrated every instance
+        raise ValueError(f"--per-repo {per_repo}: must be >= 1 (leave it out for every instance)")
+    for repo in repos or []:  # a typo calibrated nothing and exited 0
+        if repo not in by_repo:
+            close = difflib.get_close_matches(repo.replace("__", "/"), sorted(by_repo), n=1)
+            raise KeyError(f"--repo {repo}: no instance of it in the instances file"
+                           + (f"; did you mean {close[0]}?" if close else "") + " (owner/name, repeat --repo for more)")
     chosen = []
     for repo in sorted(by_repo):
         if repos is None or repo in repos:
@@ -92,6 +101,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    "the official images' build day), or today (off)")
     p.add_argument("--env-cache", type=pathlib.Path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
     args = p.parse_args(argv)
+    if not args.instances.is_file():
+        raise FileNotFoundError(f"--instances {args.instances}: no such file")
     instances = predictions.index_instances(args.instances)
     ids = select(instances, args.repo, args.per_repo)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +115,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         reports[kind] = harness.main(["--instances", str(args.instances), "--predictions", str(preds), "--repos",
                                       str(args.repos), "--out", str(args.out / kind), "--workers", str(args.workers),
                                       "--timeout", str(args.timeout), "--index-cutoff", args.index_cutoff,
-                                      *(["--env-cache", str(args.env_cache)] if args.env_cache else [])]
+                                      *(["--env-cache", str(args.env_cache)] if args.env_cache else []),
+                                      "--instance_ids", *ids]  # M counts these, not the whole instances file
                                      )["instances"]
     rows = []
     for iid in ids:
@@ -123,4 +135,5 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_cli("python -m swerl_jax.eval.calibrate", main, resume="run the same command again (finished instances "
+            "are reused)")

@@ -1,5 +1,7 @@
 """Calibration's exclusion rules and selection."""
 
+import pytest
+
 from swerl_jax.eval import calibrate
 
 
@@ -25,6 +27,11 @@ def test_select_and_table():
     instances = {i: {"repo": r} for i, r in [("b2", "o/b"), ("a1", "o/a"), ("b1", "o/b"), ("a2", "o/a")]}
     assert calibrate.select(instances, None, 1) == ["a1", "b1"]
     assert calibrate.select(instances, ["o/b"], None) == ["b1", "b2"]
+    # new-user check: a mistyped --repo calibrated nothing and exited 0; --per-repo 0 calibrated everything
+    with pytest.raises(KeyError, match=r"--repo o/bb: no instance of it .*did you mean o/b\?"):
+        calibrate.select(instances, ["o/bb"], None)
+    with pytest.raises(ValueError, match=r"--per-repo 0: must be >= 1"):
+        calibrate.select(instances, None, 0)
     rows = [{"instance_id": "a1", "repo": "o/a", "gold_status": "resolved", "empty_status": "unresolved",
              "excluded": None},
             {"instance_id": "a2", "repo": "o/a", "gold_status": "unresolved", "empty_status": "unresolved",
@@ -70,4 +77,5 @@ def test_paths_typed_relative_reach_the_harness_absolute(tmp_path, monkeypatch, 
     flags = dict(zip(calls[0][::2], calls[0][1::2]))
     assert flags["--instances"] == str(tmp_path / "instances.jsonl") and flags["--repos"] == str(tmp_path)
     assert flags["--out"] == str(tmp_path / "cal" / "gold")
+    assert flags["--instance_ids"] == "a"  # the harness's M counts the calibrated instances, not the whole file
     assert "(table: " + str(tmp_path / "cal" / "calibration.md") in capsys.readouterr().out
