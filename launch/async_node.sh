@@ -16,9 +16,11 @@
 # split launch/plan.py --split gives from its rows (rl.trainer_memory_fraction, sampler.memory_fraction).
 # The placement is printed first; each sampler's log (WORKDIR/sampler/process_0/...) repeats what it got.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# No cd: the config, --workdir and every relative path in the flags are the user's, from where they typed them
+# (python -m swerl_jax.train reads them so); only this repository's own files are named from its root.
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
 CONFIG="${1:?usage: launch/async_node.sh experiments/NAME.py [--config.FIELD=VALUE ...]}"; shift
-PY="${PY:-.venv/bin/python}"
+PY="${PY:-$REPO/.venv/bin/python}"
 STALENESS="${STALENESS:-1}"
 SAMPLERS="${SAMPLERS:-1}"
 if [[ -z "${SAMPLER_GPUS:-}${TRAINER_GPUS:-}" && -z "${SAMPLER_CPUS:-}${TRAINER_CPUS:-}" ]]; then
@@ -39,7 +41,7 @@ echo "async_node: trainer on GPUs ${TRAINER_GPUS:-all}, cores ${TRAINER_CPUS:-an
 SPLIT=""
 if [[ -z "${SAMPLER_GPUS:-}" ]] && command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   PLAN_ARGS=(); for a in "$@"; do if [[ "$a" == --config.* ]]; then PLAN_ARGS+=("$a"); fi; done
-  SPLIT=$("$PY" launch/plan.py --config="$CONFIG" --config.sampler.num_processes="$SAMPLERS" \
+  SPLIT=$("$PY" "$REPO/launch/plan.py" --config="$CONFIG" --config.sampler.num_processes="$SAMPLERS" \
     ${PLAN_ARGS[@]+"${PLAN_ARGS[@]}"} --split)
   echo "async_node: roles share the GPUs: $SPLIT"
 fi

@@ -10,14 +10,16 @@
 # All devices of the machine join one mesh (config.mesh); on CPU, CPU_DEVICES=8 splits the host into 8 fake
 # devices to try a mesh shape (`--config.mesh.name=cpu8 --config.mesh.shape.tensor=2`).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# No cd: the config, --workdir and every relative path in the flags are the user's, from where they typed them
+# (python -m swerl_jax.train reads them so); only this repository's own files are named from its root.
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
 CONFIG="${1:?usage: launch/local.sh experiments/NAME.py [--config.FIELD=VALUE ...]}"; shift
-PY="${PY:-.venv/bin/python}"
+PY="${PY:-$REPO/.venv/bin/python}"
 if [[ -n "${CPU_DEVICES:-}" ]]; then
   export JAX_PLATFORMS=cpu XLA_FLAGS="--xla_force_host_platform_device_count=${CPU_DEVICES} ${XLA_FLAGS:-}"
 fi
 if [[ -z "${SKIP_PLAN:-}" ]]; then
   PLAN_ARGS=(); for a in "$@"; do if [[ "$a" == --config.* ]]; then PLAN_ARGS+=("$a"); fi; done
-  "$PY" launch/plan.py --config="$CONFIG" --mode="${MODE:-rl}" ${PLAN_ARGS[@]+"${PLAN_ARGS[@]}"} || true
+  "$PY" "$REPO/launch/plan.py" --config="$CONFIG" --mode="${MODE:-rl}" ${PLAN_ARGS[@]+"${PLAN_ARGS[@]}"} || true
 fi
 exec "$PY" -m swerl_jax.train --config="$CONFIG" "$@"

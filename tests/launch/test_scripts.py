@@ -205,3 +205,16 @@ def test_async_node_places_each_role_and_its_flags_resolve(tmp_path):
     if n >= 2:
         assert f"--config.sampler.cpus=0-{n // 2 - 1}" in argv and f"--config.rl.trainer_cpus={n // 2}-{n - 1}" in argv
     assert "--config.rl.max_staleness=0" in argv and said.endswith("CUDA_VISIBLE_DEVICES=unset")
+
+
+def test_local_sh_takes_the_users_paths_from_where_they_typed_them(tmp_path):
+    """New-user check: local.sh cd'ed into the repository, so `launch/local.sh my_exp.py --workdir=myrun` from the
+    user's folder found no config (and would have written myrun into the repository)."""
+    import shutil
+
+    shutil.copy(REPO / "experiments" / "tiny_cpu.py", tmp_path / "my_exp.py")
+    out = subprocess.run(["bash", str(REPO / "launch" / "local.sh"), "my_exp.py", "--workdir=myrun",
+                          "--config.sft.num_steps=1", "--config.rl.num_steps=0"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "SKIP_PLAN": "1", "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / "myrun" / "sft" / "checkpoints" / "1").is_dir() and not (REPO / "myrun").exists()
