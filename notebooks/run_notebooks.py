@@ -126,14 +126,15 @@ def parse_parameter(text: str) -> tuple[str, object]:
 def main(argv: list[str] | None = None) -> int:
     """CLI: execute the notebooks and write executed copies to --out."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("notebooks", nargs="*", default=list(NOTEBOOKS), help="notebook names in notebooks/")
+    parser.add_argument("notebooks", nargs="*", default=[], help="notebook names in notebooks/ (default: all of "
+                        "them, or with -p the ones that take one of its parameters)")
     parser.add_argument("--out", default=str(NOTEBOOK_DIR / "executed"), help="folder for the executed copies")
     parser.add_argument("-p", "--param", action="append", default=[], type=parse_parameter,
                         help="NAME=VALUE parameter (Python literal) for every notebook that has it")
     parser.add_argument("--timeout", type=int, default=600, help="per-cell timeout in seconds")
     args = parser.parse_args(argv)
     params = resolve_path_parameters(dict(args.param))
-    sources = [NOTEBOOK_DIR / name for name in args.notebooks]
+    sources = [NOTEBOOK_DIR / name for name in args.notebooks or NOTEBOOKS]
     for src in sources:
         if not src.exists():
             parser.error(f"no notebook {src}")
@@ -141,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(params) - set().union(*known.values()))
     if unknown:
         parser.error(f"no notebook has parameter(s) {unknown}")
+    if params and not args.notebooks:  # `-p workdir=RUN` is about that run: not a sweep the ablation notebook makes
+        skipped = [src.name for src in sources if not set(params) & known[src]]
+        sources = [src for src in sources if set(params) & known[src]]
+        if skipped:
+            print(f"not run (none of {sorted(params)} is theirs; name them to run them): {', '.join(skipped)}")
     for src in sources:
         out = pathlib.Path(args.out) / src.name
         t0 = time.perf_counter()

@@ -173,3 +173,17 @@ def test_advantage_notebook_overlays_other_runs_and_names_a_missing_step(tmp_pat
     with pytest.raises(CellExecutionError, match=r"step=9 has no rollouts in .*; steps with rollouts: \[1, 2\]"):
         execute_notebook(NOTEBOOK_DIR / "advantage_analysis.ipynb", None,
                          {"workdir": str(other), "step": 9}, timeout_s=300)
+
+
+def test_parameters_for_one_run_run_only_the_notebooks_that_take_them(tmp_path, monkeypatch, capsys):
+    """The README's `-p workdir=RUN -p step=10` also ran the ablation notebook, which then trained a sweep."""
+    from notebooks import run_notebooks
+
+    ran = []
+    monkeypatch.setattr(run_notebooks, "execute_notebook", lambda src, out, params, timeout_s: ran.append(src.name))
+    assert main(["--out", str(tmp_path), "-p", f"workdir={tmp_path}", "-p", "step=10"]) == 0
+    assert ran == ["reward_analysis.ipynb", "advantage_analysis.ipynb"]
+    assert "not run (none of ['step', 'workdir'] is theirs; name them to run them): ablation_analysis.ipynb" in (
+        capsys.readouterr().out)
+    ran.clear()
+    assert main(["--out", str(tmp_path)]) == 0 and len(ran) == 3  # no parameters: every notebook (make notebooks)
