@@ -64,7 +64,13 @@ def load_experiment_config(config_arg: str) -> Any:
     path, _, arg = config_file_arg(config_arg).partition(":")
     spec = importlib.util.spec_from_file_location("_swerl_experiment", path)
     if spec is None or not os.path.exists(path):
-        raise FileNotFoundError(f"--config={config_arg}: no such config file {path!r}")
+        folder = pathlib.Path(path).parent
+        names = sorted(p.name for p in folder.glob("*.py")) if folder.is_dir() else []
+        close = difflib.get_close_matches(pathlib.Path(path).name, names, n=1)
+        if not close and os.path.exists(path + ".py"):
+            close = [pathlib.Path(path).name + ".py"]
+        raise FileNotFoundError(f"--config={config_arg}: no such config file {path!r}"
+                                + (f" (did you mean {folder / close[0]}?)" if close else ""))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config(arg) if arg else module.get_config()

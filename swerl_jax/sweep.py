@@ -314,14 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     if both:  # which one wins would be an accident of the merge order
         raise ValueError(f"{both[0]} is both swept (--sweep) and fixed (--config.{both[0]}): give it one "
                          "of the two")
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-        variants = [int(v) for v in args.variants.split(",") if v.strip()] or None
-    except ValueError:
-        raise ValueError(f"--seeds {args.seeds!r} / --variants {args.variants!r}: expected comma-separated "
-                         "integers") from None
+    seeds, variants = _integers("--seeds", args.seeds), _integers("--variants", args.variants)
     index = run_sweep(args.config, args.workdir, axes, seeds, fixed, emit=args.emit, dry_run=args.dry_run,
-                      variants=variants, share_sft=args.share_sft, sft_from=args.sft_from, seed_key=args.seed_key)
+                      variants=variants or None, share_sft=args.share_sft, sft_from=args.sft_from,
+                      seed_key=args.seed_key)
     planned = set(index["planned"])
     statuses = [r["status"] for r in index["runs"] if r["name"] in planned]
     others = len(index["runs"]) - len(statuses)
@@ -331,6 +327,13 @@ def main(argv: list[str] | None = None) -> int:
           + (f"; index.json also lists {others} other run(s) of this directory" if others else "")
           + ("" if not args.dry_run else " (dry run: nothing written)"), flush=True)
     return int("failed" in statuses or "conflict" in statuses)
+
+
+def _integers(flag: str, text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected comma-separated integers") from None
 
 
 def cli(argv: list[str] | None = None) -> NoReturn:

@@ -221,3 +221,13 @@ def test_every_config_entry_point_names_a_wrong_override_key(module, tmp_path):
         argv += ["--records", str(tmp_path)]
     with pytest.raises(KeyError, match="unknown config key sed; did you mean seed"):
         importlib.import_module(module).main(argv)
+
+
+def test_a_config_path_without_py_or_with_a_typo_gets_a_did_you_mean():
+    from swerl_jax.config import load_experiment_config
+
+    with pytest.raises(FileNotFoundError, match=r"no such config file 'experiments/tiny_cpu' \(did you mean "
+                                                r"experiments/tiny_cpu.py\?\)"):
+        load_experiment_config("experiments/tiny_cpu")
+    with pytest.raises(FileNotFoundError, match=r"did you mean experiments/swerl_llama3_70b.py\?"):
+        load_experiment_config("experiments/swerl_llama3_7b.py:paper")

@@ -233,3 +233,12 @@ def test_variants_keep_positions_of_the_declared_sweep():
 
 # ------------------------------------------------ a researcher's sweep never silently retrains or loses a run
 # (issue 31.5, 31.7): the flags of ABLATIONS.md's commands, result-changing and cosmetic ones apart
+
+
+def test_a_bad_seed_list_names_the_flag_given(tmp_path):
+    """`--seeds 0,a` named `--variants ''` too, a flag the user had not passed."""
+    with pytest.raises(ValueError, match=r"^--seeds '0,a': expected comma-separated integers$"):
+        sweep.main(["--config", CONFIG, "--workdir", str(tmp_path), "--seeds", "0,a", "--dry-run"])
+    with pytest.raises(FileExistsError, match=r"--workdir .*afile: .*afile is a file, not a folder"):
+        (tmp_path / "afile").write_text("")
+        sweep.main(["--config", CONFIG, "--workdir", str(tmp_path / "afile"), "--dry-run"])
