@@ -109,16 +109,12 @@ def _instances(c: Any, out: pathlib.Path) -> tuple[list[dict], pathlib.Path, Any
         return tasks.instances, tasks.root / "repos", tasks.executor(out / "grade")
     from swerl_jax.eval import environments
     from swerl_jax.eval.executors import LocalExecutor
-    from swerl_jax.eval.predictions import index_instances
+    from swerl_jax.eval.predictions import chosen_instances, index_instances
 
-    known = index_instances(pathlib.Path(str(c.instances)))
-    ids = [i.strip() for i in str(c.instance_ids).split(",") if i.strip()] or list(known)
-    missing = [i for i in ids if i not in known]
-    if missing:
-        raise KeyError(f"instance_ids: {missing} are not in {c.instances}")
+    chosen = chosen_instances(index_instances(pathlib.Path(str(c.instances))), c.instance_ids, str(c.instances))
     limits = SandboxLimits(timeout_s=float(c.test_timeout_s), cpu_seconds=int(c.test_timeout_s) + 60)
     executor = LocalExecutor(pathlib.Path(str(c.repos)), out / "harness", environments.EnvironmentCache(), limits)
-    return [known[i] for i in ids], pathlib.Path(str(c.repos)), executor
+    return chosen, pathlib.Path(str(c.repos)), executor
 
 
 def verifier_training_set(c: Any, episodes: Episodes, tokenizer) -> tuple[list[dict], dict]:

@@ -7,6 +7,7 @@ instance.
 
 from __future__ import annotations
 
+import difflib
 import json
 import pathlib
 import re
@@ -100,3 +101,18 @@ def load_predictions(path: pathlib.Path) -> tuple[dict[str, dict], list[dict]]:
             continue
         predictions[row["instance_id"]] = {**row, "model_patch": row["model_patch"] or ""}
     return predictions, errors
+
+
+def chosen_instances(known: dict[str, dict], instance_ids: str, source: str) -> list[dict]:
+    """The instances a config's comma-separated `instance_ids` names (every one of `known` when empty);
+    ValueError for an id named twice, KeyError naming the ids not in `source`, with a "did you mean"."""
+    ids = [i.strip() for i in str(instance_ids).split(",") if i.strip()]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ValueError(f"instance_ids: {twice} named more than once")
+    missing = [i for i in ids if i not in known]
+    if missing:
+        close = difflib.get_close_matches(missing[0], list(known), n=1)
+        raise KeyError(f"instance_ids: {missing} are not in {source}" + (f" (did you mean {close[0]}?)" if close
+                                                                          else ""))
+    return [known[i] for i in ids] if ids else list(known.values())

@@ -19,7 +19,7 @@ from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_con
 from swerl_jax.data.paths import config_paths, user_path
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
 from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
-from swerl_jax.eval.predictions import index_instances
+from swerl_jax.eval.predictions import chosen_instances, index_instances
 from swerl_jax.sampler import source as policy_source
 
 BACKENDS = ("engine", "sampler", "openai", "oracle")
@@ -142,15 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not pathlib.Path(c.repos).is_dir():
         raise FileNotFoundError(f"repos={c.repos}: no such folder (the clones: owner__name, owner__name.git or "
                                 "owner__name.bundle)")
-    all_instances = index_instances(pathlib.Path(c.instances))
-    ids = [i.strip() for i in str(c.instance_ids).split(",") if i.strip()]
-    twice = sorted({i for i in ids if ids.count(i) > 1})
-    if twice:
-        raise ValueError(f"instance_ids: {twice} named more than once")
-    missing = [i for i in ids if i not in all_instances]
-    if missing:
-        raise KeyError(f"instance_ids: {missing} are not in {c.instances}")
-    instances = [all_instances[i] for i in ids] if ids else list(all_instances.values())
+    instances = chosen_instances(index_instances(pathlib.Path(c.instances)), c.instance_ids, str(c.instances))
     out = pathlib.Path(user_path(args.out))
     evaluated = evaluated_model(c)
     c.model_name = evaluated["model_name"]
