@@ -230,7 +230,8 @@ def test_a_mistyped_instance_id_gets_a_did_you_mean():
     known = {"pallets__flask-4045": {"instance_id": "pallets__flask-4045"}, "o__r-1": {"instance_id": "o__r-1"}}
     assert chosen_instances(known, "", "F") == list(known.values())
     assert chosen_instances(known, " o__r-1 ", "F") == [known["o__r-1"]]
-    with pytest.raises(KeyError, match=r"\['pallets__flask-4054'\] are not in F \(did you mean pallets__flask-4045\?\)"):
+    with pytest.raises(KeyError, match=r"\['pallets__flask-4054'\] are not in F \(did you mean "
+                                       r"pallets__flask-4045\?\)"):
         chosen_instances(known, "pallets__flask-4054", "F")
     with pytest.raises(ValueError, match="named more than once"):
         chosen_instances(known, "o__r-1,o__r-1", "F")
