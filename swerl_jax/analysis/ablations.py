@@ -298,3 +298,39 @@ def ensure_sweep(sweep_dir: str = "", root: str | os.PathLike | None = None) -> 
                                     f"swerl_jax.sweep --config=... --seeds 0,1,2 --workdir {sweep_dir}")
         return path, "given"
     return run_tiny_sweep(tempfile.mkdtemp(prefix="swerl_sweep_", dir=root)), "tiny"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m swerl_jax.analysis.ablations SWEEP_DIR [--metric M]... [--pair A B]... [--last N]`: per variant
+    the final values (mean [95% t-interval] over seeds), then each pair's difference paired by seed, as
+    markdown; the notebook draws the same numbers as curves."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.analysis.ablations", description=main.__doc__)
+    p.add_argument("sweep_dir", help="a directory of python -m swerl_jax.sweep (its index.json)")
+    p.add_argument("--metric", action="append", default=[], help="a logged metric (repeatable; default: "
+                   "reward_mean and every eval/* the finished runs logged)")
+    p.add_argument("--pair", action="append", nargs=2, default=[], metavar=("A", "B"),
+                   help="variant A minus variant B, paired by seed (repeatable; names as the table prints them)")
+    p.add_argument("--last", type=int, default=1, help="rows averaged per run for its final value")
+    args = p.parse_args(argv)
+    if not (pathlib.Path(args.sweep_dir) / "index.json").is_file():
+        raise FileNotFoundError(f"{args.sweep_dir}: no index.json there (a sweep directory of python -m "
+                                "swerl_jax.sweep)")
+    index = load_sweep(args.sweep_dir)
+    metrics = args.metric or ["reward_mean", *sorted(m for m in logged_metrics(index) if m.startswith("eval/"))]
+    metrics, absent = split_logged(index, metrics) if not args.metric else (metrics, [])
+    print(f"{args.sweep_dir}: {sum(r.get('status') == 'done' for r in index['runs'])} finished runs of "
+          f"{len(index['runs'])}; varying {', '.join(varying_keys(index)) or 'nothing'}"
+          + (f"; not logged: {', '.join(absent)}" if absent else ""))
+    print(to_markdown(variant_table(index, metrics, args.last)))
+    if args.pair:
+        print()
+        print(to_markdown(paired_table(index, metrics, args.pair, args.last)))
+    return 0
+
+
+if __name__ == "__main__":
+    from swerl_jax.cli import run_cli
+
+    run_cli("python -m swerl_jax.analysis.ablations", main)

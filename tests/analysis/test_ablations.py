@@ -145,3 +145,20 @@ def test_ensure_sweep_takes_a_sweep_directory(tmp_path):
     assert ab.ensure_sweep(str(tmp_path)) == (tmp_path, "given")
     with pytest.raises(FileNotFoundError, match="has no index.json: make one with python -m swerl_jax.sweep"):
         ab.ensure_sweep(str(tmp_path / "runs"))
+
+
+def test_the_command_prints_the_tables(tmp_path, capsys):
+    """`python -m swerl_jax.analysis.ablations DIR` printed nothing (no entry point; new-user check)."""
+    _sweep(tmp_path, {
+        ("continuous", 0): [{"step": 2, "reward_mean": 0.5, "eval/resolved_rate": 0.4}],
+        ("continuous", 1): [{"step": 2, "reward_mean": 0.7, "eval/resolved_rate": 0.6}],
+        ("discrete", 0): [{"step": 2, "reward_mean": 0.1, "eval/resolved_rate": 0.3}],
+        ("discrete", 1): [{"step": 2, "reward_mean": 0.3, "eval/resolved_rate": 0.4}],
+    })
+    assert ab.main([str(tmp_path), "--pair", "reward.kind=continuous", "reward.kind=discrete"]) == 0
+    out = capsys.readouterr().out
+    assert "4 finished runs of 5; varying reward.kind" in out
+    assert "| variant | seeds | reward_mean | eval/resolved_rate |" in out
+    assert "| reward.kind=continuous - reward.kind=discrete | eval/resolved_rate | 2 | 0.150 [" in out
+    with pytest.raises(FileNotFoundError, match="no index.json there"):
+        ab.main([str(tmp_path / "runs")])
