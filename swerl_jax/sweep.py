@@ -182,7 +182,7 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
     for other in sft_from:
         if not (pathlib.Path(other) / "runs").is_dir():
             raise FileNotFoundError(f"--sft-from {other}: no runs/ folder there (not a sweep's --workdir)")
-    runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not (emit or dry_run), variants=variants,
+    runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not emit, variants=variants,
                      seed_key=seed_key)
     base_config = json.loads(resolve_config(load_experiment_config(config_arg), check_files=False).to_json())
     existing = sweepdir.scan_runs(root / "runs")
