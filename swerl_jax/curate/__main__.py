@@ -64,17 +64,21 @@ def _show(default: object) -> str:
 
 
 def check_beam_flags(beam_args: list[str], ours: list[str]) -> None:
-    """ValueError naming the first argument neither we nor Beam know, with the closest of either: Beam only logs
-    "Discarding unparseable args" among its INFO lines and runs without it (`--isues` ran with no issues)."""
+    """ValueError naming the first argument neither we nor Beam's own parser take, with the closest flag: Beam
+    only logs "Discarding unparseable args" among its INFO lines and runs without it (`--isues` ran with no
+    issues; `--temp-location` is not `--temp_location`)."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    known = set(PipelineOptions([]).get_all_options(drop_default=False, retain_unknown_options=False))
-    for arg in beam_args:
-        name = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
-        if name is not None and name.replace("-", "_") not in known:
-            close = difflib.get_close_matches(name, [*ours, *known], n=1)
-            raise ValueError(f"unknown flag --{name}" + (f"; did you mean --{close[0]}?" if close else "")
-                             + " (neither curation's nor an Apache Beam pipeline option)")
+    parsers = []  # Beam's parser with every PipelineOptions subclass's flags, as get_all_options builds it
+    known = PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)  # {dest: default}
+    _, unknown = parsers[0].parse_known_args(beam_args)
+    flags = [a for a in unknown if a.startswith("-")] or unknown
+    if flags:
+        name = flags[0].lstrip("-").split("=", 1)[0]
+        close = difflib.get_close_matches(name, [*ours, *known], n=1)
+        raise ValueError(f"unknown flag {flags[0].split('=', 1)[0]}" + (f"; did you mean --{close[0]}?" if close
+                                                                         else "")
+                         + " (neither curation's nor an Apache Beam pipeline option)")
 
 
 def check_inputs(clones: str, events: list[str], issues: list[str]) -> None:
@@ -90,8 +94,8 @@ def check_inputs(clones: str, events: list[str], issues: list[str]) -> None:
     if not any(p.is_dir() for p in root.iterdir()):
         raise FileNotFoundError(f"--clones {clones}: no clones in it (folders named owner__name or owner__name.git)")
     for flag, paths in (("--events", events), ("--issues", issues)):
-        for path in paths:
-            if not pathlib.Path(path).is_file():
+        for path in paths:  # gs://, s3://, hdfs:// are Beam's to read (Dataflow)
+            if "://" not in path and not pathlib.Path(path).is_file():
                 raise FileNotFoundError(f"{flag} {path}: no such file (and no file matches it as a pattern)")
 
 

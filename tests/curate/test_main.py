@@ -20,7 +20,11 @@ def test_flags_split_between_ours_and_beams():
 def test_a_flag_nobody_knows_and_inputs_that_are_not_there_are_named(tmp_path):
     """New-user check: `--isues F` went to Beam, which logged "Discarding unparseable args" and ran without
     issues; an empty --clones, a bundle there and a missing --events file each ran to "0 records"."""
-    check_beam_flags(["--runner=FlinkRunner", "--flink_master=h:8081", "--direct_num_workers=2"], ["issues"])
+    check_beam_flags(["--runner=FlinkRunner", "--flink_master=h:8081", "--direct_num_workers=2",
+                      "--experiment=use_runner_v2", "--no_use_public_ips", "--label", "a=b", "--extra_package",
+                      "p.tgz"], ["issues"])  # Beam's own parser decides (a review found these refused)
+    with pytest.raises(ValueError, match=r"unknown flag --temp-location; did you mean --temp_location\?"):
+        check_beam_flags(["--temp-location=gs://b/tmp"], ["issues"])  # Beam discards the hyphen form
     with pytest.raises(ValueError, match=r"unknown flag --isues; did you mean --issues\?"):
         check_beam_flags(["--isues", "x.jsonl"], ["clones", "out", "events", "issues"])
     clones = tmp_path / "clones"
@@ -34,6 +38,7 @@ def test_a_flag_nobody_knows_and_inputs_that_are_not_there_are_named(tmp_path):
         check_inputs(str(clones), [str(tmp_path / "nosuch.json.gz")], [])
     with pytest.raises(FileNotFoundError, match="no such folder"):
         check_inputs(str(tmp_path / "nosuch"), [], [])
+    check_inputs(str(clones), ["gs://bucket/events-*.json.gz"], [])  # Beam reads remote files itself
 
 
 @pytest.mark.slow
