@@ -50,12 +50,15 @@ def clear_demo_workdir(workdir: pathlib.Path) -> None:
         return
     if not workdir.is_dir():
         raise ValueError(f"--workdir {workdir} is a file, not a folder")
+    if pathlib.Path.cwd().resolve().is_relative_to(workdir.resolve()):
+        raise ValueError(f"--workdir {workdir} holds the current folder; the demo replaces its folder, so give it "
+                         "another")
     entries = sorted(p.name for p in workdir.iterdir())
-    legacy = workdir == REPO_ROOT / "workdirs" / "demo" and "config.json" in entries
+    legacy = workdir.resolve() == (REPO_ROOT / "workdirs" / "demo").resolve() and "config.json" in entries
     if entries and DEMO_MARK not in entries and not legacy:
         shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
         raise ValueError(f"--workdir {workdir} is not a demo run (it holds {shown}); the demo replaces its folder "
-                         "at each run, so give it a new or empty one (or --resume to continue a demo run there)")
+                         "at each run, so give it a new or empty one")
     shutil.rmtree(workdir)
 
 
@@ -74,8 +77,9 @@ def train_demo(args: argparse.Namespace) -> int:
         except ValueError as err:  # a user's folder: one line, nothing deleted
             print(f"python -m swerl_jax.demo: {err}", file=sys.stderr)
             return 2
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / DEMO_MARK).write_text("written by python -m swerl_jax.demo, which replaces this folder at each run\n")
+        workdir.mkdir(parents=True)  # marked only when the demo made it: --resume never marks a user's folder
+        (workdir / DEMO_MARK).write_text("written by python -m swerl_jax.demo, which replaces this folder at each "
+                                         "run\n")
     config = tiny_cpu.get_config()
     if args.rl_steps:
         config.rl.num_steps = args.rl_steps

@@ -82,7 +82,8 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
         log.warning("%s already finished (checkpoints at %s): nothing to train; delete it or choose another "
                     "--workdir for a new run", workdir, steps)
         summary["already_finished"] = steps
-        return summary  # not even a stage whose files were deleted (a GRPO-finished run without sft/ retrained SFT)
+        if rl_steps > 0:  # GRPO resumes from its own checkpoint: the SFT stage, even deleted, is not trained again;
+            sft_steps = 0  # its run() trains nothing and still publishes the final policy a kill may have missed
     params = None
     t0 = time.time()
     agent = str(config.rl.task) == "agent"

@@ -40,7 +40,7 @@ def test_demo_entry_point_trains_and_grpo_raises_the_reward(tiny_cpu_short_run):
     assert f"  {what:<45} {format(first, '+.3f'):>7} -> {last:+.3f}\n" in stdout
 
 
-def test_the_demo_replaces_only_its_own_folder(tmp_path):
+def test_the_demo_replaces_only_its_own_folder(tmp_path, monkeypatch):
     """`--workdir` pointed at a user's folder deleted it (held-out new-user check): only a demo run is replaced."""
     from swerl_jax.demo import DEMO_MARK, clear_demo_workdir, main
 
@@ -57,3 +57,8 @@ def test_the_demo_replaces_only_its_own_folder(tmp_path):
     clear_demo_workdir(demo)
     assert not demo.exists()
     clear_demo_workdir(tmp_path / "absent")  # nothing to replace
+    demo.mkdir()
+    (demo / DEMO_MARK).write_text("")
+    monkeypatch.chdir(demo)  # `--workdir .` from inside a demo folder: never the current folder
+    with pytest.raises(ValueError, match="holds the current folder"):
+        clear_demo_workdir(demo)

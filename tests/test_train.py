@@ -114,8 +114,9 @@ def test_a_finished_run_trains_nothing_even_without_its_sft_stage(handoff, tmp_p
     shutil.copytree(handoff[0], run)
     shutil.rmtree(run / "sft")
     summary = train.run_experiment(_config(2), run)
-    assert summary["already_finished"] == {"grpo": 2} and "sft" not in summary and "rl" not in summary
-    assert not (run / "sft").exists()
+    assert summary["already_finished"] == {"grpo": 2} and "sft" not in summary
+    assert summary["rl"]["resumed_from"] == 2 and not (run / "sft").exists()  # GRPO restored, trained nothing
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
 
 
 def test_sft_baseline_evaluated_like_the_rl_policy(tmp_path):
