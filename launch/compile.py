@@ -50,12 +50,13 @@ from launch import plan  # noqa: E402
 from launch.compile_report import GiB, analyse, collectives, format_report, model_flops  # noqa: E402, F401
 from launch.train_shapes import train_batch, train_info  # noqa: E402
 from swerl_jax import sharding  # noqa: E402
-from swerl_jax.cli import absl_flags_parser, one_line_errors  # noqa: E402
+from swerl_jax.cli import absl_flags_parser, one_line_input_errors  # noqa: E402
 from swerl_jax.meshes import MESHES, MeshSpec, multislice_spec  # noqa: E402
 from swerl_jax.model.config import LlamaConfig  # noqa: E402
 from swerl_jax.model.llama import KVCache, Llama, positions_from_mask  # noqa: E402
 from swerl_jax.optim import make_optimizer  # noqa: E402
 from swerl_jax.policy import model_config_from  # noqa: E402
+from swerl_jax.resolve import resolve_config  # noqa: E402
 from swerl_jax.rl.objectives import GRPOLossConfig  # noqa: E402
 from swerl_jax.rl.trainer import make_rl_loss  # noqa: E402
 from swerl_jax.sampler.decode import decode_step, decode_step_shared, decode_weights  # noqa: E402
@@ -250,6 +251,18 @@ def planner_rows(config: Any, mode: str, spec: MeshSpec, model_config: LlamaConf
 PROGRAMS = ("train", "prefill", "decode", "decode_grpo")
 
 
+def check_programs(programs: tuple[str, ...], attention: str | None) -> None:
+    """ValueError naming a program or an attention kernel this tool cannot compile, before minutes of compiling
+    the known ones."""
+    unknown = [name for name in programs if name not in PROGRAMS]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], PROGRAMS, n=1)
+        raise ValueError(f"--programs: unknown program {unknown[0]!r}" + (f" (did you mean {close[0]!r}?)" if close
+                                                                          else "") + f"; known: {', '.join(PROGRAMS)}")
+    if attention not in (None, "", "xla", "pallas"):
+        raise ValueError(f"--attention={attention!r}: '' (XLA) or 'pallas' compile for TPU")
+
+
 def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[str, ...] = PROGRAMS,
                 out_dir: Path | None = None, num_slices: int = 1, attention: str | None = None) -> dict[str, Any]:
     """Compile `programs` for the TPU slice `topology` with `config`; returns the report (see `analyse`).
@@ -257,13 +270,7 @@ def compile_all(config: Any, topology: str, mode: str = "rl", programs: tuple[st
     `attention` replaces model.attention_impl ("" = XLA, "pallas"); by default a "cudnn" config (GPU only)
     compiles with XLA attention."""
     spec = tpu_mesh_spec(topology)
-    unknown = [name for name in programs if name not in PROGRAMS]
-    if unknown:  # before minutes of compiling the known ones
-        close = difflib.get_close_matches(unknown[0], PROGRAMS, n=1)
-        raise ValueError(f"--programs: unknown program {unknown[0]!r}" + (f" (did you mean {close[0]!r}?)" if close
-                                                                          else "") + f"; known: {', '.join(PROGRAMS)}")
-    if attention not in (None, "", "xla", "pallas"):
-        raise ValueError(f"--attention={attention!r}: '' (XLA) or 'pallas' compile for TPU")
+    check_programs(programs, attention)
     config = config.copy_and_resolve_references()
     config.mesh.name = spec.name
     config.model.hf_dir = ""  # the architecture is model.name's; no checkpoint is read to compile
@@ -348,7 +355,12 @@ def main(argv: list[str]) -> None:
     """The command: compile `--programs` for `--topology` and print the report."""
     del argv
     config = FLAGS.config
-    spec = tpu_mesh_spec(FLAGS.topology)
+    with one_line_input_errors(PROG):  # the flags and config; compiling below raises as bugs do
+        spec = tpu_mesh_spec(FLAGS.topology)
+        check_programs(tuple(FLAGS.programs), FLAGS.attention)
+        checked = config.copy_and_resolve_references()
+        checked.mesh.name = spec.name
+        resolve_config(checked, check_files=False)
     out = Path(FLAGS.out or f"/tmp/swerl_compile/{spec.name}-{config.model.name}-{FLAGS.mode}")
     report = compile_all(config, FLAGS.topology, FLAGS.mode, tuple(FLAGS.programs), out, FLAGS.num_slices,
                          FLAGS.attention)
@@ -357,5 +369,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(one_line_errors(PROG, main), flags_parser=absl_flags_parser(PROG))
+    app.run(main, flags_parser=absl_flags_parser(PROG))
 

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 from launch.train_shapes import update_rows  # noqa: E402
 from swerl_jax import sharding  # noqa: E402
-from swerl_jax.cli import absl_flags_parser, one_line_errors  # noqa: E402
+from swerl_jax.cli import absl_flags_parser, one_line_input_errors  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
 from swerl_jax.model.config import FROM_CHECKPOINT, LlamaConfig, get_model_config  # noqa: E402
 from swerl_jax.resolve import resolve_config  # noqa: E402
@@ -366,11 +366,14 @@ def main(argv: list[str]) -> None:
     del argv
     start = time.perf_counter()
     config = FLAGS.config
-    checked = config.copy_and_resolve_references()
-    checked.mesh.name = FLAGS.mesh or checked.mesh.name  # checked on the mesh being planned
-    if not FLAGS.all:
-        resolve_config(checked, check_files=False)  # what the trainer refuses at load time fails here too
-    work = workload_from_config(config, FLAGS.mode)
+    with one_line_input_errors(PROG):  # the user's flags and config; the planning below raises as bugs do
+        checked = config.copy_and_resolve_references()
+        checked.mesh.name = FLAGS.mesh or checked.mesh.name  # checked on the mesh being planned
+        if not FLAGS.all:
+            resolve_config(checked, check_files=False)  # what the trainer refuses at load time fails here too
+            sharding.mesh_axis_sizes(checked, get_mesh_spec(checked.mesh.name).num_devices)
+            _ = get_model_config(FLAGS.model) if FLAGS.model else None
+        work = workload_from_config(config, FLAGS.mode)
     if FLAGS.split:
         plan = make_plan(config, FLAGS.mesh or config.mesh.name, FLAGS.model or None, "rl", FLAGS.usable)
         if not plan.fits:
@@ -393,4 +396,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(one_line_errors(PROG, main), flags_parser=absl_flags_parser(PROG))
+    app.run(main, flags_parser=absl_flags_parser(PROG))

@@ -10,8 +10,9 @@ the command and says how to resume. A bug (any other exception) keeps its traceb
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # What a user's mistake raises: the message names the input; the traceback would only hide it.
@@ -40,16 +41,14 @@ def run_cli(prog: str, main: Callable[[list[str]], Any], resume: str = "run the 
     sys.exit(exit_code(result) if exit_code else 0)
 
 
-def one_line_errors(prog: str, main: Callable[..., Any]) -> Callable[..., Any]:
-    """`main` whose bad-input exceptions (`INPUT_ERRORS`) exit with one line: for `absl.app.run`, which prints
-    the traceback of whatever `main` raises."""
-    def run(*args: Any) -> Any:
-        try:
-            return main(*args)
-        except INPUT_ERRORS as err:
-            raise SystemExit(input_error_line(prog, err)) from None
-
-    return run
+@contextlib.contextmanager
+def one_line_input_errors(prog: str) -> Iterator[None]:
+    """Around the checks of a command's input only (flags, config values, names): `INPUT_ERRORS` there exit with
+    one line. Not around the work itself, where the same exception types are bugs and keep their traceback."""
+    try:
+        yield
+    except INPUT_ERRORS as err:
+        raise SystemExit(input_error_line(prog, err)) from None
 
 
 def absl_flags_parser(prog: str) -> Callable[[list[str]], list[str]]:
