@@ -13,6 +13,7 @@ set -euo pipefail
 # No cd: the config, --workdir and every relative path in the flags are the user's, from where they typed them
 # (python -m swerl_jax.train reads them so); only this repository's own files are named from its root.
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"  # swerl_jax from any folder, whatever PY is
 CONFIG="${1:?usage: launch/local.sh experiments/NAME.py [--config.FIELD=VALUE ...]}"; shift
 PY="${PY:-$REPO/.venv/bin/python}"
 if [[ -n "${CPU_DEVICES:-}" ]]; then

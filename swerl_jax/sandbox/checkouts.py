@@ -104,31 +104,41 @@ def _cached_store(source: pathlib.Path, commit: str, cache: pathlib.Path,
     cache.mkdir(parents=True, exist_ok=True)
     key = f"{commit}-{hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:8]}"
     store, lock_path, built = cache / key, cache / f"{key}.lock", False
-    with open(lock_path, "a") as lock:
-        while True:  # an evictor can take the store between our build and the shared lock: then build again
-            fcntl.flock(lock, fcntl.LOCK_SH)
-            if store.is_dir():
-                break
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not store.is_dir():
-                tmp = cache / f".{key}.{uuid.uuid4().hex[:8]}"
-                try:
-                    _fetch_checkout(source, tmp, commit)
-                    verify_history_free(tmp, commit)
-                    (cache / f"{key}.bytes").write_text(str(tree_usage(tmp, 1 << 24)[0]))
-                    tmp.rename(store)  # atomic: a half-made store is never seen under its name
-                    built = True
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
-        os.utime(lock_path)  # the lock file's mtime is the store's last use
-        yield store
-    if built:
-        _evict(cache, cache_bytes, keep=key)
+    try:
+        with open(lock_path, "a") as lock:
+            while True:  # an evictor can take the store between our build and the shared lock: then build again
+                fcntl.flock(lock, fcntl.LOCK_SH)
+                if store.is_dir():
+                    break
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not store.is_dir():
+                    tmp = cache / f".{key}.{uuid.uuid4().hex[:8]}"
+                    try:
+                        _fetch_checkout(source, tmp, commit)
+                        verify_history_free(tmp, commit)
+                        (cache / f"{key}.bytes").write_text(str(tree_usage(tmp, 1 << 24)[0]))
+                        tmp.rename(store)  # atomic: a half-made store is never seen under its name
+                        built = True
+                    finally:
+                        shutil.rmtree(tmp, ignore_errors=True)
+            os.utime(lock_path)  # the lock file's mtime is the store's last use
+            yield store
+    finally:  # also when the copy failed (a full disk is when the cache must give space back)
+        if built:
+            _evict(cache, cache_bytes, keep=key)
 
 
 def _evict(cache: pathlib.Path, cache_bytes: int, keep: str) -> None:
     """Remove stores, least recently used first, until those left fit `cache_bytes`; never `keep` (just built)
     nor a store another checkout holds (its shared lock makes our non-blocking exclusive one fail)."""
+    for stale in cache.glob(".*.*"):  # a build or an eviction a killed process left half done
+        key = stale.name[1:].split(".", 1)[0]
+        with open(cache / f"{key}.lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no build of that key runs now
+            except BlockingIOError:
+                continue
+            shutil.rmtree(stale, ignore_errors=True)
     stores = []
     for lock_path in cache.glob("*.lock"):
         key = lock_path.name[:-len(".lock")]

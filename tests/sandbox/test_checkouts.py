@@ -176,8 +176,11 @@ def test_the_store_cache_keeps_its_bound_and_never_evicts_a_store_in_use(source,
         assert stores() == {second, base}
     history_free_checkout(git_dir, tmp_path / "d", first, cache, cache_bytes=1)
     assert stores() == {first}
+    stale = cache / f".{first}-00000000.deadbeef"  # a build a killed process left: removed at the next eviction
+    (stale / ".git").mkdir(parents=True)
+    (cache / f"{first}-00000000.lock").write_text("")
     history_free_checkout(git_dir, tmp_path / "e", base, cache)  # the default bound holds both
-    assert stores() == {first, base}
+    assert stores() == {first, base} and not stale.exists()
     for name in "abcde":
         assert (tmp_path / name / ".git").is_dir()
     assert (tmp_path / "e" / "a.py").read_text() == "v = 2\n"
