@@ -79,7 +79,8 @@ def parse_axes(config: Any, specs: list[str]) -> list[tuple[str, list[Any]]]:
 def plan_runs(config_arg: str, axes: list[tuple[str, list[Any]]], seeds: list[int], fixed: dict[str, Any],
               check_files: bool = True, variants: list[int] | None = None, seed_key: str = "seed") -> list[dict]:
     """Every (variant, seed) run with its overrides, each checked by `resolve_config` before anything runs
-    (`check_files`: also that its data and model files exist here; off when only emitting commands). `variants`
+    (`check_files`: also that its data and model files exist here; off when only emitting commands or in a dry
+    run, which checks a paper-scale sweep on a machine without its checkpoints and data). `variants`
     keeps only those positions of the experiment's declared `get_sweep` list. Two runs that would train the same
     thing (they differ only in operational keys, or set what the config already holds) are an error. `seed_key`:
     the config key each seed sets (`seed`, or `rl.seed`: RL seeds that share one SFT stage)."""
@@ -182,7 +183,7 @@ def run_sweep(config_arg: str, workdir: str | os.PathLike, axes: list[tuple[str,
     for other in sft_from:
         if not (pathlib.Path(other) / "runs").is_dir():
             raise FileNotFoundError(f"--sft-from {other}: no runs/ folder there (not a sweep's --workdir)")
-    runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not emit, variants=variants,
+    runs = plan_runs(config_arg, axes, seeds, fixed or {}, check_files=not (emit or dry_run), variants=variants,
                      seed_key=seed_key)
     base_config = json.loads(resolve_config(load_experiment_config(config_arg), check_files=False).to_json())
     existing = sweepdir.scan_runs(root / "runs")
