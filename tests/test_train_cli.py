@@ -41,9 +41,10 @@ def test_resume_refuses_a_changed_config_and_a_finished_run_says_so(tmp_path):
     assert "sft: 100%" in first.stderr  # the progress bar names its stage
     assert "SFT   2 steps (to step 2)  loss " in first.stderr  # the closing summary (stdout: the JSON summary)
     assert json.loads(first.stdout)["sft"]["steps"] == 2
+    trained = (tmp_path / "run" / "sft" / "metrics.jsonl").read_text()
     again = _train(*SFT_ONLY, workdir)
     assert again.returncode == 0 and "already finished" in again.stderr
-    assert "sft: " not in again.stderr  # nothing trained
+    assert (tmp_path / "run" / "sft" / "metrics.jsonl").read_text() == trained  # nothing trained again
     changed = _train(*SFT_ONLY, "--config.sft.learning_rate=0.1", workdir)
     assert changed.returncode == 1
     assert "sft.learning_rate: 0.002 -> 0.1" in changed.stderr and "Traceback" not in changed.stderr
