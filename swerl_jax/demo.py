@@ -46,10 +46,13 @@ def clear_demo_workdir(workdir: pathlib.Path) -> None:
     """Empty `workdir` for a fresh demo run, but only where it is one: a missing or empty folder, a folder with
     the demo's mark, or the default demo folder holding a run (from before the mark). Anything else is a user's
     folder, which the demo never deletes: ValueError naming it and what it holds."""
+    from swerl_jax.data.paths import blocking_file  # after JAX_PLATFORMS is set (swerl_jax.data may import jax)
+
+    taken = blocking_file(workdir)  # the entry points' shared check (train, sweep, repair_score)
+    if taken is not None:
+        raise ValueError(f"--workdir {workdir}: {taken} is a file, not a folder")
     if not workdir.exists():
         return
-    if not workdir.is_dir():
-        raise ValueError(f"--workdir {workdir} is a file, not a folder")
     if pathlib.Path.cwd().resolve().is_relative_to(workdir.resolve()):
         raise ValueError(f"--workdir {workdir} holds the current folder; the demo replaces its folder, so give it "
                          "another")
