@@ -1,7 +1,7 @@
 """Calibrate the harness: grade gold and empty patches; exclude instances where gold fails or empty passes.
 
     python -m swerl_jax.eval.calibrate --instances FILE --repos DIR --out DIR [--repo owner/name]... (repeated)
-        [--per-repo N] [--workers N] [--index-cutoff created_at|images|off] [--env-cache DIR]
+        [--per-repo N] [--workers N] [--index-cutoff created_at|images|off] [--env-cache DIR] [--env-cache-gb G]
 
 Runs the harness twice (OUT/gold, OUT/empty; each resumable) and writes OUT/calibration.json (per instance: gold
 and empty status, included or the reason it is excluded) and OUT/calibration.md (a table per repository). An
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    help="resolve unpinned requirements as of each instance's created_at, as of 2024-06-27 (images: "
                    "the official images' build day), or today (off)")
     p.add_argument("--env-cache", type=pathlib.Path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
+    p.add_argument("--env-cache-gb", type=harness.positive_gb, default=None, help="see the harness's --env-cache-gb")
     args = p.parse_args(argv)
     if not args.instances.is_file():
         raise FileNotFoundError(f"--instances {args.instances}: no such file")
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                       str(args.repos), "--out", str(args.out / kind), "--workers", str(args.workers),
                                       "--timeout", str(args.timeout), "--index-cutoff", args.index_cutoff,
                                       *(["--env-cache", str(args.env_cache)] if args.env_cache else []),
+                                      *(["--env-cache-gb", str(args.env_cache_gb)] if args.env_cache_gb else []),
                                       "--instance_ids", *ids]  # M counts these, not the whole instances file
                                      )["instances"]
     rows = []

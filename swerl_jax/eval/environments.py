@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from swerl_jax.eval import index_cutoff, reach, specs
+from swerl_jax.sandbox import lru
 
 
 class EnvironmentError_(RuntimeError):
@@ -166,11 +167,50 @@ def resolved(env_dir: pathlib.Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
+# What the env cache keeps by default. Under an index cut-off an env is built per instance date where
+# requirements are unpinned: the Lite calibration left 115 envs, 9.6 GB, for ~60 instances (seaborn's 3.7 GB).
+CACHE_BYTES = 32 << 30
+
+
+def _holders(env_dir: pathlib.Path) -> pathlib.Path:
+    return env_dir.with_name(env_dir.name + ".holders")
+
+
+def _hold(env_dir: pathlib.Path, holder: pathlib.Path) -> None:
+    """Record that the work dir `holder` uses `env_dir` (called under the env's lock, so no eviction runs)."""
+    records = _holders(env_dir)
+    records.mkdir(exist_ok=True)
+    record = records / hashlib.sha256(str(holder).encode()).hexdigest()[:16]
+    record.write_text(str(holder))
+    if sum(1 for _ in records.iterdir()) > 256:  # an RL run holds one per episode: forget the finished
+        _held(env_dir)
+
+
+def _held(env_dir: pathlib.Path) -> bool:
+    """Whether a work dir that used `env_dir` still exists (a grading or an episode runs, or keeps its work dir);
+    records of removed ones are dropped. A work dir is removed when its use ends, so existence is the lease."""
+    records = _holders(env_dir)
+    live = False
+    for record in (records.iterdir() if records.is_dir() else ()):
+        try:
+            holder = record.read_text()
+        except OSError:
+            continue
+        if os.path.lexists(holder):
+            live = True
+        else:
+            record.unlink(missing_ok=True)
+    return live
+
+
 class EnvironmentCache:
     """Builds and caches one dependency venv per (repo, version, spec, requirements, interpreter, index cut-off)."""
 
-    def __init__(self, root: pathlib.Path | None = None):
+    def __init__(self, root: pathlib.Path | None = None, cache_bytes: int = CACHE_BYTES):
+        """`root`: default $SWERL_JAX_HOME/eval/envs. `cache_bytes`: what the cache keeps; a build past it
+        removes the least recently used envs nothing uses (`evict`)."""
         self.root = pathlib.Path(root) if root else default_cache_dir()
+        self.cache_bytes = cache_bytes
         self.built = 0  # how many this object built (the rest were cache hits)
 
     def plan(self, instance: dict, git_dir: pathlib.Path, cutoff: str | None = None
@@ -213,17 +253,43 @@ class EnvironmentCache:
         """The cut-off the env build applies: `cutoff`, or None when every requirement is pinned (`unpinned`)."""
         return cutoff if cutoff is not None and unpinned(spec, requirements) else None
 
-    def get(self, instance: dict, git_dir: pathlib.Path, cutoff: str | None = None) -> pathlib.Path:
-        """The env dir for an instance, building it first when absent (EnvironmentError_ with the log on failure)."""
+    def get(self, instance: dict, git_dir: pathlib.Path, cutoff: str | None = None,
+            holder: pathlib.Path | None = None) -> pathlib.Path:
+        """The env dir for an instance, building it first when absent (EnvironmentError_ with the log on failure).
+
+        `holder`: the work dir that will use the env (its overlay venv points into it); the env is not evicted
+        while that folder exists. After a build, the cache is cut back to `cache_bytes` (`evict`)."""
         spec, python, requirements, env_dir = self.plan(instance, git_dir, cutoff)
-        with file_lock(env_dir.with_name(env_dir.name + ".lock")):
-            if (env_dir / ".complete").exists():
-                return env_dir
-            self._build(spec, python, requirements, env_dir,
-                        self.env_cutoff(spec, requirements, self.env_date(spec, instance, git_dir, cutoff)),
-                        dated=cutoff is not None)
-            self.built += 1
+        lock = lru.lock_path(env_dir)
+        with file_lock(lock):
+            built = not (env_dir / ".complete").exists()
+            if built:
+                self._build(spec, python, requirements, env_dir,
+                            self.env_cutoff(spec, requirements, self.env_date(spec, instance, git_dir, cutoff)),
+                            dated=cutoff is not None)
+                lru.remember_size(env_dir)
+                self.built += 1
+            if holder is not None:
+                _hold(env_dir, pathlib.Path(holder))
+            os.utime(lock)  # the lock file's mtime is the env's last use
+        if built:
+            self.evict(keep=env_dir)
         return env_dir
+
+    def evict(self, keep: pathlib.Path | None = None) -> list[pathlib.Path]:
+        """Remove envs, least recently used first, until those left fit `cache_bytes`; never `keep`, one being
+        built, or one a live holder's work dir still uses (an instance's grading, an agent's episode). Also
+        clears what killed builds and evictions left. Returns the removed env dirs."""
+        if not self.root.is_dir():
+            return []
+        repos = [d for d in self.root.iterdir() if d.is_dir() and not d.name.startswith(".")]
+        for repo in repos:
+            lru.remove_trash(repo)
+            for partial in repo.glob("*.building"):  # a build a killed process left half done
+                lru.remove_abandoned(partial, partial.with_name(partial.name[:-len(".building")]))
+        envs = [lock.with_name(lock.name[:-len(".lock")]) for repo in repos for lock in repo.glob("*.lock")]
+        return lru.evict_least_recent(envs, self.cache_bytes, keep=keep, in_use=_held,
+                                      siblings=(".log", ".requirements.txt", ".holders"))
 
     def _build(self, spec: dict, python: pathlib.Path, requirements: str, env_dir: pathlib.Path,
                cutoff: str | None, dated: bool = False) -> None:

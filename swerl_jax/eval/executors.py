@@ -171,7 +171,7 @@ class LocalExecutor:
             spec = specs.env_spec(instance["repo"], instance["version"])
             cutoff = cutoffs.instance_cutoff(instance, self.index_cutoff, str(spec.get("python")))
             started = time.monotonic()
-            env_dir = self.envs.get(instance, git_dir, cutoff)
+            env_dir = self.envs.get(instance, git_dir, cutoff, holder=work)
             env_s = time.monotonic() - started  # a cache hit is ~0; a build is minutes (BENCHMARKS.md, the harness)
         except (specs.SpecError, cutoffs.CutoffError, environments.EnvironmentError_) as err:
             log = getattr(err, "log", None)

@@ -8,7 +8,7 @@ results/<id>.json (one per graded instance, keyed by everything that determines 
 resumable; a failure of the infrastructure, such as a missing clone or environment, is graded again on re-run),
 logs/<id>/ (env_build / setup / patch / test logs), work/<id>.<random>/ (removed after grading unless
 --keep-workdirs), repos/ (bare clones unpacked from .bundle files) and report.json. The cached environments live
-in $SWERL_JAX_HOME/eval/envs (or --env-cache), shared between runs. Stdout ends with a line of counts per status
+in $SWERL_JAX_HOME/eval/envs (or --env-cache), shared between runs, at most --env-cache-gb of them. Stdout ends with a line of counts per status
 and `resolved N/M (...)`, M every instance asked about (the instances file, or --instance_ids): one with no
 prediction, an empty patch or an error is unresolved, and the counts per reason follow. The exit code is 1
 when a prediction was malformed or named an unknown instance, or nothing could be graded. Ctrl-C writes the report
@@ -230,6 +230,14 @@ def typed_path(text: str) -> pathlib.Path:
     return pathlib.Path(user_path(text))
 
 
+def positive_gb(text: str) -> float:
+    """An argparse type: a size in GiB above 0 (0 would remove every env after each build)."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} GiB: must be above 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's arguments."""
     # the whole docstring, as laid out: its first line left out where everything goes (issue 46 held-out, item 7)
@@ -243,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--executor", choices=("local", "docker"), default="local")
     p.add_argument("--env-cache", type=typed_path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
+    p.add_argument("--env-cache-gb", type=positive_gb, default=environments.CACHE_BYTES / (1 << 30),
+                   help="what the env cache keeps (default %(default)g): a build past it removes the least recently "
+                   "used envs no grading uses")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for an instance's tests (and patching)")
     p.add_argument("--setup-timeout", type=float, default=1800.0, help="seconds for an instance's install step")
     p.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap of sandboxed commands")
@@ -263,7 +274,8 @@ def make_executor(args: argparse.Namespace):
     if args.executor == "docker":
         return DockerExecutor(args.out, limits)
     bwrap_path()
-    return LocalExecutor(args.repos, args.out, environments.EnvironmentCache(args.env_cache), limits,
+    return LocalExecutor(args.repos, args.out, environments.EnvironmentCache(
+                         args.env_cache, int(args.env_cache_gb * (1 << 30))), limits,
                          keep_workdirs=args.keep_workdirs, setup_timeout_s=args.setup_timeout,
                          index_cutoff=args.index_cutoff)
 

@@ -23,7 +23,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 
-from swerl_jax.sandbox.workdirs import tree_usage
+from swerl_jax.sandbox import lru
 
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 # Files git leaves in .git that name commits or object stores beyond a checkout's own (FETCH_HEAD names the
@@ -116,8 +116,8 @@ def _cached_store(source: pathlib.Path, commit: str, cache: pathlib.Path,
                     try:
                         _fetch_checkout(source, tmp, commit)
                         verify_history_free(tmp, commit)
-                        (cache / f"{key}.bytes").write_text(str(tree_usage(tmp, 1 << 24)[0]))
                         tmp.rename(store)  # atomic: a half-made store is never seen under its name
+                        lru.remember_size(store)
                         built = True
                     finally:
                         shutil.rmtree(tmp, ignore_errors=True)
@@ -130,40 +130,12 @@ def _cached_store(source: pathlib.Path, commit: str, cache: pathlib.Path,
 
 def _evict(cache: pathlib.Path, cache_bytes: int, keep: str) -> None:
     """Remove stores, least recently used first, until those left fit `cache_bytes`; never `keep` (just built)
-    nor a store another checkout holds (its shared lock makes our non-blocking exclusive one fail)."""
-    for stale in cache.glob(".*.*"):  # a build or an eviction a killed process left half done
-        key = stale.name[1:].split(".", 1)[0]
-        with open(cache / f"{key}.lock", "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no build of that key runs now
-            except BlockingIOError:
-                continue
-            shutil.rmtree(stale, ignore_errors=True)
-    stores = []
-    for lock_path in cache.glob("*.lock"):
-        key = lock_path.name[:-len(".lock")]
-        if (cache / key).is_dir():
-            try:
-                size = int((cache / f"{key}.bytes").read_text())
-            except (OSError, ValueError):  # a store from before the size was kept
-                size = tree_usage(cache / key, 1 << 24)[0]
-            stores.append((lock_path.stat().st_mtime, key, size))
-    total = sum(size for _, _, size in stores)
-    for _, key, size in sorted(stores):
-        if total <= cache_bytes:
-            break
-        if key == keep:
-            continue
-        with open(cache / f"{key}.lock", "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # being copied now: it stays
-                continue
-            if (cache / key).is_dir():
-                trash = cache / f".{key}.evicted.{uuid.uuid4().hex[:8]}"
-                (cache / key).rename(trash)  # gone from its name at once, then deleted
-                shutil.rmtree(trash, ignore_errors=True)
-            total -= size
+    nor a store another checkout holds (its shared lock makes the evictor's non-blocking exclusive one fail)."""
+    lru.remove_trash(cache)
+    for stale in cache.glob(".*.*"):  # a build a killed process left half done: `.KEY.RANDOM`
+        lru.remove_abandoned(stale, cache / stale.name[1:].split(".", 1)[0])
+    stores = [cache / lock.name[:-len(".lock")] for lock in cache.glob("*.lock")]
+    lru.evict_least_recent(stores, cache_bytes, keep=cache / keep)
 
 
 def history_free_checkout(source: pathlib.Path, dest: pathlib.Path, commit: str,

@@ -1,9 +1,11 @@
 """Interpreter lookup, clone resolution and the thin per-instance venv over a cached environment."""
 
+import fcntl
 import hashlib
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -184,3 +186,54 @@ def test_requirements_of_a_later_setup_commit_resolve_as_of_that_commit(tmp_path
     assert cache.env_date(reqs, instance, git, "2022-07-01T00:00:00Z") == "2022-07-01T00:00:00Z"  # the later
     assert cache.env_date(reqs, instance, git, None) is None  # the cut-off off: today's index, as before
     assert cache.env_date({"packages": "numpy"}, instance, git, "2022-04-01T00:00:00Z") == "2022-04-01T00:00:00Z"
+
+
+def _fake_env(root: pathlib.Path, name: str, size: int, last_use: float) -> pathlib.Path:
+    """A built env as the cache lays it out: the folder, its lock (mtime = last use), size and log."""
+    env = root / "o__r" / name
+    env.mkdir(parents=True)
+    (env / ".complete").write_text("{}")
+    env.with_name(name + ".bytes").write_text(str(size))
+    env.with_name(name + ".log").write_text("built")
+    lock = env.with_name(name + ".lock")
+    lock.touch()
+    os.utime(lock, (last_use, last_use))
+    return env
+
+
+def test_the_env_cache_keeps_its_bound_but_never_an_env_a_work_dir_still_uses(monkeypatch, tmp_path):
+    """Under an index cut-off an env is built per instance date (the Lite calibration left 9.6 GB): past
+    `cache_bytes` a build removes the least recently used envs, but never one whose user's work dir exists (a
+    grading or an episode in flight, which the lock alone cannot show: it is not held while tests run), nor one
+    being built, nor the one just built. What killed builds left goes too, unless its build runs again now."""
+    root = tmp_path / "envs"
+    held = _fake_env(root, "py3.9-aaa", 10**6, 1_000)  # oldest, used by a live work dir
+    idle = _fake_env(root, "py3.9-bbb", 10**6, 2_000)
+    building = _fake_env(root, "py3.9-ccc", 10**6, 3_000)
+    recent = _fake_env(root, "py3.9-ddd", 10**6, 4_000)
+    abandoned = root / "o__r" / "py3.9-eee.building"  # a build a killed process left
+    abandoned.mkdir()
+    work = tmp_path / "work" / "inst.1234"
+    work.mkdir(parents=True)
+    environments._hold(held, work)
+
+    cache = environments.EnvironmentCache(root, cache_bytes=1_500_000)  # one and a half fakes
+    monkeypatch.setattr(cache, "plan", lambda *a: ({}, pathlib.Path("/py"), "", root / "o__r" / "py3.9-new"))
+
+    def build(spec, python, requirements, env_dir, cutoff, dated=False):  # the real build is minutes of pip
+        env_dir.mkdir()
+        (env_dir / ".complete").write_text("{}")
+    monkeypatch.setattr(cache, "_build", build)
+
+    with open(building.with_name("py3.9-ccc.lock"), "a") as lock:  # another process builds or rebuilds it now
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        new = cache.get({}, tmp_path, holder=tmp_path / "work" / "inst.5678")
+    assert new == root / "o__r" / "py3.9-new" and cache.built == 1
+    assert held.is_dir() and building.is_dir() and new.is_dir()
+    assert not idle.exists() and not recent.exists() and not abandoned.exists()
+    assert not idle.with_name("py3.9-bbb.log").exists() and not idle.with_name("py3.9-bbb.bytes").exists()
+
+    shutil.rmtree(work)  # its grading ended: the env is free
+    assert cache.evict(keep=new) == [held]
+    assert cache.get({}, tmp_path) == new and cache.built == 1  # a hit: nothing built, nothing removed
+    assert building.is_dir()
