@@ -45,7 +45,7 @@ from ml_collections import config_flags
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from launch.train_shapes import update_rows  # noqa: E402
+from launch.train_shapes import longest_rl_row, update_rows  # noqa: E402
 from swerl_jax import sharding  # noqa: E402
 from swerl_jax.cli import absl_flags_parser, one_line_input_errors  # noqa: E402
 from swerl_jax.meshes import AXES, MESHES, get_mesh_spec  # noqa: E402
@@ -82,8 +82,8 @@ def workload_from_config(config: Any, mode: str = "rl") -> Workload:
     step_batch = update_rows(config, mode)
     micro = min(config.rl.micro_batch_size or step_batch, step_batch)
     if str(config.rl.task) == "agent":  # a row is a whole episode: task + turns + observations, <= max_context
-        context = config.agent.max_context
-        return Workload(micro, context, context, config.sampler.max_batch, sampler_len)
+        prompt, context = longest_rl_row(config)  # the task's first token, then everything else
+        return Workload(micro, prompt + context, context, config.sampler.max_batch, sampler_len)
     return Workload(micro, sampler_len, config.sampler.max_new_tokens, config.sampler.max_batch, sampler_len)
 
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from swerl_jax.policy import micro_batches
 from swerl_jax.rl import minibatch
-from swerl_jax.rl.collector import COMPLETION_BUCKET
+from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET
 from swerl_jax.rl.objectives import GRPOLossConfig
 
 
@@ -65,9 +65,10 @@ def train_batch(config: Any, mode: str) -> tuple[dict[str, jax.ShapeDtypeStruct]
 def longest_rl_row(config: Any) -> tuple[int, int]:
     """(prompt_len, completion_len) of the trainer's longest RL row: `batching.row_shape` buckets a step's rows
     up to data.max_prompt_len and the collector's `completion_cap` (an answer: sampler.max_new_tokens, at least
-    one bucket; an agent's transcript: agent.max_context)."""
+    one bucket). An agent's episode is one row of at most agent.max_context, its task prompt but the first token
+    in the completion (`rollouts.joined_for_training`): the prompt is one bucket."""
     if str(config.rl.task) == "agent":
-        return int(config.data.max_prompt_len), int(config.agent.max_context)
+        return min(PROMPT_BUCKET, int(config.data.max_prompt_len)), int(config.agent.max_context)
     return int(config.data.max_prompt_len), max(COMPLETION_BUCKET, int(config.sampler.max_new_tokens))
 
 

@@ -82,6 +82,41 @@ def flatten_groups(groups: RolloutGroups) -> list[Rollout]:
     return [r for group in groups for r in group]
 
 
+def joined_for_training(groups: RolloutGroups, credit_end: np.ndarray | None = None
+                        ) -> tuple[RolloutGroups, np.ndarray | None]:
+    """Multi-turn (agent) rollouts laid out for the update with their task prompt in the completion, all but its
+    first token; (groups, credit_end) to hand to `build_train_batch`. Single-turn rollouts come back as they are.
+
+    An episode holds at most agent.max_context tokens, task and transcript together, but the row layout pads
+    every prompt to the batch's longest and every completion to its longest: when the longest task and the
+    longest transcript are different episodes a row needs up to data.max_prompt_len + agent.max_context columns
+    (64k for DeepSWE's 32k context: its sampler re-prefills whole conversations, so max_prompt_len =
+    max_context). Joined, a row is at most max_context wide. The moved tokens enter with loss mask 0 and
+    log-prob 0 (they are not the model's actions) and keep their RoPE positions (`positions_from_mask` counts
+    from a row's first real token), so the loss and every log-prob are those of the split layout; `credit_end`
+    (completion indices) moves with them. The rollouts themselves are not changed (their logs keep the episode's
+    own prompt and completion).
+    """
+    shifted = None if credit_end is None else np.array(credit_end, copy=True)
+    out = []
+    for p, group in enumerate(groups):
+        row = []
+        for r in group:
+            moved = len(r.prompt_tokens) - 1
+            if r.token_mask is None or moved <= 0:
+                row.append(r)
+                continue
+            row.append(dataclasses.replace(
+                r, prompt_tokens=np.asarray(r.prompt_tokens[:1]),
+                completion_tokens=np.concatenate([np.asarray(r.prompt_tokens[1:]), r.completion_tokens]),
+                sampler_logprobs=np.concatenate([np.zeros(moved, np.float32), r.sampler_logprobs]),
+                token_mask=np.concatenate([np.zeros(moved, np.float32), r.token_mask])))
+            if shifted is not None:
+                shifted[p, r.sample] += moved
+        out.append(row)
+    return out, shifted
+
+
 def build_train_batch(groups: RolloutGroups, prompt_len: int, completion_len: int, advantages: np.ndarray,
                       credit_end: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Pack a step's [P][G] rollouts into the rows the policy update consumes (`swerl_jax.batching.pack_rows`:

@@ -51,7 +51,7 @@ from swerl_jax.rl.collect import InlineSampler
 from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
 from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness
-from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, rollout_metrics
+from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, joined_for_training, rollout_metrics
 from swerl_jax.rl.versions import KeptVersions, own_version_mismatch
 from swerl_jax.runs.affinity import device_env, fleet_placement
 from swerl_jax.runs.checkpoint import Checkpointer
@@ -225,14 +225,14 @@ class GRPOTrainer(TrainLoop):
                                                  valid))
         credit_end, credit_metrics = self.collector.credit(groups, advantages)
         rollouts = flatten_groups(groups.rollouts)
+        rows, credit_end = joined_for_training(groups.rollouts, credit_end)  # an episode's row: max_context wide
 
         # one shape on every process (the longest row anywhere), bucketed so a run compiles a few programs
         prompt_len, completion_len = row_shape(
-            [r.prompt_tokens for r in rollouts], [r.completion_tokens for r in rollouts],
+            *zip(*((r.prompt_tokens, r.completion_tokens) for r in flatten_groups(rows))),
             prompt_bucket=PROMPT_BUCKET, completion_bucket=COMPLETION_BUCKET,
-            prompt_cap=int(self.config.data.max_prompt_len),
-            completion_cap=int(self.collector.completion_cap))
-        batch_np = build_train_batch(groups.rollouts, prompt_len, completion_len, advantages, credit_end)
+            prompt_cap=int(self.config.data.max_prompt_len), completion_cap=int(self.collector.completion_cap))
+        batch_np = build_train_batch(rows, prompt_len, completion_len, advantages, credit_end)
         batch_np["sampler_logp"] = batch_np["old_logp"]
         t0 = time.perf_counter()
         if str(rl.old_logprobs) == "recompute":

@@ -15,7 +15,7 @@ from swerl_jax.model.llama import init_params, token_logprobs
 from swerl_jax.optim import make_optimizer
 from swerl_jax.rl.advantages import group_advantages
 from swerl_jax.rl.objectives import GRPOLossConfig
-from swerl_jax.rl.rollouts import Rollout, build_train_batch
+from swerl_jax.rl.rollouts import Rollout, build_train_batch, joined_for_training
 from swerl_jax.rl.trainer import make_rl_loss
 
 MODEL = get_model_config("tiny", num_heads=4, num_kv_heads=2, hidden_size=32, intermediate_size=64, vocab_size=96,
@@ -103,3 +103,53 @@ def test_an_agent_update_raises_resolved_episodes_and_lowers_the_rest_through_mo
     _, noisy_grads, _ = _update(params, noisy, config)
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(noisy_grads)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("loss_agg", ["seq-mean-token-sum-norm", "seq-mean-token-mean"])
+def test_an_episode_trains_as_one_row_of_at_most_its_context_with_the_same_loss_and_gradient(loss_agg):
+    """`rollouts.joined_for_training`: an episode's task prompt moves into its completion (mask 0), so a batch whose
+    longest task and longest transcript are different episodes is max_context wide, not max_prompt_len +
+    max_context (64k for DeepSWE). The loss, its gradient and the masked log-probs are the split layout's, with
+    an until-error credit cut moved along (float32; rtol 1e-5)."""
+    config = agent_tiny_cpu.get_config("short")
+    config.rl.loss_agg = loss_agg
+    rng = np.random.default_rng(1)
+    groups = []
+    for p, (prompt_len, turns) in enumerate([(20, 1), (3, 3)]):  # a long task with short episodes, and the reverse
+        prompt = rng.integers(1, MODEL.vocab_size, prompt_len, dtype=np.int32)
+        group = []
+        for g in range(2):
+            tokens = rng.integers(1, MODEL.vocab_size, turns * (TURN + OBS) - OBS - g, dtype=np.int32)
+            mask = np.asarray([float(i % (TURN + OBS) < TURN) for i in range(len(tokens))], np.float32)
+            group.append(Rollout(prompt_id=f"t{p}", group=p, sample=g, prompt_tokens=prompt, completion_tokens=tokens,
+                                 sampler_logprobs=np.zeros(len(tokens), np.float32), finish_reason="stop",
+                                 completion="", reward=float(g), token_mask=mask, termination="finish"))
+        groups.append(group)
+    adv = np.asarray([[-1.0, 1.0], [-1.0, 1.0]])
+    credit_end = np.asarray([[TURN // 2, 10**6], [TURN + OBS + 3, 10**6]])  # two failed episodes cut mid-turn
+    params = jax.device_get(jax.jit(init_params, static_argnums=0)(MODEL, jax.random.key(0)))
+    loss_cfg = GRPOLossConfig.from_config(config)
+
+    def loss_and_grad(rows, ends, prompt_width, completion_width):
+        batch = build_train_batch(rows, prompt_width, completion_width, adv, ends)
+        logp = jax.jit(lambda p, t, m: token_logprobs(MODEL, p, t, m, start=prompt_width - 1,
+                                                      length=completion_width))
+        batch["old_logp"] = np.asarray(logp(params, batch["tokens"], batch["attention_mask"])) * batch["loss_mask"]
+        batch["sampler_logp"] = batch["old_logp"] * 0.9  # a sampler that disagrees a little: the mismatch terms
+        loss_fn = make_rl_loss(MODEL, loss_cfg, prompt_width, completion_width, 1.0)
+        (loss, _), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(params, batch)
+        return float(loss), grads, batch
+
+    split_loss, split_grads, split = loss_and_grad(groups, credit_end, 20, 3 * (TURN + OBS) - OBS)
+    rows, ends = joined_for_training(groups, credit_end)
+    width = max(len(r.completion_tokens) for g in rows for r in g)
+    joined_loss, joined_grads, joined = loss_and_grad(rows, ends, 1, width)
+    assert 1 + width < 20 + 3 * (TURN + OBS) - OBS  # narrower: 37 columns, not 54
+    assert all(len(r.prompt_tokens) == 20 for r in groups[0])  # the rollouts (and their logs) are unchanged
+    assert split["loss_mask"].sum() == joined["loss_mask"].sum() and split["loss_mask"].sum() < sum(
+        r.token_mask.sum() for g in groups for r in g)  # the credit cuts hold in both
+    np.testing.assert_allclose(np.sort(split["old_logp"][split["loss_mask"] > 0]),
+                               np.sort(joined["old_logp"][joined["loss_mask"] > 0]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(joined_loss, split_loss, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(split_grads), jax.tree.leaves(joined_grads)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-7)
