@@ -20,8 +20,10 @@ so the n minibatch objectives average to the whole batch's at fixed params. Chec
 Tolerances (float32 trainer vs float64): losses and gradient norms rtol 1e-5 (atol 1e-6); parameter updates
 1e-5 of the largest update entry + 4 float32 ulps of the params; advantages 1e-5. Measured: losses <= 2.1e-6 and
 gradient norms <= 7.2e-7 relative, parameter updates <= 0.25 of that bound; a minibatch scale off by 1e-3 already
-fails (by 1e-3), a wrong micro-batch weight, scale, proximal policy, temperature or epoch count by 0.2 or more. The batch has an empty response, a zero-advantage group, truncated rows
-(compact filtering empties a whole minibatch in one config) and padding with arbitrary log-probs.
+fails (by 1e-3), a wrong micro-batch weight, scale, proximal policy, temperature or epoch count by 0.2 or more.
+The batch has an empty response, a zero-advantage group, truncated rows (compact filtering empties a whole
+minibatch in one config) and padding with arbitrary log-probs. rl.ppo_minibatches must divide the rows
+(`minibatch.check_minibatches`), so uneven splits cannot occur; minibatches of unequal token counts do.
 """
 
 from __future__ import annotations
