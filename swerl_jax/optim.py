@@ -4,7 +4,8 @@
 
 The chain is clip_by_global_norm(optim.grad_clip) -> AdamW(schedule), wrapped in `optax.MultiSteps` when
 optim.grad_accum_steps > 1 (gradients of k consecutive `update` calls are averaged into one AdamW step; the
-schedule then advances once per real step, so `num_steps` counts optimizer updates). Weight decay skips norm
+schedule then advances once per real step: `num_steps`, the `update` calls of the run, is num_steps // k real
+steps; warmup counts real steps). Weight decay skips norm
 scales and biases (params named "scale", "*_scale" or "*_bias": Qwen3's q/k norms, Qwen2's q/k/v biases), as is
 usual for Llama and Qwen. optim.skip_nonfinite = n > 0 wraps the update in
 `optax.apply_if_finite`: an update with NaN/Inf gradients is skipped (at most n in a row).
@@ -75,7 +76,8 @@ def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None =
     Args:
       optim_cfg: the `optim` section (learning_rate, warmup_steps, schedule, b1, b2, weight_decay, grad_clip,
         grad_accum_steps; optional eps, final_lr_ratio, skip_nonfinite).
-      num_steps: optimizer updates in the run (the cosine horizon).
+      num_steps: `update` calls in the run (each trainer update); the cosine horizon is num_steps //
+        optim.grad_accum_steps real AdamW steps.
       learning_rate: overrides optim.learning_rate.
       warmup_steps: overrides optim.warmup_steps.
     """
@@ -88,7 +90,10 @@ def make_optimizer(optim_cfg: Any, num_steps: int, learning_rate: float | None =
     for key in ("b1", "b2"):
         if not 0 <= float(getattr(optim_cfg, key)) < 1:
             raise ValueError(f"optim.{key} must be in [0, 1), got {getattr(optim_cfg, key)}")
-    adamw = optax.adamw(make_schedule(optim_cfg, num_steps, learning_rate, warmup_steps), b1=float(optim_cfg.b1),
+    # MultiSteps steps the inner schedule once per k calls: the horizon in real steps is num_steps // k (every
+    # caller passes its calls; with the calls as horizon a k = 2 cosine run ended at half the peak lr, not decayed)
+    horizon = max(1, num_steps // accum)
+    adamw = optax.adamw(make_schedule(optim_cfg, horizon, learning_rate, warmup_steps), b1=float(optim_cfg.b1),
                         b2=float(optim_cfg.b2), eps=float(optim_cfg.eps),
                         weight_decay=float(optim_cfg.weight_decay), mask=_decay_mask)
     tx = optax.chain(optax.clip_by_global_norm(clip), adamw) if clip > 0 else adamw

@@ -102,6 +102,24 @@ def test_grad_accumulation_equals_mean_gradient_step():
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
+def test_grad_accumulation_schedule_spans_the_run():
+    """num_steps counts `update` calls (the trainers' updates): with grad_accum_steps = k the cosine runs over the
+    num_steps // k real AdamW steps and reaches its floor at the last one (it stopped at 1/k of its horizon)."""
+    n = 8
+    for k in (1, 2, 4):
+        tx = make_optimizer(_cfg(learning_rate=1.0, warmup_steps=0, schedule="cosine", final_lr_ratio=0.0,
+                                 grad_clip=0.0, weight_decay=0.0, b1=0.0, b2=0.0, eps=1e-30, grad_accum_steps=k), n)
+        params = {"w": jnp.zeros(())}
+        state, lrs = tx.init(params), []
+        for _ in range(n):
+            upd, state = tx.update({"w": jnp.ones(())}, state, params)  # b1 = b2 = 0: the update is -lr * sign
+            if float(upd["w"]):
+                lrs.append(-float(upd["w"]))
+        steps = n // k
+        want = [0.5 * (1 + math.cos(math.pi * i / steps)) for i in range(steps)]
+        np.testing.assert_allclose(lrs, want, rtol=1e-5, atol=1e-6, err_msg=f"grad_accum_steps={k}")
+
+
 def test_skip_nonfinite_updates():
     tx = make_optimizer(_cfg(learning_rate=0.1, skip_nonfinite=2), num_steps=10)
     params = {k: jnp.asarray(v) for k, v in PARAMS.items()}

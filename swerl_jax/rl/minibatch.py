@@ -96,6 +96,29 @@ def gather_over_processes(x: np.ndarray) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(x))
 
 
+def make_parts(batch: dict[str, np.ndarray], n: int, loss_cfg: Any) -> list[dict[str, np.ndarray]]:
+    """A step's host batch as its updates' inputs: [batch] itself at n = 1 (no scale key: the synchronous loop bit
+    for bit), else the n row blocks (`split`) with their `loss_scales` (`loss_cfg`: an `objectives.GRPOLossConfig`)."""
+    if n == 1:
+        return [batch]
+    scales = loss_scales(batch["loss_mask"], batch["truncated"], n, loss_cfg.loss_agg, loss_cfg.seq_mean_rows,
+                         loss_cfg.compact_filtering)
+    return split(batch, n, scales)
+
+
+def run_updates(step_fn: Callable, state: Any, parts: list, epochs: int) -> tuple[Any, dict, Any, list[dict]]:
+    """Every update of one step: parts[0], then `later_updates`. One function for the trainer and the tests that
+    check its objective against a reference (tests/rl/test_trainer_objective_reference.py).
+
+    Returns (state, the first update's host metrics, the last update's metrics (None if there was one update only),
+    the later updates' host metrics as `later_updates`).
+    """
+    state, first = step_fn(state, parts[0])
+    first = jax.device_get(first)  # update 1: the on-policy figures (mismatch, ratio 1)
+    state, last, updates = later_updates(step_fn, state, parts, epochs)
+    return state, first, last, updates
+
+
 def later_updates(step_fn: Callable, state: Any, parts: list, epochs: int) -> tuple[Any, Any, list[dict]]:
     """Run the updates after a step's first: parts[1:], then `epochs - 1` more passes over all parts.
 

@@ -249,19 +249,13 @@ class GRPOTrainer(TrainLoop):
         t0 = time.perf_counter()
         loss_fn = make_rl_loss(self.policy.model_config, self.loss_cfg, prompt_len, completion_len,
                                self.temperature, mismatch_prefix="stale_" if self.kept is not None else "")
-        parts = [batch_np]
-        if self.minibatches > 1:  # n updates on the n row blocks; old and proximal log-probs stay as computed
-            scales = minibatch.loss_scales(batch_np["loss_mask"], batch_np["truncated"], self.minibatches,
-                                           self.loss_cfg.loss_agg, self.loss_cfg.seq_mean_rows,
-                                           self.loss_cfg.compact_filtering)
-            parts = minibatch.split(batch_np, self.minibatches, scales)
+        # n updates on the n row blocks (n = 1: the batch itself); old and proximal log-probs stay as computed
+        parts = minibatch.make_parts(batch_np, self.minibatches, self.loss_cfg)
         step_fn = self.policy.train_step(loss_fn, parts[0], self.num_micro, key=("rl", prompt_len, completion_len))
         sharded = [self.policy.shard(p) for p in parts]
-        self.policy.state, train_metrics = step_fn(self.policy.state, sharded[0])
-        train_metrics = jax.device_get(train_metrics)  # update 1: the on-policy figures (mismatch, ratio 1)
-        # later updates (other minibatches, later epochs): the ratio moves and the clip bounds it
-        self.policy.state, later, updates = minibatch.later_updates(step_fn, self.policy.state, sharded,
-                                                                    self.update_epochs)
+        # update 1 on-policy; later ones (other minibatches, later epochs): the ratio moves and the clip bounds it
+        self.policy.state, train_metrics, later, updates = minibatch.run_updates(step_fn, self.policy.state, sharded,
+                                                                                 self.update_epochs)
         train_metrics.update(minibatch.later_update_metrics(updates))
         if self.update_epochs > 1:
             later = jax.device_get(later)
