@@ -125,13 +125,15 @@ class Policy:
         return max(1, shards // jax.process_count())
 
     def train_step(self, loss_fn: Callable, example_batch: dict[str, Any], num_micro_batches: int = 1,
-                   key: Any = None) -> Callable[[TrainState, Any], tuple[TrainState, dict]]:
-        """The jitted step for batches shaped like `example_batch` (cached under `key`, e.g. the shape)."""
+                   key: Any = None, reduction: Callable[[str], str] | None = None
+                   ) -> Callable[[TrainState, Any], tuple[TrainState, dict]]:
+        """The jitted step for batches shaped like `example_batch` (cached under `key`, e.g. the shape);
+        `reduction`: how the loss's metrics combine over micro-batches (`train_step.accumulate_gradients`)."""
         if key not in self._steps:
             self._steps[key] = make_train_step(
                 loss_fn, self.optimizer, self.mesh, self.shardings,
                 sharding.batch_shardings(self.mesh, example_batch, self.rules), self.rules,
-                num_micro_batches=num_micro_batches, weight_key="loss_weight")
+                num_micro_batches=num_micro_batches, weight_key="loss_weight", reduction=reduction)
         return self._steps[key]
 
     def host_params(self) -> Any:

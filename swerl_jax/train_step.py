@@ -86,17 +86,33 @@ def _split_micro(batch: Any, num_micro: int) -> Any:
     return jax.tree.map(one, batch)
 
 
+def default_reduction(name: str, weight_key: str | None) -> str:
+    """How micro-batches' values of the aux metric `name` combine into the batch's value: counts (`num_*`, the
+    weight itself) add up, maxima (`*_max`, `*_max_*`) take the largest, and the rest are means weighted by
+    `weight_key` (plain means without one). See `accumulate_gradients`."""
+    if name == weight_key or name.startswith("num_"):
+        return "sum"
+    if name.endswith("_max") or "_max_" in name:
+        return "max"
+    return weight_key or "mean"
+
+
 def accumulate_gradients(loss_fn: LossFn, params: Any, batch: Any, num_micro_batches: int = 1,
-                         rules: Rules | None = None, weight_key: str | None = None
+                         rules: Rules | None = None, weight_key: str | None = None,
+                         reduction: Callable[[str], str] | None = None
                          ) -> tuple[jax.Array, dict[str, jax.Array], Any]:
     """(loss, aux, grads) of `loss_fn` over `num_micro_batches` micro-batches.
 
     With one micro-batch this is plain `value_and_grad`. Otherwise gradients accumulate in fp32 inside a
-    `lax.scan` (only one micro-batch's activations live at a time). Without `weight_key` loss, grads and aux
-    are the plain mean over micro-batches (exact for per-sequence means over equal micro-batches). With it,
-    `aux[weight_key]` is each micro-batch's weight (e.g. its token count) and loss, grads and the other aux
-    values are weight-averaged, which makes a token-mean loss exact however tokens fall into micro-batches;
-    `aux[weight_key]` itself is summed.
+    `lax.scan` (only one micro-batch's activations live at a time). Without `weight_key` loss and grads are the
+    plain mean over micro-batches (exact for per-sequence means over equal micro-batches). With it,
+    `aux[weight_key]` is each micro-batch's weight (e.g. its token count) and loss and grads are weight-averaged,
+    which makes a token-mean loss exact however tokens fall into micro-batches.
+
+    Each aux metric combines as `reduction(name)` says (default `default_reduction`): "sum", "max", "mean"
+    (uniform), or the name of another aux entry to weight by (a token-mean metric by the token count, whatever
+    weights the loss), so a logged figure is the whole batch's, not an artefact of how it was split: a maximum
+    stays a maximum and a count a total.
     """
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
     if num_micro_batches == 1:
@@ -104,34 +120,46 @@ def accumulate_gradients(loss_fn: LossFn, params: Any, batch: Any, num_micro_bat
         return loss, aux, grads
     micro = _split_micro(batch, num_micro_batches)
     f32 = jnp.float32
+    first = jax.tree.map(lambda x: x[0], micro)
+    aux_shape = jax.eval_shape(lambda p, b: loss_fn(p, b)[1], params, first)
+    if weight_key is not None and weight_key not in aux_shape:
+        raise KeyError(f"weight_key={weight_key!r} is not among the loss_fn's aux outputs {sorted(aux_shape)}")
+    how = {k: (reduction or (lambda name: default_reduction(name, weight_key)))(k) for k in aux_shape}
+    for k, h in how.items():
+        if h not in ("sum", "max", "mean") and h not in aux_shape:
+            raise KeyError(f"aux metric {k!r} is weighted by {h!r}, which is not among {sorted(aux_shape)}")
 
     def body(carry: Any, mb: Any) -> tuple[Any, None]:
         if rules is not None:  # keep each micro-batch split over the data axes
             mb = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, batch_spec(rules, x.ndim)), mb)
         (loss, aux), grads = grad_fn(params, mb)
-        w = jax.lax.stop_gradient(aux[weight_key]).astype(f32) if weight_key else jnp.ones((), f32)
-        acc_loss, acc_aux, acc_grads, acc_w = carry
+        aux = {k: jax.lax.stop_gradient(v).astype(f32) for k, v in aux.items()}
+        w = aux[weight_key] if weight_key else jnp.ones((), f32)
+        acc_loss, acc_aux, acc_den, acc_grads, acc_w = carry
         acc_grads = jax.tree.map(lambda a, g: a + w * g.astype(f32), acc_grads, grads)
-        acc_aux = {k: acc_aux[k] + (v.astype(f32) if k == weight_key else w * v.astype(f32)) for k, v in aux.items()}
-        return (acc_loss + w * loss.astype(f32), acc_aux, acc_grads, acc_w + w), None
+        weights = {k: jnp.ones((), f32) if how[k] == "mean" else aux[how[k]] for k in aux if how[k] not in
+                   ("sum", "max")}
+        acc_aux = {k: jnp.maximum(acc_aux[k], v) if how[k] == "max" else
+                   acc_aux[k] + (v if how[k] == "sum" else weights[k] * v) for k, v in aux.items()}
+        acc_den = {k: acc_den[k] + weights[k] for k in acc_den}
+        return (acc_loss + w * loss.astype(f32), acc_aux, acc_den, acc_grads, acc_w + w), None
 
-    first = jax.tree.map(lambda x: x[0], micro)
-    aux_shape = jax.eval_shape(lambda p, b: loss_fn(p, b)[1], params, first)
-    if weight_key is not None and weight_key not in aux_shape:
-        raise KeyError(f"weight_key={weight_key!r} is not among the loss_fn's aux outputs {sorted(aux_shape)}")
-    zeros = (jnp.zeros((), f32), {k: jnp.zeros(v.shape, f32) for k, v in aux_shape.items()},
+    zeros = (jnp.zeros((), f32),
+             {k: jnp.full(v.shape, -jnp.inf if how[k] == "max" else 0.0, f32) for k, v in aux_shape.items()},
+             {k: jnp.zeros((), f32) for k in aux_shape if how[k] not in ("sum", "max")},
              jax.tree.map(lambda p: jnp.zeros(p.shape, f32), params), jnp.zeros((), f32))
-    (loss, aux, grads, total_w), _ = jax.lax.scan(body, zeros, micro)
-    scale = 1.0 / jnp.maximum(total_w, jnp.finfo(f32).tiny)  # all-zero weights (fully masked): zero update
+    (loss, aux, den, grads, total_w), _ = jax.lax.scan(body, zeros, micro)
+    tiny = jnp.finfo(f32).tiny
+    scale = 1.0 / jnp.maximum(total_w, tiny)  # all-zero weights (fully masked): zero update
     grads = jax.tree.map(lambda g, p: (g * scale).astype(p.dtype), grads, params)
-    aux = {k: v if k == weight_key else v * scale for k, v in aux.items()}
+    aux = {k: v / jnp.maximum(den[k], tiny) if k in den else v for k, v in aux.items()}
     return loss * scale, aux, grads
 
 
 def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, mesh: Mesh, shardings: TrainState,
                     batch_shardings: Any, rules: Rules = DEFAULT_RULES, num_micro_batches: int = 1,
-                    donate: bool = True, weight_key: str | None = None
-                    ) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array]]]:
+                    donate: bool = True, weight_key: str | None = None,
+                    reduction: Callable[[str], str] | None = None) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array]]]:
     """A jitted `step(state, batch) -> (new_state, metrics)` with explicit shardings.
 
     Args:
@@ -142,6 +170,7 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, me
       batch_shardings: a NamedSharding per batch leaf (`swerl_jax.sharding.batch_shardings`).
       num_micro_batches: gradient accumulation; the per-device batch must divide evenly.
       weight_key: aux entry weighting micro-batches (see `accumulate_gradients`), e.g. the token count.
+      reduction: how each aux metric combines over micro-batches (`accumulate_gradients`; None: the default).
       donate: donate the input state's buffers (the caller must not reuse `state` after the call).
 
     Metrics (replicated scalars): loss, grad_norm (before the optimizer's clipping), param_norm, and aux.
@@ -149,7 +178,8 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, me
     metrics_sharding = replicated(mesh)
 
     def step(state: TrainState, batch: Any) -> tuple[TrainState, dict[str, jax.Array]]:
-        loss, aux, grads = accumulate_gradients(loss_fn, state.params, batch, num_micro_batches, rules, weight_key)
+        loss, aux, grads = accumulate_gradients(loss_fn, state.params, batch, num_micro_batches, rules, weight_key,
+                                                 reduction)
         # Gradients share their parameter's layout (reduce-scatter rather than all-reduce under FSDP).
         grads = jax.lax.with_sharding_constraint(grads, shardings.params)
         with jax.named_scope("optimizer"):  # names the update in a profile (benchmarks/profile_split.py)

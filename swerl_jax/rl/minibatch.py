@@ -146,3 +146,26 @@ def later_update_metrics(updates: list[dict]) -> dict[str, float]:
             out[f"later_updates/{key}_mean"] = float(np.mean(values))
             out[f"later_updates/{key}_max"] = float(np.max(values))
     return out
+
+
+ROW_MEANS = ("truncated_frac", "filtered_frac")  # means over rows, not tokens
+
+
+def metric_reduction(name: str) -> str:
+    """How micro-batches' values of a `grpo_loss` / `logprob_mismatch` metric combine into the whole batch's
+    (`train_step.accumulate_gradients`): counts add up, maxima take the largest, pg_loss is weighted as the loss,
+    row fractions by rows, the sampler mismatch (over `loss_mask`) by `num_loss_tokens`, and every other metric,
+    a token mean over the filtered mask (kl, entropy, clip and ratio figures), by `num_tokens`. Weighting them
+    all as the loss (by sequences under a sequence-mean loss) made kl, entropy and the clip fractions depend on
+    rl.micro_batch_size, and averaged maxima and counts."""
+    if name == "loss_weight" or name.startswith("num_"):
+        return "sum"
+    if name.endswith("_max") or "_max_" in name:
+        return "max"
+    if name == "pg_loss":
+        return "loss_weight"
+    if name in ROW_MEANS:
+        return "mean"  # micro-batches hold equal row counts
+    if "logprob_" in name:
+        return "num_loss_tokens"
+    return "num_tokens"

@@ -341,8 +341,8 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
     Returns (scalar loss, metrics): pg_loss, kl, entropy (token-means), the policy-loss metrics (decoupled: on the
     proximal ratio, plus the behav_* ones), neg_adv_weight_max (`negative_advantage_weight_max`), num_tokens,
     num_seqs, loss_weight (`aggregation_weight`, for exact micro-batch accumulation) and filtered_frac. Under
-    `accumulate_gradients(weight_key="loss_weight")` the loss is exact; the metrics are loss_weight-weighted means
-    of the micro-batches' values (exact for token-means in token-mean mode; maxima and counts become averages).
+    `accumulate_gradients(weight_key="loss_weight", reduction=minibatch.metric_reduction)` the loss and every metric are
+    the whole batch's however it is split into micro-batches.
     """
     if not isinstance(cfg, GRPOLossConfig):  # a root config or its `rl` section
         cfg = GRPOLossConfig.from_config(cfg)

@@ -79,6 +79,7 @@ def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, c
         loss = minibatch.scale_loss(loss, batch)  # rl.ppo_minibatches > 1 only
         mismatch = logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"])
         metrics.update({mismatch_prefix + k: v for k, v in mismatch.items()})
+        metrics["num_loss_tokens"] = batch["loss_mask"].sum()  # the mismatch's tokens (before compact filtering)
         return loss, metrics
 
     return loss_fn
@@ -251,7 +252,8 @@ class GRPOTrainer(TrainLoop):
                                self.temperature, mismatch_prefix="stale_" if self.kept is not None else "")
         # n updates on the n row blocks (n = 1: the batch itself); old and proximal log-probs stay as computed
         parts = minibatch.make_parts(batch_np, self.minibatches, self.loss_cfg)
-        step_fn = self.policy.train_step(loss_fn, parts[0], self.num_micro, key=("rl", prompt_len, completion_len))
+        step_fn = self.policy.train_step(loss_fn, parts[0], self.num_micro, key=("rl", prompt_len, completion_len),
+                                         reduction=minibatch.metric_reduction)
         sharded = [self.policy.shard(p) for p in parts]
         # update 1 on-policy; later ones (other minibatches, later epochs): the ratio moves and the clip bounds it
         self.policy.state, train_metrics, later, updates = minibatch.run_updates(step_fn, self.policy.state, sharded,

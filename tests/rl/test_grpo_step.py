@@ -11,6 +11,7 @@ from swerl_jax import sharding
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import init_params
 from swerl_jax.optim import make_optimizer
+from swerl_jax.rl import minibatch
 from swerl_jax.rl.trainer import make_rl_loss
 from swerl_jax.runs.checkpoint import Checkpointer, abstract_like
 from swerl_jax.train_step import create_train_state, make_train_step
@@ -60,12 +61,17 @@ def test_sharded_micro_batched_grpo_step_and_checkpoint_resume(tmp_path):
     optimizer = make_optimizer(config.optim, num_steps=4)
     state, shardings = create_train_state(MODEL, mesh, optimizer, jax.random.key(1), rules, params=params)
     step = make_train_step(loss_fn, optimizer, mesh, shardings, sharding.batch_shardings(mesh, batch, rules), rules,
-                           num_micro_batches=2, weight_key="loss_weight", donate=False)
+                           num_micro_batches=2, weight_key="loss_weight", donate=False,
+                           reduction=minibatch.metric_reduction)
     sbatch = sharding.shard_batch(batch, mesh, rules)
     state, metrics = step(state, sbatch)
     # micro-batches weighted by their active-sequence count reproduce the whole-batch seq-mean loss (fp32 sums)
     np.testing.assert_allclose(float(metrics["loss"]), float(ref_loss), rtol=1e-5, atol=1e-6)
     assert float(metrics["loss_weight"]) == float(ref_aux["loss_weight"])
+    # and so is every metric: token means (kl, entropy, clip and ratio figures), maxima, counts, row fractions;
+    # weighted as the loss (by sequences), kl and entropy moved with rl.micro_batch_size, maxima were averaged
+    for key, value in ref_aux.items():
+        np.testing.assert_allclose(float(metrics[key]), float(value), rtol=1e-5, atol=1e-6, err_msg=key)
 
     with Checkpointer(tmp_path, every_steps=1) as ck:
         ck.save(1, state, rng=jax.random.key(5), host_state={"metrics_step": 1})
