@@ -187,3 +187,17 @@ def test_parameters_for_one_run_run_only_the_notebooks_that_take_them(tmp_path, 
         capsys.readouterr().out)
     ran.clear()
     assert main(["--out", str(tmp_path)]) == 0 and len(ran) == 3  # no parameters: every notebook (make notebooks)
+
+
+def test_advantage_notebook_on_a_run_without_rollouts_is_one_line(tmp_path):
+    """Day-three check: `-p workdir=RUN/sft` (an SFT stage: metrics, no rollouts) ended in a bare StopIteration
+    with the cell's whole traceback."""
+    sft = tmp_path / "run" / "sft"
+    sft.mkdir(parents=True)
+    (sft / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in (1, 2)))
+    with pytest.raises(SystemExit) as err:
+        main(["advantage_analysis.ipynb", "--out", str(tmp_path / "out"), "-p", f"workdir={sft}"])
+    (line,) = str(err.value).splitlines()
+    assert line == (f"run_notebooks: advantage_analysis.ipynb: ValueError: run {sft} has no rollouts "
+                    "(rollouts/step_*.jsonl: GRPO steps write them; an SFT stage's folder has none)"), line
+    assert not (tmp_path / "out").exists()
