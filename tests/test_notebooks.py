@@ -201,3 +201,32 @@ def test_advantage_notebook_on_a_run_without_rollouts_is_one_line(tmp_path):
     assert line == (f"run_notebooks: advantage_analysis.ipynb: ValueError: run {sft} has no rollouts "
                     "(rollouts/step_*.jsonl: GRPO steps write them; an SFT stage's folder has none)"), line
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_typos_get_a_did_you_mean_and_notebooks_dir_as_out_is_refused(tmp_path, capsys, monkeypatch):
+    """Day-three checks: `-p work_dir=RUN` and `advantage_analyis.ipynb` named no close match; `--out notebooks`
+    wrote the executed copies (outputs, injected parameters) over the notebooks themselves; Ctrl-C was a
+    traceback."""
+    from notebooks import run_notebooks
+
+    for argv, said in ((["advantage_analysis.ipynb", "--out", str(tmp_path), "-p", "work_dir=/x"],
+                        "no notebook has parameter(s) ['work_dir'] (did you mean workdir?)"),
+                       (["advantage_analyis.ipynb", "--out", str(tmp_path)],
+                        "advantage_analyis.ipynb (did you mean advantage_analysis.ipynb?)"),
+                       (["advantage_analysis.ipynb", "--out", str(NOTEBOOK_DIR)],
+                        "that is notebooks/ itself; the executed copies would overwrite the notebooks")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert said in capsys.readouterr().err
+    before = (NOTEBOOK_DIR / "advantage_analysis.ipynb").read_bytes()
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_notebooks, "execute_notebook", interrupted)
+    with pytest.raises(SystemExit) as err:
+        main(["advantage_analysis.ipynb", "ablation_analysis.ipynb", "--out", str(tmp_path / "o")])
+    assert str(err.value).strip() == ("run_notebooks: interrupted in advantage_analysis.ipynb (nothing written for "
+                                      "it); to resume, run the same command naming advantage_analysis.ipynb "
+                                      "ablation_analysis.ipynb")
+    assert (NOTEBOOK_DIR / "advantage_analysis.ipynb").read_bytes() == before
