@@ -230,3 +230,22 @@ def test_cli_typos_get_a_did_you_mean_and_notebooks_dir_as_out_is_refused(tmp_pa
                                       "it); to resume, run the same command naming advantage_analysis.ipynb "
                                       "ablation_analysis.ipynb")
     assert (NOTEBOOK_DIR / "advantage_analysis.ipynb").read_bytes() == before
+
+
+def test_ablation_notebook_names_the_runs_it_leaves_out(tmp_path):
+    """Day-three check: a sweep read while one run was still training (its metrics.jsonl cut mid-line) and another
+    had failed said "4 runs: 2 done, 1 failed, 0 pending": the running run was in no count and no table."""
+    runs = []
+    for seed, status in enumerate(("done", "done", "running", "failed")):
+        wd = tmp_path / "sweep" / "runs" / f"seed-{seed}"
+        wd.mkdir(parents=True)
+        rows = "".join(json.dumps({"step": s, "reward_mean": 0.1 * s + seed}) + "\n" for s in (1, 2))
+        wd.joinpath("metrics.jsonl").write_text(rows + ('{"step": 3, "rew' if status == "running" else ""))
+        runs.append({"name": wd.name, "overrides": {}, "seed": seed, "workdir": str(wd), "status": status})
+    (tmp_path / "sweep" / "index.json").write_text(json.dumps({"config": "experiments/tiny_cpu.py", "runs": runs}))
+    assert main(["ablation_analysis.ipynb", "--out", str(tmp_path / "executed"), "-p",
+                 f"sweep_dir={tmp_path / 'sweep'}"]) == 0
+    text = _text(nbformat.read(tmp_path / "executed" / "ablation_analysis.ipynb", as_version=4))
+    assert "4 runs: 2 done, 1 failed, 1 running" in text, text[:2000]
+    assert "not in the tables (running): seed-2" in text and "not in the tables (failed): seed-3" in text
+    assert "| all | 2 |" in text  # the table: the two finished seeds
