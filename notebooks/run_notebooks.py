@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import os
 import pathlib
 import sys
@@ -137,11 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     sources = [NOTEBOOK_DIR / name for name in args.notebooks or NOTEBOOKS]
     for src in sources:
         if not src.exists():
-            parser.error(f"no notebook {src}")
+            parser.error(f"no notebook {src}" + _did_you_mean(src.name, NOTEBOOKS))
+    if pathlib.Path(args.out).resolve() == NOTEBOOK_DIR:  # the executed copies would replace the notebooks
+        parser.error(f"--out {args.out}: that is notebooks/ itself; the executed copies would overwrite the "
+                     "notebooks: choose another folder (default: notebooks/executed)")
     known = {src: notebook_parameters(nbformat.read(src, as_version=4)) for src in sources}
     unknown = sorted(set(params) - set().union(*known.values()))
     if unknown:
-        parser.error(f"no notebook has parameter(s) {unknown}")
+        parser.error(f"no notebook has parameter(s) {unknown}"
+                     + _did_you_mean(unknown[0], sorted(set().union(*known.values()))))
     if params and not args.notebooks:  # `-p workdir=RUN` is about that run: not a sweep the ablation notebook makes
         skipped = [src.name for src in sources if not set(params) & known[src]]
         sources = [src for src in sources if set(params) & known[src]]
@@ -157,8 +162,17 @@ def main(argv: list[str] | None = None) -> int:
             if e.ename not in USER_ERRORS:
                 raise  # a bug in a notebook: the failing cell and its traceback
             raise SystemExit(f"run_notebooks: {src.name}: {e.ename}: {e.evalue}") from None
+        except KeyboardInterrupt:  # the kernel is shut down by nbclient; what finished is already written
+            left = " ".join(s.name for s in sources[sources.index(src):])
+            raise SystemExit(f"\nrun_notebooks: interrupted in {src.name} (nothing written for it); to resume, run "
+                             f"the same command naming {left}") from None
         print(f"{src.name}: executed in {time.perf_counter() - t0:.1f} s -> {out}")
     return 0
+
+
+def _did_you_mean(name: str, choices: list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 if __name__ == "__main__":

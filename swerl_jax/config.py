@@ -63,6 +63,10 @@ def load_experiment_config(config_arg: str) -> Any:
         sys.path.insert(0, repo_root)
     path, _, arg = config_file_arg(config_arg).partition(":")
     spec = importlib.util.spec_from_file_location("_swerl_experiment", path)
+    if os.path.isfile(path) and spec is None:  # it exists: "no such file" would send the user looking elsewhere
+        hint = (": a run's config.json is not one; pass the experiments/NAME.py the run was started with"
+                if pathlib.Path(path).name == "config.json" else "")
+        raise ValueError(f"{path} is not an experiment file (a .py defining get_config(arg))" + hint)
     if spec is None or not os.path.exists(path):
         folder = pathlib.Path(path).parent
         names = sorted(p.name for p in folder.glob("*.py")) if folder.is_dir() else []
@@ -73,7 +77,16 @@ def load_experiment_config(config_arg: str) -> Any:
                                 + (f" (did you mean {folder / close[0]}?)" if close else ""))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.get_config(arg) if arg else module.get_config()
+    if not callable(getattr(module, "get_config", None)):
+        raise ValueError(f"{path} defines no get_config(arg): an experiment file returns its ConfigDict from "
+                         "get_config (see experiments/tiny_cpu.py)")
+    config = module.get_config(arg) if arg else module.get_config()
+    import ml_collections
+
+    if not isinstance(config, ml_collections.ConfigDict):  # a dict would fail later with an AttributeError
+        raise ValueError(f"{path}: get_config({arg or ''}) returned a {type(config).__name__}, not an "
+                         "ml_collections.ConfigDict (start from experiments/base.py's get_config())")
+    return config
 
 
 OVERRIDE_HELP = "--config.KEY=VALUE (or --config.KEY VALUE): override a config key (repeatable), as `train` takes"

@@ -8,6 +8,8 @@ from experiments import base, tiny_cpu
 from swerl_jax.config import unknown_config_keys
 from swerl_jax.resolve import load_run_config, resolve_config, start_warnings, validate_config
 
+from .conftest import REPO_ROOT
+
 
 def test_unknown_keys_name_the_closest_valid_one():
     c = base.get_config()
@@ -231,3 +233,27 @@ def test_a_config_path_without_py_or_with_a_typo_gets_a_did_you_mean():
         load_experiment_config("experiments/tiny_cpu")
     with pytest.raises(FileNotFoundError, match=r"did you mean experiments/swerl_llama3_70b.py\?"):
         load_experiment_config("experiments/swerl_llama3_7b.py:paper")
+
+
+@pytest.mark.parametrize("module", ["swerl_jax.train", "swerl_jax.eval.repair_score"])
+@pytest.mark.parametrize("name,text,said", [
+    ("noget.py", "X = 1\n", "defines no get_config(arg)"),
+    ("adict.py", "def get_config(arg=None):\n    return {'rl': {}}\n", "get_config() returned a dict, not an "
+                                                                      "ml_collections.ConfigDict"),
+    ("config.json", "{}", "is not an experiment file (a .py defining get_config(arg)): a run's config.json"),
+])
+def test_a_config_file_that_is_not_an_experiment_is_one_line_naming_it(tmp_path, module, name, text, said):
+    """Day-three check: a --config file without get_config (or returning a dict) ended in an AttributeError
+    traceback, and a run's config.json (which exists) was "no such config file"."""
+    import subprocess
+    import sys
+
+    (tmp_path / name).write_text(text)
+    extra = ["--workdir", str(tmp_path / "w")] if module == "swerl_jax.train" else \
+        ["--records", str(tmp_path), "--out", str(tmp_path / "w")]
+    proc = subprocess.run([sys.executable, "-m", module, f"--config={tmp_path / name}", *extra],
+                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and f"{tmp_path / name}" in lines[0] and said in lines[0], \
+        proc.stderr[-2000:]
+    assert not (tmp_path / "w").exists()

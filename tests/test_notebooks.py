@@ -187,3 +187,65 @@ def test_parameters_for_one_run_run_only_the_notebooks_that_take_them(tmp_path, 
         capsys.readouterr().out)
     ran.clear()
     assert main(["--out", str(tmp_path)]) == 0 and len(ran) == 3  # no parameters: every notebook (make notebooks)
+
+
+def test_advantage_notebook_on_a_run_without_rollouts_is_one_line(tmp_path):
+    """Day-three check: `-p workdir=RUN/sft` (an SFT stage: metrics, no rollouts) ended in a bare StopIteration
+    with the cell's whole traceback."""
+    sft = tmp_path / "run" / "sft"
+    sft.mkdir(parents=True)
+    (sft / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in (1, 2)))
+    with pytest.raises(SystemExit) as err:
+        main(["advantage_analysis.ipynb", "--out", str(tmp_path / "out"), "-p", f"workdir={sft}"])
+    (line,) = str(err.value).splitlines()
+    assert line == (f"run_notebooks: advantage_analysis.ipynb: ValueError: run {sft} has no rollouts "
+                    "(rollouts/step_*.jsonl: GRPO steps write them; an SFT stage's folder has none)"), line
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_typos_get_a_did_you_mean_and_notebooks_dir_as_out_is_refused(tmp_path, capsys, monkeypatch):
+    """Day-three checks: `-p work_dir=RUN` and `advantage_analyis.ipynb` named no close match; `--out notebooks`
+    wrote the executed copies (outputs, injected parameters) over the notebooks themselves; Ctrl-C was a
+    traceback."""
+    from notebooks import run_notebooks
+
+    for argv, said in ((["advantage_analysis.ipynb", "--out", str(tmp_path), "-p", "work_dir=/x"],
+                        "no notebook has parameter(s) ['work_dir'] (did you mean workdir?)"),
+                       (["advantage_analyis.ipynb", "--out", str(tmp_path)],
+                        "advantage_analyis.ipynb (did you mean advantage_analysis.ipynb?)"),
+                       (["advantage_analysis.ipynb", "--out", str(NOTEBOOK_DIR)],
+                        "that is notebooks/ itself; the executed copies would overwrite the notebooks")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert said in capsys.readouterr().err
+    before = (NOTEBOOK_DIR / "advantage_analysis.ipynb").read_bytes()
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_notebooks, "execute_notebook", interrupted)
+    with pytest.raises(SystemExit) as err:
+        main(["advantage_analysis.ipynb", "ablation_analysis.ipynb", "--out", str(tmp_path / "o")])
+    assert str(err.value).strip() == ("run_notebooks: interrupted in advantage_analysis.ipynb (nothing written for "
+                                      "it); to resume, run the same command naming advantage_analysis.ipynb "
+                                      "ablation_analysis.ipynb")
+    assert (NOTEBOOK_DIR / "advantage_analysis.ipynb").read_bytes() == before
+
+
+def test_ablation_notebook_names_the_runs_it_leaves_out(tmp_path):
+    """Day-three check: a sweep read while one run was still training (its metrics.jsonl cut mid-line) and another
+    had failed said "4 runs: 2 done, 1 failed, 0 pending": the running run was in no count and no table."""
+    runs = []
+    for seed, status in enumerate(("done", "done", "running", "failed")):
+        wd = tmp_path / "sweep" / "runs" / f"seed-{seed}"
+        wd.mkdir(parents=True)
+        rows = "".join(json.dumps({"step": s, "reward_mean": 0.1 * s + seed}) + "\n" for s in (1, 2))
+        wd.joinpath("metrics.jsonl").write_text(rows + ('{"step": 3, "rew' if status == "running" else ""))
+        runs.append({"name": wd.name, "overrides": {}, "seed": seed, "workdir": str(wd), "status": status})
+    (tmp_path / "sweep" / "index.json").write_text(json.dumps({"config": "experiments/tiny_cpu.py", "runs": runs}))
+    assert main(["ablation_analysis.ipynb", "--out", str(tmp_path / "executed"), "-p",
+                 f"sweep_dir={tmp_path / 'sweep'}"]) == 0
+    text = _text(nbformat.read(tmp_path / "executed" / "ablation_analysis.ipynb", as_version=4))
+    assert "4 runs: 2 done, 1 failed, 1 running" in text, text[:2000]
+    assert "not in the tables (running): seed-2" in text and "not in the tables (failed): seed-3" in text
+    assert "| all | 2 |" in text  # the table: the two finished seeds

@@ -27,7 +27,7 @@ from swerl_jax.agent.rollout import SYSTEM, ChatFormat, run_episodes
 from swerl_jax.agent.sft import Scripted, gold_actions
 from swerl_jax.agent.synthetic import SyntheticTasks
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
-from swerl_jax.data.paths import config_paths, user_path
+from swerl_jax.data.paths import blocking_file, config_paths, user_path
 from swerl_jax.eval.agentless.backends import EngineChat
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings
 from swerl_jax.resolve import resolve_config
@@ -168,6 +168,9 @@ def main(argv: list[str] | None = None) -> dict:
         if int(c[key]) < 1:
             raise ValueError(f"{key}={c[key]} must be >= 1")
     out = pathlib.Path(user_path(args.out))
+    taken = blocking_file(out)  # before the engine starts, not an errno from the first mkdir under it
+    if taken is not None:
+        raise FileExistsError(f"--out {args.out}: {taken} is a file, not a folder")
     refuse_other_config(out / "tts_config.json", json.loads(c.to_json()))  # finished batches are reused
 
     from swerl_jax.sampler import source as policy_source

@@ -323,6 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{args.sweep_dir}: {sum(r.get('status') == 'done' for r in index['runs'])} finished runs of "
           f"{len(index['runs'])}; varying {', '.join(varying_keys(index)) or 'nothing'}"
           + (f"; not logged: {', '.join(absent)}" if absent else ""))
+    for run in index["runs"]:  # failed, running, pending or conflicting: named, so no seed goes missing unseen
+        if run.get("status") != "done":
+            print(f"  not in the tables ({run.get('status')}): {run.get('name')}")
     print(to_markdown(variant_table(index, metrics, args.last)))
     if args.pair:
         print()

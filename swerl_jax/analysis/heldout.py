@@ -58,8 +58,24 @@ def final_answers(workdir: str | pathlib.Path) -> tuple[pathlib.Path, dict[str, 
     if not files:
         raise FileNotFoundError(f"{root}: no per-answer held-out rows (eval/heldout_V.jsonl or sft/eval_rows.jsonl); "
                                 "runs evaluated before they were kept have only their eval/* means")
-    rows = [json.loads(line) for line in files[-1].read_text().splitlines() if line.strip()]
-    return files[-1], {row["instance_id"]: row for row in rows if int(row.get("sample", 0)) == 0}
+    return files[-1], {row["instance_id"]: row for row in answer_rows(files[-1]) if int(row.get("sample", 0)) == 0}
+
+
+def answer_rows(path: pathlib.Path) -> list[dict]:
+    """The rows of a per-answer JSONL file; ValueError naming the file, line and key for a line that is not a JSON
+    object with an instance_id (a finished run's file is whole: a torn line there is damage, not data to skip)."""
+    rows = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({e})") from None
+        if not isinstance(row, dict) or "instance_id" not in row:
+            raise ValueError(f"{path}:{lineno}: not an answer row (a JSON object with an instance_id)")
+        rows.append(row)
+    return rows
 
 
 def task_difference(index: Mapping, a: str, b: str, measure: str = "resolved", resamples: int = 10_000

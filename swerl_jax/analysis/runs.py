@@ -66,8 +66,9 @@ class Run:
     def resolve_step(self, step: int) -> int:
         """`step` when it has rollouts; -1 means the last such step. ValueError lists the steps there are."""
         steps = self.steps
-        if not steps:
-            raise ValueError(f"run {self.workdir} has no rollouts")
+        if not steps:  # e.g. WORKDIR/sft given for WORKDIR: the SFT stage logs a loss, no rollouts
+            raise ValueError(f"run {self.workdir} has no rollouts ({ROLLOUTS_DIR}/step_*.jsonl: GRPO steps write "
+                             "them; an SFT stage's folder has none)")
         if step == -1:
             return steps[-1]
         if step not in steps:

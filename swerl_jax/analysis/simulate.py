@@ -27,7 +27,7 @@ from swerl_jax.answer import ANSWER_END, ANSWER_START, THINK_END, THINK_START
 from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.data.targets import oracle_solution
 from swerl_jax.reward import calculate_search_replace_reward, compact_info
-from swerl_jax.runs.metrics import MetricsWriter
+from swerl_jax.runs.metrics import METRICS_FILE, ROLLOUTS_DIR, MetricsWriter
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 DAMAGE_KINDS = ("edits", "truncate", "drop_thought", "prose", "search_edit")
@@ -121,12 +121,18 @@ def simulate_run(
 ) -> pathlib.Path:
     """Write a simulated run (see the module docstring) into `workdir` with `MetricsWriter`; returns its path.
 
-    Advantages are the trainer's estimator `advantage` over each step's [P, G] groups.
+    Advantages are the trainer's estimator `advantage` over each step's [P, G] groups. FileExistsError when
+    `workdir` already holds a run's metrics or rollouts: the writer starts a run afresh and would delete them.
     """
     if num_steps < 1 or prompts_per_step < 1 or num_samples < 2:
         raise ValueError(f"need num_steps >= 1, prompts_per_step >= 1, num_samples >= 2; got {num_steps}, "
                          f"{prompts_per_step}, {num_samples}")
     workdir = pathlib.Path(workdir)
+    # MetricsWriter opens a new run by cutting metrics.jsonl and rollouts/ to nothing: a real run there would be lost
+    held = [p for p in (workdir / METRICS_FILE, workdir / ROLLOUTS_DIR) if p.exists()]
+    if held:
+        raise FileExistsError(f"{workdir} already holds a run ({', '.join(p.name for p in held)}): a simulated run "
+                              "would replace it; give simulate_run a new folder")
     records = records if records is not None else synthetic_records(max(8, prompts_per_step * 2), seed=seed)
     # The trainer's own writer, so a simulated workdir has exactly a real run's layout.
     with MetricsWriter(workdir, total_steps=num_steps, tensorboard=False, progress=False) as writer:

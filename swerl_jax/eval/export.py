@@ -14,9 +14,12 @@ transformers' `generate` stops where our sampler does; `repair_score --hf_dir` e
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
+import os
 import pathlib
+import shutil
 from typing import Any
 
 import jax
@@ -105,14 +108,19 @@ def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
     if version is not None and (step is not None or stage != "grpo"):
         raise ValueError("--version exports a published policy (GRPO's policy/); --step and --stage name a "
                          "checkpoint instead: give one or the other")
-    if dtype and not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
-        raise ValueError(f"--dtype {dtype}: weights are cast to a floating type (float32, bfloat16, float16), "
-                         "not rounded to integers")
+    if dtype:
+        check_dtype(dtype)
     target = pathlib.Path(out).resolve()
     if target == run.resolve() or run.resolve() in target.parents or (target / "config.json").is_file() and \
             (target / "checkpoints").exists():
         raise ValueError(f"--out {out}: inside the run (or another run's folder); the export would overwrite its "
                          "files: choose a folder of its own")
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        # e.g. the base model's own HF folder: the export replaced its config and deleted its safetensors shards
+        held = sorted(p.name for p in target.iterdir())[:3] if target.is_dir() else []
+        raise FileExistsError(f"--out {out}: already exists" + (f" and holds files ({', '.join(held)}, ...)"
+                                                                if held else " as a file")
+                              + "; the export would replace them: choose a new folder")
     model_config = model_config_from(config)
     # Weights of another model than config.json's: one line naming both, before anything is read or written.
     if version is not None:
@@ -138,12 +146,37 @@ def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
     if dtype:
         params = jax.tree.map(lambda x: x.astype(jnp.dtype(dtype)), params)  # on the devices, shard by shard
     model_config = model_config.replace(param_dtype=str(next(iter(jax.tree.leaves(params))).dtype))
-    path = save_hf(model_config, params, out)
-    if jax.process_index() == 0:
-        tokenizer = tokenizer_for(config.model)
-        tokenizer.save_pretrained(str(path))
-        write_stop_ids(path, tokenizer)
-    return {**source, "dtype": model_config.param_dtype, "path": str(path)}
+    # Written into a staging folder beside --out and renamed at the end: a Ctrl-C or a crash leaves no --out that
+    # looks like a model. Its name is fixed, so every process of a multi-process export writes into the same one.
+    staging = target.parent / f".{target.name}.partial"
+    if jax.process_index() == 0 and staging.exists():
+        shutil.rmtree(staging)  # a killed export's leftovers: ours by name, never a user's folder
+    try:
+        save_hf(model_config, params, staging)  # every process's files are in `staging` when it returns
+        if jax.process_index() == 0:
+            tokenizer = tokenizer_for(config.model)
+            tokenizer.save_pretrained(str(staging))
+            write_stop_ids(staging, tokenizer)
+            os.replace(staging, target)  # onto an absent or empty folder only (checked above)
+    except BaseException:
+        if jax.process_count() == 1:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {"run": str(run.absolute()), **source, "dtype": model_config.param_dtype, "path": str(pathlib.Path(out))}
+
+
+def check_dtype(dtype: str) -> None:
+    """ValueError naming --dtype when `dtype` is not a floating type numpy knows (e.g. `bf16` for `bfloat16`)."""
+    names = ["float32", "bfloat16", "float16"]
+    try:
+        floating = jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
+    except TypeError:
+        close = difflib.get_close_matches(dtype, names, n=1, cutoff=0.3)
+        raise ValueError(f"--dtype {dtype}: not a data type" + (f" (did you mean {close[0]}?)" if close else "")
+                         + f"; one of {', '.join(names)}") from None
+    if not floating:
+        raise ValueError(f"--dtype {dtype}: weights are cast to a floating type ({', '.join(names)}), "
+                         "not rounded to integers")
 
 
 def write_stop_ids(path: str | pathlib.Path, tokenizer: Any) -> dict:
@@ -180,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict:
         # the paths typed, from the current directory, once (Orbax reads a relative path as nothing)
         done = export_run(user_path(args.run), user_path(args.out), step=args.step, version=args.version,
                           dtype=args.dtype, stage=args.stage)
-    except (FileNotFoundError, ValueError, KeyError, TypeError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"swerl_jax.eval.export: {e}") from None
     print(json.dumps(done), flush=True)
     return done

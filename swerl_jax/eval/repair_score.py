@@ -33,7 +33,7 @@ import numpy as np
 
 from swerl_jax.data.paths import blocking_file, expand_record_paths, user_path, user_record_spec
 from swerl_jax.data.prompts import build_prompt
-from swerl_jax.data.records import read_records
+from swerl_jax.data.records import ErrorCounter, read_records
 from swerl_jax.data.synthetic import config_records
 from swerl_jax.reward import get_reward_fn
 from swerl_jax.sampler.types import SamplingParams, sampling_params
@@ -267,7 +267,16 @@ def main(argv: list[str] | None = None) -> RepairScore:
     config = resolve_config(config, check_files=True)
     evaluated = policy_source.describe(source, config, args.config)
     record_files = expand_record_paths(args.records, key="--records")
-    records = [r for path in record_files for r in read_records(path)]
+    invalid = ErrorCounter()  # counted and named: a score over fewer records than the file holds must say so
+    records = [r for path in record_files for r in read_records(path, on_error=invalid)]
+    if invalid.total and not records:
+        raise ValueError(f"--records {args.records}: all {invalid.total} records are invalid (first: "
+                         f"{invalid.messages[0]}); SWE-bench instances become PR records with python -m "
+                         "swerl_jax.data import-swebench; nothing written")
+    if invalid.total:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in invalid.counts.most_common())
+        print(f"skipped {invalid.total} invalid records of {invalid.total + len(records)} ({reasons}); first: "
+              f"{invalid.messages[0]}", flush=True)
     tokenizer = tokenizer_for(config.model)
     sampling = SamplingParams(temperature=args.temperature, top_p=config.sampler.top_p, top_k=config.sampler.top_k,
                               max_new_tokens=args.max_new_tokens or config.sampler.max_new_tokens).validate()
@@ -296,7 +305,8 @@ def main(argv: list[str] | None = None) -> RepairScore:
     summary = {**dataclasses.asdict(result), "samples": args.samples, "temperature": args.temperature,
                "config": args.config, "config_overrides": {k: v for k, v in overrides}, "records_files": record_files,
                "weights": args.weights,
-               "policy_version": policy_version, "evaluated": evaluated, "format_errors": malformed}
+               "policy_version": policy_version, "evaluated": evaluated, "format_errors": malformed,
+               "invalid_records": dict(invalid.counts)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"evaluated: {evaluated['what']}", flush=True)
     print(result.line(), flush=True)

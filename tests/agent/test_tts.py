@@ -64,3 +64,18 @@ def test_relative_weights_of_another_model_are_one_line_from_outside_the_clone(t
                                      f"({tmp_path / 'T' / 'config.json'}), but policy=experiments/tiny_cpu.py is "
                                      "model.name='demo-7m'"), err.value
     assert not (tmp_path / "o").exists()
+
+
+def test_out_under_a_file_is_one_line_naming_out_before_anything_starts(tmp_path, capsys):
+    """Day-three check: `--out RUN/metrics.jsonl` loaded the policy, then said "[Errno 20] Not a directory:
+    '.../metrics.jsonl/tasks/eval/repos'" (not naming --out), as train and repair_score no longer do."""
+    import pytest
+
+    from swerl_jax.agent import tts
+
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(FileExistsError, match=rf"^--out {tmp_path / 'metrics.jsonl'}/o: {tmp_path / 'metrics.jsonl'}"
+                                              " is a file, not a folder$"):
+        tts.main(["--config=experiments/agent_tts.py:tiny", f"--out={tmp_path / 'metrics.jsonl'}/o"])
+    assert "evaluating" not in capsys.readouterr().out
+    assert (tmp_path / "metrics.jsonl").read_text() == "{}\n"

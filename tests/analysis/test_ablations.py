@@ -162,3 +162,12 @@ def test_the_command_prints_the_tables(tmp_path, capsys):
     assert "| reward.kind=continuous - reward.kind=discrete | eval/resolved_rate | 2 | 0.150 [" in out
     with pytest.raises(FileNotFoundError, match="no index.json there"):
         ab.main([str(tmp_path / "runs")])
+
+
+def test_the_command_names_each_run_it_leaves_out(tmp_path, capsys):
+    """Day-three check: a sweep with a failed run printed "4 finished runs of 5" and tables over fewer seeds, but
+    not which run was missing or why."""
+    _sweep(tmp_path, {(kind, seed): [{"step": 2, "reward_mean": 0.5 + seed}] for kind in ("continuous", "discrete")
+                      for seed in (0, 1)})
+    assert ab.main([str(tmp_path)]) == 0
+    assert "\n  not in the tables (failed): x\n" in capsys.readouterr().out

@@ -46,3 +46,17 @@ def test_missing_rows_a_typo_and_disjoint_tasks_are_named(tmp_path):
     with pytest.raises(KeyError, match="variant 'discrete'"):
         task_difference(index, "base", "discrete")
     assert task_difference(index, "base", "reward.kind=discrete").mean == 1.0
+
+
+def test_a_torn_or_foreign_answer_row_is_named_by_file_and_line(tmp_path):
+    """Day-three check: a held-out file with a cut last line gave json's bare JSONDecodeError (no file, no line)
+    from deep in the ablation notebook, and a row without instance_id a bare KeyError."""
+    index = {"runs": [_run(tmp_path, "a", 0, {}, [1, 0]), _run(tmp_path, "b", 0, {"reward.kind": "discrete"}, [0, 0])]}
+    path = tmp_path / "b" / "eval" / "heldout_000040.jsonl"
+    whole = path.read_text()
+    path.write_text(whole[:-20])
+    with pytest.raises(ValueError, match=rf"^{path}:2: not valid JSON \("):
+        task_difference(index, "base", "reward.kind=discrete")
+    path.write_text(whole + json.dumps({"task": "t9", "reward": 1.0}) + "\n")
+    with pytest.raises(ValueError, match=rf"^{path}:3: not an answer row \(a JSON object with an instance_id\)"):
+        final_answers(tmp_path / "b")

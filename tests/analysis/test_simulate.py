@@ -83,3 +83,13 @@ def test_ensure_run(tmp_path):
         ensure_run("", mode="fast")
     path, how = ensure_run("", mode="simulate", num_steps=2, root=tmp_path)
     assert how == "simulated" and path.parent == tmp_path and load_run(path).steps == [1, 2]
+
+
+def test_simulating_into_a_real_run_is_refused_and_the_run_is_kept(tmp_path):
+    """Day-three check: simulate_run("workdirs/demo") cut the real run's 30 metrics rows and rollout files to the
+    simulation's 3, without a word."""
+    run = simulate_run(tmp_path / "run", num_steps=2, prompts_per_step=2, num_samples=2, seed=1)
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    with pytest.raises(FileExistsError, match=r"already holds a run \(metrics.jsonl, rollouts\)"):
+        simulate_run(run, num_steps=3, seed=2)
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before

@@ -169,3 +169,50 @@ def test_a_hugging_face_folder_or_a_cut_config_as_run_is_one_line_naming_the_fil
         (line,) = str(err.value).splitlines()
         assert f"{folder / 'config.json'}" in line and said in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_an_existing_folder_as_out_is_refused_and_kept(tmp_path):
+    """Day-three check: --out at an existing HF folder (the base model's) deleted its safetensors shards and index
+    and replaced its config.json with the export's, without a word."""
+    run = small_run(tmp_path / "run")
+    base = tmp_path / "base-model"
+    base.mkdir()
+    for name in ("config.json", "model-00001-of-00002.safetensors", "model.safetensors.index.json"):
+        (base / name).write_text(name)
+    with pytest.raises(SystemExit) as err:
+        export.main(["--run", str(run), "--out", str(base)])
+    (line,) = str(err.value).splitlines()
+    assert f"--out {base}: already exists and holds files (config.json, model-00001" in line, line
+    assert sorted((p.name, p.read_text()) for p in base.iterdir()) == sorted(
+        (n, n) for n in ("config.json", "model-00001-of-00002.safetensors", "model.safetensors.index.json"))
+    (tmp_path / "empty").mkdir()  # an empty folder is a fine place to export to
+    done = export.main(["--run", str(run), "--out", str(tmp_path / "empty")])
+    assert done["run"] == str(run) and done["checkpoint_step"] == STEP
+    assert (tmp_path / "empty" / "config.json").is_file()
+
+
+def test_an_interrupted_export_leaves_no_half_written_folder(tmp_path, monkeypatch):
+    """Day-three check: Ctrl-C after the weights were written left --out with safetensors and a config.json but no
+    tokenizer or stop ids: a folder that loads as a model and generates past its end token."""
+    run = small_run(tmp_path / "run")
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export, "write_stop_ids", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export.main(["--run", str(run), "--out", str(tmp_path / "hf")])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # neither hf/ nor its staging folder
+    monkeypatch.undo()
+    assert export.main(["--run", str(run), "--out", str(tmp_path / "hf")])["path"] == str(tmp_path / "hf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "run"]
+
+
+def test_a_dtype_numpy_does_not_know_is_one_line_naming_the_flag(tmp_path):
+    """Day-three check: --dtype bf16 said only "data type 'bf16' not understood"."""
+    run = small_run(tmp_path / "run")
+    with pytest.raises(SystemExit) as err:
+        export.main(["--run", str(run), "--out", str(tmp_path / "hf"), "--dtype", "bf16"])
+    assert str(err.value) == ("swerl_jax.eval.export: --dtype bf16: not a data type (did you mean bfloat16?); one of "
+                              "float32, bfloat16, float16")
+    assert not (tmp_path / "hf").exists()

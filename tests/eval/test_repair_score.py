@@ -264,3 +264,27 @@ def test_records_typed_relative_are_the_file_they_name_from_the_current_director
     rs.main([f"--records={tmp_path / 'a' / 'recs.jsonl'}", *common])  # the same file, typed absolute: the same
     # and the same config file, typed as found from the repository root: the same settings too
     rs.main([f"--records={tmp_path / 'a' / 'recs.jsonl'}", "--config=experiments/tiny_cpu.py", *common[1:]])
+
+
+def test_invalid_records_are_counted_and_named_not_silently_dropped(tmp_path, capsys):
+    """Day-three check: SWE-bench instances as --records said "none of the 0 records could be scored (no
+    records)" for a file of 500, and a file with some invalid records was scored on the rest without a word."""
+    weights.publish(tmp_path / "policy", init_params(get_model_config("demo-7m"), jax.random.PRNGKey(3)), 1)
+    instance = {"instance_id": "astropy__astropy-12907", "repo": "astropy/astropy", "base_commit": "d16bfe0",
+                "patch": "diff --git a/x b/x\n", "problem_statement": "..."}
+    (tmp_path / "instances.jsonl").write_text(json.dumps(instance) + "\n")
+    common = ["--config=experiments/tiny_cpu.py", f"--weights={tmp_path / 'policy'}", "--max_new_tokens=4"]
+    with pytest.raises(ValueError, match=r"instances.jsonl: all 1 records are invalid \(first: record "
+                                         r"'astropy__astropy-12907 .*instances.jsonl:1\)': field '.*': missing field\);"
+                                         r" SWE-bench instances become PR records with python -m swerl_jax.data "
+                                         r"import-swebench; nothing written"):
+        rs.main([*common, f"--records={tmp_path / 'instances.jsonl'}", f"--out={tmp_path / 'o'}"])
+    assert not (tmp_path / "o").exists()
+    write_records(tmp_path / "recs.jsonl", RECORDS[:2])
+    with open(tmp_path / "recs.jsonl", "a") as f:
+        f.write(json.dumps(instance) + "\n")
+    result = rs.main([*common, f"--records={tmp_path / 'recs.jsonl'}", f"--out={tmp_path / 'o'}"])
+    assert result.records == 2
+    assert "skipped 1 invalid records of 3 (" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert sum(summary["invalid_records"].values()) == 1
