@@ -159,7 +159,8 @@ def accumulate_gradients(loss_fn: LossFn, params: Any, batch: Any, num_micro_bat
 def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, mesh: Mesh, shardings: TrainState,
                     batch_shardings: Any, rules: Rules = DEFAULT_RULES, num_micro_batches: int = 1,
                     donate: bool = True, weight_key: str | None = None,
-                    reduction: Callable[[str], str] | None = None) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array]]]:
+                    reduction: Callable[[str], str] | None = None
+                    ) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, jax.Array]]]:
     """A jitted `step(state, batch) -> (new_state, metrics)` with explicit shardings.
 
     Args:
