@@ -4,16 +4,16 @@
         [--instance_ids ID ...]
 
 Predictions are JSONL or a JSON list (SWE-bench's two forms). Per run, everything goes under --out:
-results/<id>.json (one per graded instance, keyed by everything that determines it: what makes the run
-resumable; a failure of the infrastructure, such as a missing clone or environment, is graded again on re-run),
-logs/<id>/ (env_build / setup / patch / test logs), work/<id>.<random>/ (removed after grading unless
---keep-workdirs), repos/ (bare clones unpacked from .bundle files) and report.json. The cached environments live
-in $SWERL_JAX_HOME/eval/envs (or --env-cache), shared between runs, at most --env-cache-gb of them. Stdout ends
-with a line of counts per status and `resolved N/M (...)`, M every instance asked about (the instances file, or --instance_ids): one with no
-prediction, an empty patch or an error is unresolved, and the counts per reason follow. The exit code is 1
-when a prediction was malformed or named an unknown instance, or nothing could be graded. Ctrl-C writes the report
-of what finished. Patches that change how tests run (conftest.py, pytest settings, sitecustomize, .pth) are graded
-as the official harness grades them and listed in test_infra_ids.
+results/<id>.json (one per graded instance, keyed by everything that determines it: what makes the run resumable; a
+failure of the infrastructure, such as a missing clone or environment, is graded again on re-run), logs/<id>/
+(env_build / setup / patch / test logs), work/<id>.<random>/ (removed after grading unless --keep-workdirs), repos/
+(bare clones unpacked from .bundle files) and report.json. The cached environments live in
+$SWERL_JAX_HOME/eval/envs (or --env-cache), shared between runs, at most --env-cache-gb of them. Stdout ends with a
+line of counts per status and `resolved N/M (...)`, M every instance asked about (the instances file, or
+--instance_ids): one with no prediction, an empty patch or an error is unresolved, and the counts per reason
+follow. The exit code is 1 when a prediction was malformed or named an unknown instance, or nothing could be
+graded. Ctrl-C writes the report of what finished. Patches that change how tests run (conftest.py, pytest settings,
+sitecustomize, .pth) are graded as the official harness grades them and listed in test_infra_ids.
 """
 
 from __future__ import annotations
