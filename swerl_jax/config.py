@@ -23,17 +23,30 @@ _OVERRIDE = re.compile(r"^--(?:no)?config\.([A-Za-z0-9_.]+)(?:=|$)")
 
 def unknown_config_keys(config: Any, argv: list[str]) -> list[str]:
     """One message per `--config.KEY=...` in `argv` whose KEY the config does not define, naming the closest
-    valid key (the check runs before absl parses the overrides, which would end in a long traceback)."""
+    valid key, or that names a whole section (`--config.rl=3`) rather than one of its fields (the check runs
+    before absl parses the overrides, which would end in a long traceback)."""
     flat = flatten(json.loads(config.to_json()))
-    known = set(flat) | {k.rsplit(".", i)[0] for k in flat for i in range(1, k.count(".") + 1)}
+    sections = {k.rsplit(".", i)[0] for k in flat for i in range(1, k.count(".") + 1)}
+    known = set(flat) | sections
     out = []
     for arg in argv:
         m = _OVERRIDE.match(arg)
-        if m and m.group(1) not in known:
+        if m and m.group(1) in sections:
+            out.append(section_message(m.group(1), [k for k in flat if k.startswith(m.group(1) + ".")]))
+        elif m and m.group(1) not in known:
             close = difflib.get_close_matches(m.group(1), sorted(known), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]}?" if close else ""
             out.append(f"unknown config key {m.group(1)!r}{hint}")
     return out
+
+
+def section_message(section: str, keys: list[str], shown: int = 8) -> str:
+    """`config key 'rl' is a section, not a value: set one of its fields, --config.rl.FIELD=VALUE (FIELD: ...)`:
+    ml_collections' own words ("cannot be casted to ConfigDict") do not say which fields there are."""
+    fields = sorted({k[len(section) + 1:].split(".")[0] for k in keys})
+    listed = ", ".join(fields[:shown]) + (f", ... ({len(fields)} in all)" if len(fields) > shown else "")
+    return (f"config key {section!r} is a section, not a value: set one of its fields, "
+            f"--config.{section}.FIELD=VALUE (FIELD: {listed})")
 
 
 def config_file_arg(config_arg: str) -> str:
@@ -131,6 +144,8 @@ def parse_value(config: Any, key: str, text: str) -> Any:
     if last not in node:
         raise unknown_key(config, key)
     current = node[last]
+    if hasattr(current, "keys"):  # a section: ml_collections would say it "cannot be casted to ConfigDict"
+        raise ValueError(section_message(key, [f"{key}.{k}" for k in current.keys()]))
     if isinstance(current, bool):
         if text.lower() not in ("true", "false", "1", "0"):
             raise ValueError(f"{key}={text!r}: expected a bool (true/false)")

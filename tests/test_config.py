@@ -209,6 +209,18 @@ def test_overrides_are_split_typed_and_named():
         split_overrides(["--config.rl.num_steps"])
 
 
+def test_an_override_of_a_whole_section_names_its_fields():
+    """`--config.rl=3` read as ml_collections' "3 is of original type str ... cannot be casted to ConfigDict"."""
+    from swerl_jax.config import apply_overrides
+
+    with pytest.raises(ValueError, match=r"config key 'rl' is a section, not a value: set one of its fields, "
+                                         r"--config.rl.FIELD=VALUE \(FIELD: advantage, .*, \.\.\. \(\d+ in all\)\)$"):
+        apply_overrides(tiny_cpu.get_config(), [("rl", "3")])
+    assert unknown_config_keys(base.get_config(), ["--config.mesh.shape=2"]) == [
+        "config key 'mesh.shape' is a section, not a value: set one of its fields, --config.mesh.shape.FIELD=VALUE "
+        f"(FIELD: {', '.join(sorted(base.get_config().mesh.shape.keys()))})"]
+
+
 @pytest.mark.parametrize("module", ["swerl_jax.eval.run", "swerl_jax.agent.tts", "swerl_jax.eval.repair_score"])
 def test_every_config_entry_point_names_a_wrong_override_key(module, tmp_path):
     """eval run, test-time scaling and repair-score take `--config.KEY=VALUE` as train does; a wrong key is one
