@@ -49,6 +49,17 @@ def section_message(section: str, keys: list[str], shown: int = 8) -> str:
             f"--config.{section}.FIELD=VALUE (FIELD: {listed})")
 
 
+def did_you_mean(word: str, options: list[str]) -> str:
+    """` (did you mean 'x'?)` for the option closest to `word`, or "": '-', '_' and '.' and case are ignored
+    first, so `demo7m` finds `demo-7m` and `Qwen3_0.6B` finds `qwen3-0.6b`."""
+    def bare(text: str) -> str:
+        return re.sub(r"[-_.]", "", text).lower()
+
+    same = [o for o in options if bare(o) == bare(word)]
+    close = same or difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def config_file_arg(config_arg: str) -> str:
     """`--config`'s `PATH[:arg]` with PATH found from the current directory, else from the repository root (so
     `experiments/NAME.py` works from outside the clone, as data paths do); unchanged when neither has it."""

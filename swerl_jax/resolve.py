@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from swerl_jax import sharding
-from swerl_jax.config import load_experiment_config
+from swerl_jax.config import did_you_mean, load_experiment_config
 from swerl_jax.data.paths import config_path, expand_record_paths, user_path
 from swerl_jax.meshes import MESHES
 from swerl_jax.model.attention import IMPLEMENTATIONS
@@ -229,7 +229,8 @@ def _check_agent(config: Any) -> None:
 
 def _one_of(key: str, value: Any, allowed: Any) -> None:
     if value not in allowed:
-        raise ValueError(f"{key}={value!r} is not one of {sorted(allowed, key=str)}")
+        raise ValueError(f"{key}={value!r} is not one of {sorted(allowed, key=str)}"
+                         + did_you_mean(str(value), [str(a) for a in allowed]))
 
 
 def _check_names(config: Any) -> None:

@@ -221,6 +221,13 @@ def test_an_override_of_a_whole_section_names_its_fields():
         f"(FIELD: {', '.join(sorted(base.get_config().mesh.shape.keys()))})"]
 
 
+def test_a_registry_name_gets_a_did_you_mean_past_dashes_and_case():
+    """`model.name=demo7m` listed 18 names but not the one meant: difflib alone missed `demo-7m`."""
+    for typed, meant in (("demo7m", "demo-7m"), ("Qwen3_0.6B", "qwen3-0.6b"), ("smolm2-135m", "smollm2-135m")):
+        with pytest.raises(ValueError, match=f"did you mean '{meant}'"):
+            validate_config(_set(tiny_cpu.get_config(), "model.name", typed))
+
+
 @pytest.mark.parametrize("module", ["swerl_jax.eval.run", "swerl_jax.agent.tts", "swerl_jax.eval.repair_score"])
 def test_every_config_entry_point_names_a_wrong_override_key(module, tmp_path):
     """eval run, test-time scaling and repair-score take `--config.KEY=VALUE` as train does; a wrong key is one
