@@ -104,6 +104,11 @@ def export_run(run: str | pathlib.Path, out: str | pathlib.Path, *, step: int | 
     """Write the run's policy (checkpoint `step`, or published `version`) as an HF directory; returns what was
     exported (source, step or version, dtype, path)."""
     run = pathlib.Path(run)
+    if not (run / "config.json").is_file() and (run.parent / "config.json").is_file():
+        # RUN/sft (a stage's folder) is the natural guess; load_run_config would only say "no config.json"
+        stage_flag = f" --stage {run.name}" if run.name == "sft" else ""
+        raise FileNotFoundError(f"--run {run}: a folder inside the run {run.parent}, not a run directory (no "
+                                f"config.json); use --run {run.parent}{stage_flag}")
     config = load_run_config(run)
     if version is not None and (step is not None or stage != "grpo"):
         raise ValueError("--version exports a published policy (GRPO's policy/); --step and --stage name a "

@@ -171,6 +171,18 @@ def test_a_hugging_face_folder_or_a_cut_config_as_run_is_one_line_naming_the_fil
     assert not (tmp_path / "out").exists()
 
 
+def test_a_stage_folder_as_run_names_the_run_and_the_stage_flag(tmp_path):
+    """New-user check: --run RUN/sft said only "not a run directory (no config.json)"."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")  # never read: the folder is refused before
+    (run / "sft" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(SystemExit) as err:
+        export.main(["--run", str(run / "sft"), "--out", str(tmp_path / "out")])
+    assert str(err.value) == (f"swerl_jax.eval.export: --run {run / 'sft'}: a folder inside the run {run}, not a run "
+                              f"directory (no config.json); use --run {run} --stage sft")
+
+
 def test_an_existing_folder_as_out_is_refused_and_kept(tmp_path):
     """Day-three check: --out at an existing HF folder (the base model's) deleted its safetensors shards and index
     and replaced its config.json with the export's, without a word."""
