@@ -117,6 +117,10 @@ def require_policy(directory: str | epath.PathLike, version: int = -1) -> int:
     if newest is None:
         if latest_version(root / "policy") is not None:
             hint = f" (did you mean {root / 'policy'}? a run's published policies are in RUN/policy)"
+        elif (root / "checkpoints").is_dir():  # a training stage (RUN/sft, an SFT-only run): checkpoints only
+            run, stage = (root.parent, " --stage sft") if root.name == "sft" else (root, "")
+            hint = (f" (it holds training checkpoints: export them first, python -m swerl_jax.eval.export --run "
+                    f"{run}{stage} --out HF_DIR, and evaluate HF_DIR as the model, e.g. --hf_dir HF_DIR)")
         raise FileNotFoundError(f"weights {root}: no published policy in it (no {LATEST} marker){hint}")
     wanted = newest if version < 0 else version
     if not version_path(root, wanted).exists():  # the newest too: a LATEST naming a deleted version

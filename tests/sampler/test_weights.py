@@ -58,6 +58,16 @@ def test_corrupt_marker_names_the_file(tmp_path):
         weights.latest_version(tmp_path)
 
 
+def test_a_training_stage_as_weights_names_the_export_command(tmp_path):
+    """New-user check: --weights RUN/sft said "no published policy in it" and nothing of how to get one."""
+    (tmp_path / "run" / "sft" / "checkpoints" / "5").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as err:
+        weights.require_policy(tmp_path / "run" / "sft")
+    assert str(err.value).endswith(f"(it holds training checkpoints: export them first, python -m "
+                                   f"swerl_jax.eval.export --run {tmp_path / 'run'} --stage sft --out HF_DIR, and "
+                                   "evaluate HF_DIR as the model, e.g. --hf_dir HF_DIR)")
+
+
 def test_watcher_waits_for_a_version_published_later(tmp_path, params):
     watcher = weights.WeightWatcher(tmp_path, like=params, poll_s=0.01)
     newer = jax.tree.map(lambda x: x + 1, params)
