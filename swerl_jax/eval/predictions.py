@@ -15,6 +15,9 @@ import re
 from swerl_jax.data.swebench import load_instances
 
 PREDICTION_FIELDS = ("instance_id", "model_name_or_path", "model_patch")
+# What other tools call a prediction's fields (a diff's "patch", a "model" label): named in the error's did-you-mean.
+FIELD_ALIASES = {"patch": "model_patch", "diff": "model_patch", "model": "model_name_or_path",
+                 "model_name": "model_name_or_path", "id": "instance_id"}
 # An instance id names files and folders under --out: letters, digits, '_', '-', '.', not starting with '.'.
 SAFE_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
 
@@ -67,6 +70,19 @@ def _prediction_rows(path: pathlib.Path) -> list[tuple[int, str, object]]:
     return rows
 
 
+def _renamed_fields(row: dict, missing: list[str]) -> str:
+    """`; did you mean 'model_patch' (not 'patch')?` for each missing field a key of `row` seems to stand for: the
+    names other tools write (`patch`, `model`), else the closest key."""
+    extra = [k for k in row if isinstance(k, str) and k not in PREDICTION_FIELDS]
+    pairs = []
+    for field in missing:
+        close = [k for k in extra if FIELD_ALIASES.get(k) == field] or difflib.get_close_matches(field, extra, n=1)
+        if close:
+            pairs.append(f"{field!r} (not {close[0]!r})")
+            extra.remove(close[0])
+    return f"; did you mean {', '.join(pairs)}?" if pairs else ""
+
+
 def load_predictions(path: pathlib.Path) -> tuple[dict[str, dict], list[dict]]:
     """Predictions (JSONL, a JSON list, or a JSON object by id) -> ({instance_id: prediction}, [per-line errors]).
     A bad line is reported, not fatal."""
@@ -79,7 +95,8 @@ def load_predictions(path: pathlib.Path) -> tuple[dict[str, dict], list[dict]]:
             missing = [k for k in PREDICTION_FIELDS if k not in row] if isinstance(row, dict) else "an object"
             errors.append({"line": number, "status": "malformed_prediction", "instance_id": row.get("instance_id")
                            if isinstance(row, dict) else None,
-                           "error": f"{where}: missing {missing} (a prediction has the fields {PREDICTION_FIELDS})"})
+                           "error": f"{where}: missing {missing} (a prediction has the fields {PREDICTION_FIELDS})"
+                           + (_renamed_fields(row, missing) if isinstance(row, dict) else "")})
             continue
         if not isinstance(row["instance_id"], str):
             errors.append({"line": number, "status": "malformed_prediction", "instance_id": None,
