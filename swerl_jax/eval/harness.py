@@ -202,7 +202,8 @@ def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[d
 
 
 def summary(report: dict) -> str:
-    """One line of counts: graded by status, empty patches, and what was not graded."""
+    """One line of counts: graded by status, empty patches, and what was not graded (out of reach, unknown ids,
+    malformed lines)."""
     counts = report["status_counts"]
     errors = {k: v for k, v in counts.items() if k not in ("resolved", "unresolved", "unknown_instance",
                                                              "malformed_prediction", "duplicate_prediction",
@@ -210,10 +211,11 @@ def summary(report: dict) -> str:
     parts = [f"resolved {counts.get('resolved', 0)}", f"unresolved {counts.get('unresolved', 0)}",
              f"error {sum(errors.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in errors.items())})"
                                                  if errors else "")]
-    if counts.get(reach.STATUS):
-        parts.append(f"out of reach {counts[reach.STATUS]}")
-    not_graded = [f"unknown id {len(report['unknown_ids'])}", f"malformed line {report['malformed_predictions']}"]
-    return (f"graded {len(report['instances'])}: {', '.join(parts)}; empty patch "
+    # out of reach: no patch was applied or tested (the report counts it apart), so it is not graded
+    far = counts.get(reach.STATUS, 0)
+    not_graded = ([f"out of reach {far}"] if far else []) + [f"unknown id {len(report['unknown_ids'])}",
+                                                            f"malformed line {report['malformed_predictions']}"]
+    return (f"graded {len(report['instances']) - far}: {', '.join(parts)}; empty patch "
             f"{report['empty_patch_instances']}; not graded: {', '.join(not_graded)}")
 
 

@@ -95,6 +95,17 @@ def test_instances_file_errors_name_the_file_and_line(tmp_path):
         predictions.index_instances(path)
 
 
+def test_a_renamed_prediction_field_gets_a_did_you_mean(tmp_path):
+    """New-user check: a prediction with `patch` for `model_patch` was told only what was missing."""
+    path = tmp_path / "preds.jsonl"
+    path.write_text(json.dumps({"instance_id": "a", "model": "m", "patch": "p"}) + "\n"
+                    + json.dumps({"instance_id": "a", "model_name_or_path": "m", "model_pach": "p"}) + "\n")
+    _, errors = predictions.load_predictions(path)
+    assert [e["error"].split("model_patch')); ")[1] for e in errors] == [
+        "did you mean 'model_name_or_path' (not 'model'), 'model_patch' (not 'patch')?",
+        "did you mean 'model_patch' (not 'model_pach')?"]
+
+
 class KeyedExecutor:
     """Answers from a script per call; its fingerprint is its timeout (as LocalExecutor's holds its limits)."""
 
@@ -243,7 +254,9 @@ def test_out_of_reach_is_counted_apart_named_in_one_line_with_its_fix(tmp_path, 
     assert "out of reach (1): o/r is not in --repos R; fix: clone it into R/o__r.git: c" in out
     assert report["resolved_rate"] == 0.5 and report["error_ids"] == [] and report["out_of_reach_ids"] == ["c"]
     assert report["out_of_reach"] == {"c": {"reason": far["reason"], "fix": far["fix"]}}
-    assert "out of reach 1" in harness.summary(report) and "error 0" in harness.summary(report)
+    # out of reach was counted as graded ("graded 1: ..., out of reach 1" with nothing graded): it is not
+    assert harness.summary(report) == ("graded 2: resolved 1, unresolved 1, error 0; empty patch 0; not graded: out "
+                                       "of reach 1, unknown id 0, malformed line 0")
     again = ScriptedExecutor({"c": {"status": "resolved"}})  # fetched since: graded anew, not reused
     assert grade(tmp_path, again, monkeypatch)["resolved_instances"] == 2 and again.calls == ["c"]
 
