@@ -34,7 +34,12 @@ def index_instances(path: pathlib.Path) -> dict[str, dict]:
     for number, row in enumerate(load_instances(path), 1):
         missing = [k for k in ("instance_id", "repo", "base_commit", "test_patch", "version") if k not in row]
         if missing:
-            raise ValueError(f"{path}: instance #{number} ({row.get('instance_id', '?')}) lacks {missing}")
+            # PR records (swerl_jax.data's training input) share instance_id/repo/base_commit with SWE-bench, so the
+            # missing field alone does not say the wrong kind of file was given
+            kind = (": this file holds PR records (oracle_patch, code_context), not SWE-bench instances; give a "
+                    "SWE-bench instances file such as ../shared/data/swebench_lite.json"
+                    if "oracle_patch" in row and "code_context" in row else "")
+            raise ValueError(f"{path}: instance #{number} ({row.get('instance_id', '?')}) lacks {missing}{kind}")
         if not safe_id(row["instance_id"]):
             raise ValueError(f"{path}: instance #{number}: instance_id {row['instance_id']!r} cannot name a file "
                              f"(allowed: {SAFE_ID.pattern})")

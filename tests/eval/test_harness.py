@@ -106,6 +106,16 @@ def test_a_renamed_prediction_field_gets_a_did_you_mean(tmp_path):
         "did you mean 'model_patch' (not 'model_pach')?"]
 
 
+def test_pr_records_as_instances_are_named_as_such(tmp_path):
+    """New-user check: PR records given as `instances` were told only that `version` was missing."""
+    path = tmp_path / "records.jsonl"
+    record = {k: v for k, v in instance("a").items() if k != "version"}
+    path.write_text(json.dumps({**record, "code_context": {}, "oracle_patch": "p"}) + "\n")
+    with pytest.raises(ValueError, match=r"\(a\) lacks \['version'\]: this file holds PR records \(oracle_patch, "
+                                         r"code_context\), not SWE-bench instances; give a SWE-bench instances file"):
+        predictions.index_instances(path)
+
+
 class KeyedExecutor:
     """Answers from a script per call; its fingerprint is its timeout (as LocalExecutor's holds its limits)."""
 
