@@ -300,6 +300,19 @@ def ensure_sweep(sweep_dir: str = "", root: str | os.PathLike | None = None) -> 
     return run_tiny_sweep(tempfile.mkdtemp(prefix="swerl_sweep_", dir=root)), "tiny"
 
 
+def _run_hint(path: pathlib.Path) -> str:
+    """For a single run's folder given as the sweep (the usual slip): the sweep above it, else the notebooks
+    that read one run; "" for any other folder."""
+    if not ((path / "config.json").is_file() or (path / "metrics.jsonl").is_file()):
+        return ""
+    # a sweep keeps its runs at SWEEP/runs/NAME: a few levels up, not any index.json far above
+    above = next((p for p in list(path.absolute().parents)[:3] if (p / "index.json").is_file()), None)
+    if above is not None:
+        return f"; {path} is one run of the sweep {above}: give it"
+    return (f"; {path} is a single run (config.json, metrics.jsonl), not a sweep: for one run use the notebooks, "
+            f"python notebooks/run_notebooks.py advantage_analysis.ipynb --out OUT -p workdir={path}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m swerl_jax.analysis.ablations SWEEP_DIR [--metric M]... [--pair A B]... [--last N]`: per variant
     the final values (mean [95% t-interval] over seeds), then each pair's difference paired by seed, as
@@ -316,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not (pathlib.Path(args.sweep_dir) / "index.json").is_file():
         raise FileNotFoundError(f"{args.sweep_dir}: no index.json there (a sweep directory of python -m "
-                                "swerl_jax.sweep)")
+                                "swerl_jax.sweep)" + _run_hint(pathlib.Path(args.sweep_dir)))
     index = load_sweep(args.sweep_dir)
     metrics = args.metric or ["reward_mean", *sorted(m for m in logged_metrics(index) if m.startswith("eval/"))]
     metrics, absent = split_logged(index, metrics) if not args.metric else (metrics, [])

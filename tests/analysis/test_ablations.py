@@ -164,6 +164,21 @@ def test_the_command_prints_the_tables(tmp_path, capsys):
         ab.main([str(tmp_path / "runs")])
 
 
+def test_a_run_folder_given_as_the_sweep_is_named_a_run(tmp_path):
+    """New-user check: a run's folder said only "no index.json" (it has config.json and metrics.jsonl)."""
+    run = tmp_path / "alone"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("")
+    said = (rf"; {run} is a single run \(config.json, metrics.jsonl\), not a sweep: for one run use the notebooks, "
+            rf"python notebooks/run_notebooks.py advantage_analysis.ipynb --out OUT -p workdir={run}$")
+    with pytest.raises(FileNotFoundError, match=said):
+        ab.main([str(run)])
+    _sweep(tmp_path / "sweep", {("continuous", 0): [{"step": 1, "reward_mean": 0.5}]})
+    inside = next(p for p in (tmp_path / "sweep").rglob("metrics.jsonl")).parent
+    with pytest.raises(FileNotFoundError, match=rf"; {inside} is one run of the sweep {tmp_path / 'sweep'}: give it$"):
+        ab.main([str(inside)])
+
+
 def test_the_command_names_each_run_it_leaves_out(tmp_path, capsys):
     """Day-three check: a sweep with a failed run printed "4 finished runs of 5" and tables over fewer seeds, but
     not which run was missing or why."""
