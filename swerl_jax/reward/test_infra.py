@@ -17,9 +17,11 @@ import re
 
 # Files that change how tests run wherever they are in the tree (pytest collects conftest.py from every folder; a
 # .pth or sitecustomize works from any site or path folder, and site imports a sitecustomize package as well as a
-# module; pytest 9 reads pytest.toml).
+# module; pytest 9 reads pytest.toml). And anything in a .git folder: git apply refuses such paths, but `patch -p1`
+# (the harness's last resort) writes them, and the grading's own git commands then run its hooks, fsmonitor and
+# filters.
 _ANYWHERE = re.compile(r"(^|/)(conftest\.py|pytest\.ini|tox\.ini|\.pytest\.ini|\.?pytest\.toml|[^/]*\.pth"
-                       r"|(sitecustomize|usercustomize)(\.py|/.*))$")
+                       r"|(sitecustomize|usercustomize)(\.py|/.*)|\.git/.*)$")
 # Modules or packages at the repository root that shadow the test runner when the root is on sys.path first.
 _ROOT_SHADOWS = re.compile(r"^(pytest\.py|unittest\.py|_pytest/.*|pytest/.*|unittest/.*|py\.py)$")
 # Config files that hold test settings among others: flagged when their part of the patch names a test runner.

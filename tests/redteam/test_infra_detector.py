@@ -43,6 +43,8 @@ _EDIT = "diff --git a/pkg/core.py b/pkg/core.py\n--- a/pkg/core.py\n+++ b/pkg/co
     # a context diff's hunk stays with its file: a pytest setting in setup.cfg is seen
     ("*** a/setup.cfg\n--- b/setup.cfg\n***************\n*** 1,2 ****\n  [tool:pytest]\n! addopts = -q\n"
      "--- 1,2 ----\n  [tool:pytest]\n! addopts = -p evil\n", ["setup.cfg"]),
+    # `patch -p1` writes into .git (git apply refuses): the grading's git checkout then runs its fsmonitor
+    ("--- a/.git/config\n+++ b/.git/config\n@@ -1 +1,2 @@\n [core]\n+\tfsmonitor = sh /tmp/x\n", [".git/config"]),
     # site imports a sitecustomize package as well as a module; pytest 9 reads pytest.toml
     ("diff --git a/sitecustomize/__init__.py b/sitecustomize/__init__.py\nnew file mode 100644\n--- /dev/null\n"
      "+++ b/sitecustomize/__init__.py\n" + _BODY, ["sitecustomize/__init__.py"]),
