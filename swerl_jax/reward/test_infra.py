@@ -26,7 +26,10 @@ _ANYWHERE = re.compile(r"(^|/)(conftest\.py|pytest\.ini|tox\.ini|\.pytest\.ini|\
 _ROOT_SHADOWS = re.compile(r"^(pytest\.py|unittest\.py|_pytest/.*|pytest/.*|unittest/.*|py\.py)$")
 # Config files that hold test settings among others: flagged when their part of the patch names a test runner.
 _SHARED_CONFIGS = re.compile(r"(^|/)(setup\.cfg|pyproject\.toml)$")
-_TEST_SETTINGS = re.compile(r"pytest|tox|addopts|testpaths|python_files|python_classes|python_functions")
+# pytest's own keys too: a hunk deep in [tool.pytest.ini_options] shows no section name in its context, and
+# `pythonpath` (put folders first on sys.path), `confcutdir` and `usefixtures` change what the tests import and run.
+_TEST_SETTINGS = re.compile(r"pytest|tox|addopts|testpaths|python_files|python_classes|python_functions|pythonpath"
+                            r"|confcutdir|norecursedirs|usefixtures|required_plugins")
 # A unified hunk's header: its body is exactly the counted lines (as git apply and patch read it), so a body line
 # that looks like a header is never one, and the first line after the body may be one.
 _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")

@@ -45,6 +45,10 @@ _EDIT = "diff --git a/pkg/core.py b/pkg/core.py\n--- a/pkg/core.py\n+++ b/pkg/co
      "--- 1,2 ----\n  [tool:pytest]\n! addopts = -p evil\n", ["setup.cfg"]),
     # `patch -p1` writes into .git (git apply refuses): the grading's git checkout then runs its fsmonitor
     ("--- a/.git/config\n+++ b/.git/config\n@@ -1 +1,2 @@\n [core]\n+\tfsmonitor = sh /tmp/x\n", [".git/config"]),
+    # a hunk deep in [tool.pytest.ini_options]: its context shows no section name, only pytest's own key
+    ("diff --git a/pyproject.toml b/pyproject.toml\n--- a/pyproject.toml\n+++ b/pyproject.toml\n"
+     "@@ -20,3 +20,3 @@\n a = 1\n-pythonpath = [\"src\"]\n+pythonpath = [\"shim\", \"src\"]\n b = 2\n",
+     ["pyproject.toml"]),
     # site imports a sitecustomize package as well as a module; pytest 9 reads pytest.toml
     ("diff --git a/sitecustomize/__init__.py b/sitecustomize/__init__.py\nnew file mode 100644\n--- /dev/null\n"
      "+++ b/sitecustomize/__init__.py\n" + _BODY, ["sitecustomize/__init__.py"]),
