@@ -269,9 +269,12 @@ class Workspace:
         attributes = "$INPUTS/gitattributes"
         git = f"git -c core.pager=cat -c core.hooksPath=/dev/null -c core.attributesFile={attributes}"
         since = shlex.quote(base) if base else ""
-        # stderr is not the patch: a warning (or a hook the model planted in .git) must not become part of it
+        # The prefixes are the standard ones whatever .git/config says (diff.noprefix, diff.mnemonicPrefix): the
+        # test-infrastructure detector and the similarity reward read them. stderr is not the patch: a warning (or a
+        # hook the model planted in .git) must not become part of it
         done = self.sandbox.run(f"cd {shlex.quote(str(self.repo))} && {git} add -N . 2>/dev/null && "
-                                f"{git} diff --no-ext-diff --no-color --no-textconv {since} 2>/dev/null",
+                                f"{git} diff --no-ext-diff --no-color --no-textconv --no-relative --src-prefix=a/ "
+                                f"--dst-prefix=b/ {since} 2>/dev/null",
                                 self.work, env=self.env, limits=self.step_limits,
                                 inputs={"gitattributes": "*.py diff=python\n"})
         return done.output if done.returncode == 0 else ""

@@ -19,6 +19,7 @@ covered, so no host service is reachable through them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -290,6 +291,12 @@ class Sandbox:
             os.close(status_write)
         try:
             return self._watch(proc, workdir, limits, start, status_read, free_at_start, group)
+        except BaseException:  # a host error (a poll that raised) must not leave the command running unsupervised
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            raise
         finally:
             if group is not None:
                 group.close()

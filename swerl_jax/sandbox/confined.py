@@ -18,6 +18,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# A path is walked (and for a write, made) one folder per component on the host, between the quota's polls: a turn of
+# 1 MiB of "a/a/..." made 500,000 nested folders in one call. No real checkout is near these bounds, the kernel
+# refuses longer paths (PATH_MAX), and the quota's walk (sandbox.workdirs.MAX_WALK_DEPTH, 256) counts deeper trees as
+# over the quota.
+MAX_PATH_CHARS = 4096
+MAX_PATH_PARTS = 128
 
 
 class ConfinedError(ValueError):
@@ -45,10 +51,17 @@ def _reason(err: OSError, link: bool = False) -> str:
     return err.strerror or type(err).__name__
 
 
+def _so_far(parts: Sequence[str], count: int) -> str:
+    # formatted only for a message: formatting the path so far at every component was quadratic in the depth
+    return "/".join(parts[:max(0, count)]) or "."
+
+
 def split(path: str, root: pathlib.PurePath) -> tuple[str, ...]:
     """`path` (relative to `root`, or absolute inside it) as its components; ConfinedError when it leaves it."""
     if "\0" in path:
         raise ConfinedError(f"{path!r}: a path cannot hold a NUL byte")
+    if len(path) > MAX_PATH_CHARS:
+        raise ConfinedError(f"{path[:100]}...: the path is {len(path)} characters long; the limit is {MAX_PATH_CHARS}")
     pure = pathlib.PurePosixPath(path)
     if pure.is_absolute():
         if not pure.is_relative_to(root):
@@ -57,6 +70,8 @@ def split(path: str, root: pathlib.PurePath) -> tuple[str, ...]:
     parts = tuple(p for p in pure.parts if p not in ("", "."))
     if ".." in parts:
         raise ConfinedError(f"{path}: '..' is not allowed in a path (outside the repository ({root}))")
+    if len(parts) > MAX_PATH_PARTS:
+        raise ConfinedError(f"{path[:100]}...: the path is {len(parts)} folders deep; the limit is {MAX_PATH_PARTS}")
     return parts
 
 
@@ -76,15 +91,15 @@ class Confined:
         fd = os.open(self.anchor, _DIR_FLAGS)
         try:
             for i, name in enumerate(self.prefix + tuple(parts)):
-                shown = "/".join(parts[:max(0, i + 1 - len(self.prefix))]) or "."
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
                     if not create:
-                        raise Missing(f"{shown}: no such directory") from None
+                        raise Missing(f"{_so_far(parts, i + 1 - len(self.prefix))}: no such directory") from None
                     os.mkdir(name, 0o755, dir_fd=fd)
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as err:
+                    shown = _so_far(parts, i + 1 - len(self.prefix))
                     raise ConfinedError(f"{shown}: {_reason(err, _is_link(name, fd))}") from None
                 os.close(fd)
                 fd = child

@@ -44,6 +44,7 @@ def processes_under(root: int) -> list[int]:
 # threads (a BLAS pool, a JAX runtime) costs what one thread does.
 MAX_ENTRIES = 1 << 20
 OVER = 1 << 62  # what an unmeasurable sandbox holds: more than any quota
+_UNREAD = "\0unreadable"  # an fd whose target cannot be read as a path (no real target holds a NUL)
 
 
 def held_deleted_bytes(root: int, device: int) -> int | None:
@@ -76,11 +77,14 @@ def held_deleted_bytes(root: int, device: int) -> int | None:
                         links[n] = os.readlink(f"{PROC}/{tid}/fd/{n}")
                     except FileNotFoundError:  # closed meanwhile
                         continue
+                    except OSError:  # a target past PATH_MAX (ENAMETOOLONG): its stat below says if it is deleted
+                        links[n] = _UNREAD
                 budget -= len(links)
                 table = frozenset(links.items())
                 if table not in tables:
                     tables.add(table)
-                    holders += [f"{PROC}/{tid}/fd/{n}" for n, link in links.items() if link.endswith(" (deleted)")]
+                    holders += [f"{PROC}/{tid}/fd/{n}" for n, link in links.items()
+                                if link.endswith(" (deleted)") or link is _UNREAD]
                 if not mapped:
                     with open(f"{PROC}/{tid}/maps") as maps:
                         for line in maps:
