@@ -24,6 +24,7 @@ from swerl_jax.agent.actions import Action
 from swerl_jax.agent.lines import Lines, numbered
 from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits, limit_note
 from swerl_jax.sandbox.confined import Confined, ConfinedError, split
+from swerl_jax.sandbox.workdirs import tree_usage
 
 MAX_OBSERVATION = 8_000
 MAX_FILE_BYTES = 8 << 20  # the editor's largest file (view, str_replace, insert): bounds host memory
@@ -153,6 +154,7 @@ class Workspace:
             raise ToolError(f"{self._shown(parts)}: the new text is {len(data)} bytes, over the editor's limit "
                             f"of {MAX_FILE_BYTES}")
         self.files.write(parts, data)
+        self._measure()
         self.history.setdefault(parts, []).append(before)
         self._undo_order.append(parts)
         self._undo_bytes += len(before or "")
@@ -218,7 +220,15 @@ class Workspace:
             self.files.unlink(parts)
         else:
             self.files.write(parts, _encoded(before, "the old text"))
+            self._measure()
         return f"Reverted the last edit of {self._shown(parts)}."
+
+    def _measure(self) -> None:
+        """Hold an editor write to the work dir's quota, as a command is: the editor writes on the host between
+        commands, where no poll sees it, so editor-only turns added up to 8 MiB each past the quota unseen."""
+        used, entries = tree_usage(self.work, self.step_limits.disk_files)
+        if used > self.step_limits.disk_bytes or entries > self.step_limits.disk_files:
+            self.over_quota = True  # the episode ends (env.step), as when a command leaves it over
 
     def _lines(self, parts: tuple[str, ...]) -> int:
         text = self.files.read(parts, MAX_FILE_BYTES).decode("utf-8", errors="replace")

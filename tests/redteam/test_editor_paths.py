@@ -52,3 +52,19 @@ def test_ordinary_nested_paths_still_work(workspace):
     assert workspace.call(parse_action(format_action("file_editor", command="create", path=path,
                                                      file_text="x = 1"))).startswith("Created")
     assert (workspace.repo / path).read_text() == "x = 1"
+
+
+def test_editor_writes_count_against_the_work_dirs_quota(tmp_path):
+    """The editor writes on the host, between commands, where no quota poll runs: editor-only turns added up to
+    8 MiB each past the quota unseen. Now a write that leaves the work dir over it ends the episode like a
+    command that does (`Workspace.over_quota`)."""
+    from swerl_jax.sandbox.bwrap import SandboxLimits
+
+    (tmp_path / "repo").mkdir()
+    workspace = Workspace(tmp_path / "repo", tmp_path, sandbox=None, step_limits=SandboxLimits(disk_bytes=3 << 20))
+    workspace.create("a.txt", "x" * (1 << 20))
+    assert not workspace.over_quota
+    workspace.create("b.txt", "y" * (1 << 20))
+    assert not workspace.over_quota
+    workspace.create("c.txt", "z" * (2 << 20))
+    assert workspace.over_quota
