@@ -13,8 +13,11 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import pathlib
 import re
 from typing import Any
+
+import ml_collections
 
 from swerl_jax.runs.rundir import flatten
 
@@ -63,8 +66,6 @@ def did_you_mean(word: str, options: list[str]) -> str:
 def config_file_arg(config_arg: str) -> str:
     """`--config`'s `PATH[:arg]` with PATH found from the current directory, else from the repository root (so
     `experiments/NAME.py` works from outside the clone, as data paths do); unchanged when neither has it."""
-    import pathlib
-
     path, sep, arg = config_arg.partition(":")
     path = os.path.expanduser(path)
     repo_path = os.path.join(str(pathlib.Path(__file__).resolve().parents[1]), path)
@@ -79,7 +80,6 @@ def load_experiment_config(config_arg: str) -> Any:
     file. The repository root goes on sys.path (experiments import
     `experiments.base`)."""
     import importlib.util
-    import pathlib
     import sys
 
     repo_root = str(pathlib.Path(__file__).resolve().parents[1])
@@ -105,8 +105,6 @@ def load_experiment_config(config_arg: str) -> Any:
         raise ValueError(f"{path} defines no get_config(arg): an experiment file returns its ConfigDict from "
                          "get_config (see experiments/tiny_cpu.py)")
     config = module.get_config(arg) if arg else module.get_config()
-    import ml_collections
-
     if not isinstance(config, ml_collections.ConfigDict):  # a dict would fail later with an AttributeError
         raise ValueError(f"{path}: get_config({arg or ''}) returned a {type(config).__name__}, not an "
                          "ml_collections.ConfigDict (start from experiments/base.py's get_config())")

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from swerl_jax.rl.objectives import aggregation_weight, compact_filter_mask
+from swerl_jax.train_step import default_reduction
 
 SCALE_KEY = "loss_scale"  # per-row copy of its minibatch's scale (rows shard over the batch axes; a scalar cannot)
 
@@ -158,12 +159,9 @@ def metric_reduction(name: str) -> str:
     a token mean over the filtered mask (kl, entropy, clip and ratio figures), by `num_tokens`. Weighting them
     all as the loss (by sequences under a sequence-mean loss) made kl, entropy and the clip fractions depend on
     rl.micro_batch_size, and averaged maxima and counts."""
-    if name == "loss_weight" or name.startswith("num_"):
-        return "sum"
-    if name.endswith("_max") or "_max_" in name:
-        return "max"
-    if name == "pg_loss":
-        return "loss_weight"
+    kind = default_reduction(name, "loss_weight")  # counts and maxima, as any loss's
+    if kind != "loss_weight" or name == "pg_loss":
+        return kind
     if name in ROW_MEANS:
         return "mean"  # micro-batches hold equal row counts
     if "logprob_" in name:

@@ -297,3 +297,14 @@ def test_help_shows_the_whole_description(capsys):
         harness.main(["--help"])
     out = capsys.readouterr().out
     assert "results/<id>.json (one per graded instance" in out and "listed in test_infra_ids." in out
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc"])
+def test_env_cache_gb_must_be_a_size_above_zero(value, capsys):
+    """0 would remove every env after each build (minutes of pip each): refused, naming the flag."""
+    from swerl_jax.eval.harness import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--instances", "i", "--predictions", "p", "--repos", "r", "--out", "o",
+                                   "--env-cache-gb", value])
+    assert "--env-cache-gb" in capsys.readouterr().err
