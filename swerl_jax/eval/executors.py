@@ -19,6 +19,7 @@ from swerl_jax.eval import index_cutoff as cutoffs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
 from swerl_jax.sandbox.bwrap import INPUTS_DIR, Sandbox, SandboxLimits
 from swerl_jax.sandbox.checkouts import CheckoutError, history_free_checkout
+from swerl_jax.sandbox.pytest_verdict import PluginRun
 from swerl_jax.sandbox.workdirs import remove_tree
 
 
@@ -51,7 +52,9 @@ def eval_script(instance: dict, spec: dict, repo_dir: str, test_patch_file: str)
     directives = " ".join(shlex.quote(d) for d in specs.test_directives(instance))
     lines = [f"cd {shlex.quote(repo_dir)}", *spec.get("eval_commands", [])]
     if files:
-        lines.append(f"git checkout -q {instance['base_commit']} -- {' '.join(map(shlex.quote, files))}")
+        # no hook or fsmonitor of the checkout's .git runs (a patch applied by `patch -p1` can write them)
+        lines.append(f"git -c core.hooksPath=/dev/null -c core.fsmonitor=false checkout -q {instance['base_commit']} "
+                     f"-- {' '.join(map(shlex.quote, files))}")
     lines.append(f"git apply -v {shlex.quote(test_patch_file)} || {{ echo 'TEST PATCH FAILED TO APPLY'; exit 3; }}")
     lines.append(f"echo {shlex.quote(consts.START_TEST_OUTPUT)}")
     lines += [f"{cmd} {directives}" for cmd in test_cmds]
@@ -96,13 +99,21 @@ class LocalExecutor:
 
     def __init__(self, repos_dir: pathlib.Path, out_dir: pathlib.Path, envs: environments.EnvironmentCache,
                  limits: SandboxLimits = SandboxLimits(), keep_workdirs: bool = False, setup_timeout_s: float = 1800,
-                 index_cutoff: str = "created_at"):
+                 index_cutoff: str = "created_at", verdict: str = "log"):
         """limits bound the patch and test steps; the install step gets setup_timeout_s (it may download).
+        verdict: what decides `status` (both are computed from the same run and reported, `plugin_verdict`):
+        "log" grades pytest's log by SWE-bench's parsers (the official harness: comparable, but code under test
+        can print its results); "plugin" grades the record of the trusted plugin (`sandbox/pytest_verdict.py`: no
+        log is read, no plugin loads that the grader did not name, a changed test machinery is `tampered`), for
+        RL rewards and labels. A repository whose tests pytest does not run has no plugin verdict.
         index_cutoff: "created_at" resolves unpinned requirements (env build and install) against the index as of
         the instance's created_at (index_cutoff.py); "images", as of 2024-06-27 (the official images' build day)
         for every instance; "off", against today's."""
         if index_cutoff not in cutoffs.MODES:
             raise cutoffs.CutoffError(f"index cut-off {index_cutoff!r}: must be one of {cutoffs.MODES}")
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict {verdict!r}: must be one of {VERDICTS}")
+        self.verdict = verdict
         self.repos_dir, self.out_dir, self.envs = repos_dir, out_dir, envs
         self.limits, self.keep_workdirs, self.index_cutoff = limits, keep_workdirs, index_cutoff
         self.setup_limits = dataclasses.replace(limits, timeout_s=setup_timeout_s, cpu_seconds=int(setup_timeout_s))
@@ -112,6 +123,8 @@ class LocalExecutor:
         the environment spec, the limits and the index cut-off (absent when off: today's keys stay valid)."""
         found = {"executor": self.name, "spec": _spec_or_error(instance), "limits": dataclasses.asdict(self.limits),
                  "setup_timeout_s": self.setup_limits.timeout_s}
+        if self.verdict != "log":  # absent for log grading: today's keys stay valid
+            found["verdict"] = self.verdict
         if self.index_cutoff != "off":
             try:
                 python = found["spec"].get("python") if isinstance(found["spec"], dict) else None
@@ -226,7 +239,8 @@ class LocalExecutor:
             return {"status": "patch_failed", "error": f"no command of {list(APPLY_CHAIN)} applied the patch",
                     "environment": environment}
 
-        return {"sandbox": sandbox, "env": env, "repo_dir": repo_dir, "spec": spec, "environment": environment}
+        return {"sandbox": sandbox, "env": env, "repo_dir": repo_dir, "spec": spec, "environment": environment,
+                "env_dir": env_dir}
 
     def _evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path, work: pathlib.Path) -> dict:
         ready = self.prepare(instance, patch, log_dir, work)
@@ -238,17 +252,32 @@ class LocalExecutor:
 
     def _test(self, instance: dict, log_dir: pathlib.Path, work: pathlib.Path, ready: dict) -> dict:
         sandbox, env, repo_dir, spec = ready["sandbox"], ready["env"], ready["repo_dir"], ready["spec"]
-        # The hidden tests enter here, after the model's last turn, read-only at $INPUTS.
+        # The hidden tests enter here, after the model's last turn, read-only at $INPUTS; with them the trusted
+        # pytest plugin, whose record is the verdict the code under test cannot print.
         script = eval_script(instance, spec, str(repo_dir), f"{INPUTS_DIR}/test.patch")
-        tests = sandbox.run(f"bash {INPUTS_DIR}/eval.sh", work, env=env,
-                            inputs={"test.patch": instance["test_patch"], "eval.sh": script})
+        inputs = {"test.patch": instance["test_patch"], "eval.sh": script}
+        plugin = PluginRun.new([environments.site_packages(ready["env_dir"])]) if runs_pytest(spec) else None
+        if plugin is not None:
+            env, inputs = {**env, **plugin.env(env)}, {**inputs, **plugin.inputs()}
+        elif self.verdict == "plugin":
+            return reach.OutOfReach(f"{instance['repo']} runs its tests with {spec['test_cmd']!r}, not pytest: no "
+                                    "trusted verdict", "grade it with --verdict log (printed results can "
+                                    "forge it)").result()
+        tests = sandbox.run(f"bash {INPUTS_DIR}/eval.sh", work, env=env, inputs=inputs)
         (log_dir / "test.log").write_text(f"{script}\n---\n{tests.output}")
         if tests.timed_out:
             return {"status": "timeout", "error": f"tests ran past {self.limits.timeout_s:.0f}s"}
         report = grading.grade(instance, tests.output)
+        if plugin is not None:
+            expected = [*grading.test_list(instance, "FAIL_TO_PASS"), *grading.test_list(instance, "PASS_TO_PASS")]
+            runs = len(spec["test_cmd"]) if isinstance(spec["test_cmd"], list) else 1
+            report["plugin_verdict"] = plugin.verdict(tests.output, expected, runs).as_dict()
         lack = None if report["resolved"] else reach.from_log(tests.output, step="tests")
         if lack is not None:  # psf/requests' tests reach httpbin.org: no patch passes them in the sandbox
             return {**report, **lack.result()}
+        if self.verdict == "plugin":
+            return {**report, "log_resolved": report["resolved"],
+                    **verdict_status(report["plugin_verdict"], tests.returncode)}
         if not report["tests_ran"]:
             return {"status": "error", "error": f"tests did not start (exit {tests.returncode}): see test.log",
                     **report}
@@ -256,6 +285,27 @@ class LocalExecutor:
             return {"status": "error", "error": "the test runner crashed (INTERNALERROR, e.g. the memory cap): "
                     "see test.log", **report}
         return {"status": "resolved" if report["resolved"] else "unresolved", **report}
+
+
+VERDICTS = ("log", "plugin")
+
+
+def runs_pytest(spec: dict) -> bool:
+    """Whether the spec's test command runs pytest (directly or through tox, whose commands run it)."""
+    cmds = spec["test_cmd"] if isinstance(spec["test_cmd"], list) else [spec["test_cmd"]]
+    return all(c.split()[:1] in (["pytest"], ["tox"]) or " pytest " in f" {c} " for c in cmds)
+
+
+def verdict_status(plugin: dict, returncode: int | None) -> dict:
+    """The harness status of a plugin verdict: resolved, unresolved, tampered (the test machinery changed), or
+    error (no record: the run ended early, crashed or never started; its log may still show results)."""
+    if plugin["status"] in ("resolved", "unresolved", "tampered"):
+        out = {"status": plugin["status"], "resolved": plugin["resolved"]}
+        if plugin["status"] == "tampered":
+            out["error"] = "the test machinery changed during the run: " + "; ".join(plugin["tampered"][:3])
+        return out
+    return {"status": "error", "resolved": False,
+            "error": f"the trusted plugin wrote no record (exit {returncode}): the run ended early: see test.log"}
 
 
 def installed(venv: pathlib.Path) -> list[str]:

@@ -1,0 +1,215 @@
+"""The trusted pytest plugin of execution verdicts: copied by the host into a grading's read-only inputs under a random
+# ruff: noqa: UP031  (percent formats: the Pythons a SWE-bench spec pins include 3.5)
+module name, with TOKEN and ROOTS filled in, and loaded with `-p` before any repository code runs (never imported by
+the project; `sandbox/pytest_verdict.py` says what it guarantees). Standard library and pytest only, and written
+for every Python and pytest a SWE-bench spec pins (no f-strings, no walrus)."""
+
+import json
+import os
+import sys
+
+TOKEN = "@@TOKEN@@"  # the host's per-grading secret: a record without it is no record
+ROOTS = []  # @@ROOTS@@: folders whose code the grader installed (the environment's site-packages, pytest's own)
+MARK = "@@swerl-verdict@@ "
+
+# Before pytest reads it (this module is imported while -p arguments are handled, before setuptools entry points):
+# no plugin loads that the grader did not name, whatever launched pytest (tox passes only some variables).
+os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+_OUT = os.dup(1)  # the real stdout, before pytest's capture replaces fd 1
+try:
+    os.set_inheritable(_OUT, False)
+except Exception:
+    pass
+
+import pytest  # noqa: E402  (after the variable above is set)
+
+_OUTCOMES = {}
+_STATE = {}
+
+
+def _watched_modules():
+    return [(name, mod) for name, mod in list(sys.modules.items())
+            if mod is not None and (name == "pytest" or name.split(".")[0] in ("_pytest", "pluggy", "py"))]
+
+
+def _snapshot():
+    """What the verdict rests on, by identity: every attribute of every class that pytest and pluggy define, every
+    function and class a pytest or pluggy module holds, and the plugins registered so far."""
+    classes, functions = {}, {}
+    for name, mod in _watched_modules():
+        for attr, value in list(vars(mod).items()):
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                classes[value] = dict(vars(value))
+            if callable(value):
+                functions[(name, attr)] = value
+    return classes, functions
+
+
+_CLASSES, _FUNCTIONS = _snapshot()
+
+
+def _under(path, roots):
+    if not path:
+        return False
+    path = os.path.realpath(path)
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def _code_file(obj):
+    func = getattr(obj, "__func__", obj)
+    code = getattr(func, "__code__", None)
+    return getattr(code, "co_filename", None)
+
+
+def _roots():
+    """Where the grader's code lives, read-only to the sandbox: the environment's site-packages (pytest's own
+    folder among them) and this plugin's inputs folder. Never the work dir: code under test can write there."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [os.path.realpath(r) for r in ROOTS + [here, os.path.dirname(os.path.dirname(pytest.__file__))]]
+
+
+def _functions_of(owner):
+    """The ids of the functions an object or class (and its bases) holds, plain or wrapped."""
+    found = set()
+    for klass in (getattr(owner, "__mro__", None) or (owner,)):
+        for value in list(vars(klass).values()):
+            found.add(id(value))
+            found.add(id(getattr(value, "__func__", value)))
+            found.add(id(getattr(value, "__wrapped__", value)))
+    return found
+
+
+def _hook_owner(plugin, roots):
+    """Where `plugin`'s hooks may come from ('' when from nowhere the grader named): a conftest module, a module of
+    the environment or pytest, or an instance of a class one of those defines."""
+    if isinstance(plugin, type(sys)):
+        path = getattr(plugin, "__file__", None) or ""
+        if os.path.basename(path) in ("conftest.py", "conftest.pyc"):
+            return "conftest"
+        return "module" if _under(path, roots) and sys.modules.get(plugin.__name__) is plugin else ""
+    cls = type(plugin)
+    if cls in _CLASSES:
+        return "pytest"
+    mod = sys.modules.get(getattr(cls, "__module__", ""), None)
+    if mod is not None and _under(getattr(mod, "__file__", None), roots) and getattr(mod, cls.__name__, None) is cls:
+        return "class"
+    return ""
+
+
+def _trusted_code(obj, roots):
+    """Whether `obj` (a function, property, class- or staticmethod, partial or class) is code from the grader's
+    folders: pytest's own plugins replace class attributes too (legacypath's `Config.rootdir`)."""
+    if obj is None:
+        return True
+    if isinstance(obj, type):
+        mod = sys.modules.get(getattr(obj, "__module__", ""), None)
+        return mod is not None and _under(getattr(mod, "__file__", None), roots)
+    parts = [getattr(obj, name, None) for name in ("fget", "fset", "fdel", "__func__", "func")]
+    parts = [p for p in parts if p is not None] or [obj]
+    files = [_code_file(p) for p in parts]
+    return all(f is not None and _under(f, roots) for f in files)
+
+
+def _tampering(config):
+    """What changed in pytest's machinery since this plugin loaded: [] when nothing did."""
+    found, roots = [], _roots()
+    for cls, attrs in _CLASSES.items():
+        now = vars(cls)
+        for key in set(attrs) | set(now):
+            before, after = attrs.get(key), now.get(key)
+            if key.startswith("_abc_") or key in ("__slotnames__", "__abstractmethods__", "__parameters__"):
+                continue
+            if not (hasattr(before, "__get__") or hasattr(after, "__get__")):
+                continue  # plain data (counters, caches): the verdict rests on methods and descriptors
+            if before is not after and not _trusted_code(after, roots):
+                found.append("class %s.%s.%s changed" % (cls.__module__, cls.__qualname__, key))
+    for (name, attr), value in _FUNCTIONS.items():
+        mod = sys.modules.get(name)
+        now = getattr(mod, attr, None) if mod is not None else None
+        if now is not value and not _trusted_code(now, roots):
+            found.append("%s.%s replaced" % (name, attr))
+    pm = config.pluginmanager
+    if type(pm) is not _STATE["pm_type"] or pm is not _STATE["pm"]:
+        found.append("the plugin manager was replaced")
+    for key, value in _STATE["pm_attrs"].items():
+        if pm.__dict__.get(key) is not value:
+            found.append("plugin manager attribute %s replaced" % key)
+    owners = {}
+    for hook_name in sorted(vars(pm.hook)):
+        caller = getattr(pm.hook, hook_name)
+        if type(caller) is not _STATE["caller_type"]:
+            found.append("hook %s is not pluggy's" % hook_name)
+            continue
+        for impl in caller.get_hookimpls():
+            plugin = impl.plugin
+            if id(plugin) not in owners:
+                why = _hook_owner(plugin, roots)
+                owner = plugin if isinstance(plugin, type(sys)) else type(plugin)
+                owners[id(plugin)] = (why, _functions_of(owner) if why else set())
+            why, functions = owners[id(plugin)]
+            func = impl.function
+            if not why:
+                found.append("hook %s implemented by %r (%s)" % (hook_name, plugin, _code_file(func)))
+            elif id(func) not in functions and id(getattr(func, "__func__", func)) not in functions:
+                found.append("hook %s of %r is not its own function" % (hook_name, plugin))
+    return found
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config):
+    # Before the first conftest (repository code) is imported: the plugin manager as pytest made it.
+    pluginmanager = early_config.pluginmanager
+    _STATE["pm"] = pluginmanager
+    _STATE["pm_type"] = type(pluginmanager)
+    _STATE["pm_attrs"] = {k: v for k, v in vars(pluginmanager).items() if callable(v)}
+    _STATE["caller_type"] = type(pluginmanager.hook.pytest_addoption)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report):
+    """Each test id's outcome, by SWE-bench's log rules: a failed setup or teardown is an error, a failed call a
+    failure, an expected failure XFAIL, an unexpected pass XPASS (neither passed nor failed there)."""
+    nodeid = report.nodeid
+    xfail = hasattr(report, "wasxfail")
+    if report.when == "call":
+        if report.passed:
+            status = "XPASS" if xfail else "PASSED"
+        elif report.skipped:
+            status = "XFAIL" if xfail else "SKIPPED"
+        else:
+            status = "FAILED"
+        if _OUTCOMES.get(nodeid) != "ERROR":
+            _OUTCOMES[nodeid] = status
+    elif report.failed:
+        _OUTCOMES[nodeid] = "ERROR"
+    elif report.skipped and report.when == "setup":
+        _OUTCOMES[nodeid] = "XFAIL" if xfail else "SKIPPED"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    _STATE["exitstatus"] = int(exitstatus)
+    _STATE["finished"] = True
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """After the whole run: the outcomes, pytest's exit status and what was tampered with, as one record line."""
+    if not _STATE.get("finished") or "pm" not in _STATE:
+        return
+    try:
+        tampered = _tampering(config)
+    except Exception as err:  # the machinery itself is broken: no verdict rests on it
+        tampered = ["the check failed: %r" % (err,)]
+    rel = getattr(config, "cwd_relative_nodeid", None)
+    outcomes = {}
+    for nodeid, status in _OUTCOMES.items():
+        try:
+            outcomes[rel(nodeid) if rel else nodeid] = status
+        except Exception:
+            outcomes[nodeid] = status
+    body = json.dumps({"nonce": TOKEN, "outcomes": outcomes, "exitstatus": _STATE.get("exitstatus"),
+                       "tampered": tampered[:50]})
+    data = ("\n" + MARK + body + "\n").encode("utf-8", "replace")
+    while data:
+        data = data[os.write(_OUT, data):]
