@@ -1,8 +1,8 @@
 """The trusted pytest plugin of execution verdicts: copied by the host into a grading's read-only inputs under a random
-# ruff: noqa: UP031  (percent formats: the Pythons a SWE-bench spec pins include 3.5)
 module name, with TOKEN and ROOTS filled in, and loaded with `-p` before any repository code runs (never imported by
 the project; `sandbox/pytest_verdict.py` says what it guarantees). Standard library and pytest only, and written
 for every Python and pytest a SWE-bench spec pins (no f-strings, no walrus)."""
+# ruff: noqa: UP031
 
 import json
 import os
