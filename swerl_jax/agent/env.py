@@ -62,8 +62,9 @@ class SWEEnv:
         self.max_turns, self.timeout_s, self.compact = max_turns, timeout_s, compact
         self.test_infra_unresolved = test_infra_unresolved
         self.work_root = pathlib.Path(work_root)
+        # the execution reward: the trusted plugin's record, never pytest's log (sandbox/pytest_verdict.py)
         self.executor = executor or LocalExecutor(pathlib.Path(repos_dir), self.work_root,
-                                                  envs or environments.EnvironmentCache(), limits)
+                                                  envs or environments.EnvironmentCache(), limits, verdict="plugin")
         # A tool call runs under the episode's limits with its own clock; the host keeps at most
         # STEP_OUTPUT_BYTES of its output (the observation is cut to MAX_OBSERVATION characters anyway).
         self.step_limits = dataclasses.replace(limits, cpu_seconds=int(step_timeout_s) + 30, timeout_s=step_timeout_s,
@@ -156,7 +157,7 @@ class SWEEnv:
         result = self.executor.evaluate(self.instance, patch, log_dir)
         # A patch that changes how tests run can pass them without a fix; always named in the info (the metric
         # agent/resolved_test_infra_rate), scored unresolved when the run says so.
-        infra = test_infra_paths(patch)
+        infra = test_infra_paths(patch, self.instance.get("repo"))
         resolved = result.get("status") == "resolved"
         info = {"patch": patch, **result, "test_infra_paths": infra, "tests_resolved": resolved}
         if resolved and infra and self.test_infra_unresolved:

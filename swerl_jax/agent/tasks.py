@@ -44,7 +44,7 @@ class AgentTasks:
             if int(d.rl_num_records) > 0:
                 instances = instances[:int(d.rl_num_records)]
             repos = pathlib.Path(str(a.repos))
-            executor = LocalExecutor(repos, work_root, EnvironmentCache(), _limits(config))
+            executor = LocalExecutor(repos, work_root, EnvironmentCache(), _limits(config), verdict="plugin")
             return cls(instances, executor, repos, work_root)
         repos = tuple(r for r in str(d.synthetic_repos).split(",") if r) or ("acme/widgets",)
         if heldout:

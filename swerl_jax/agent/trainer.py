@@ -15,7 +15,8 @@ carried, dropped (older than the staleness bound) and in flight. Everything afte
 (advantages, compact filtering, the clipped update, publishing, metrics, checkpoints) is `GRPOTrainer`'s.
 
 Metrics on top of GRPO's: agent/turns_mean, agent/tool_error_rate (tool errors / turns), agent/termination/<why>
-(finish, max_turns, max_context, timeout, env_error), agent/resolved_rate, agent/resolved_test_infra_rate (of the
+(finish, max_turns, max_context, timeout, env_error), agent/resolved_rate, agent/tampered_rate,
+agent/log_only_resolved_rate, agent/resolved_test_infra_rate (of the
 episodes whose tests passed, those whose patch changes how tests run), agent/model_tokens_mean, and the
 time split time/generate_s vs time/env_wait_s (environment time not hidden behind generation) and
 time/env_busy_s (all environment time); with agent.error_credit = "until_error", agent/credit_masked_tokens and
@@ -163,6 +164,12 @@ def episode_metrics(rollouts: list) -> dict[str, float]:
            # of the episodes the tests resolved, those whose patch changes how tests run (scored 0 with
            # agent.test_infra_unresolved): a rising rate is the policy learning the grader, not the fix
            "agent/resolved_test_infra_rate": _test_infra_rate(rollouts),
+           # the trusted plugin's verdicts (sandbox/pytest_verdict.py): episodes whose run changed pytest's
+           # machinery (scored 0), and episodes pytest's log called resolved but the record did not (printed
+           # results, an early exit): either rising is the policy attacking the grader
+           "agent/tampered_rate": sum(r.reward_info.get("status") == "tampered" for r in rollouts) / n,
+           "agent/log_only_resolved_rate": sum(bool(r.reward_info.get("log_resolved")) and r.reward < 1.0
+                                               for r in rollouts) / n,
            "agent/model_tokens_mean": float(np.mean([r.token_mask.sum() if r.token_mask is not None else 0
                                                      for r in rollouts] or [0]))}
     for why in (*TERMINATIONS, "env_error"):

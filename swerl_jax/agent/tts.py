@@ -113,7 +113,8 @@ def _instances(c: Any, out: pathlib.Path) -> tuple[list[dict], pathlib.Path, Any
 
     chosen = chosen_instances(index_instances(pathlib.Path(str(c.instances))), c.instance_ids, str(c.instances))
     limits = SandboxLimits(timeout_s=float(c.test_timeout_s), cpu_seconds=int(c.test_timeout_s) + 60)
-    executor = LocalExecutor(pathlib.Path(str(c.repos)), out / "harness", environments.EnvironmentCache(), limits)
+    executor = LocalExecutor(pathlib.Path(str(c.repos)), out / "harness", environments.EnvironmentCache(), limits,
+                             verdict="plugin")  # labels and verifier data: no printed result passes
     return chosen, pathlib.Path(str(c.repos)), executor
 
 

@@ -271,7 +271,8 @@ class LocalExecutor:
         if plugin is not None:
             expected = [*grading.test_list(instance, "FAIL_TO_PASS"), *grading.test_list(instance, "PASS_TO_PASS")]
             runs = len(spec["test_cmd"]) if isinstance(spec["test_cmd"], list) else 1
-            report["plugin_verdict"] = plugin.verdict(tests.output, expected, runs).as_dict()
+            report["plugin_verdict"] = plugin.verdict(tests.output, expected, runs,
+                                                      swebench_ids(instance["repo"])).as_dict()
         lack = None if report["resolved"] else reach.from_log(tests.output, step="tests")
         if lack is not None:  # psf/requests' tests reach httpbin.org: no patch passes them in the sandbox
             return {**report, **lack.result()}
@@ -294,6 +295,26 @@ def runs_pytest(spec: dict) -> bool:
     """Whether the spec's test command runs pytest (directly or through tox, whose commands run it)."""
     cmds = spec["test_cmd"] if isinstance(spec["test_cmd"], list) else [spec["test_cmd"]]
     return all(c.split()[:1] in (["pytest"], ["tox"]) or " pytest " in f" {c} " for c in cmds)
+
+
+# pytest's `-rA` summary order (passed, skipped, xfailed, xpassed, errors, failed): where two node ids make one
+# SWE-bench id, the later line wins in its parser, as in the log
+_SUMMARY_ORDER = {"PASSED": 0, "SKIPPED": 1, "XFAIL": 2, "XPASS": 3, "ERROR": 4, "FAILED": 5}
+
+
+def swebench_ids(repo: str):
+    """{node id: status} -> {SWE-bench test id: status}: the repository's own SWE-bench log parser read over one
+    `STATUS node-id` line per test, built by the host from the plugin's record (never from the test log), so ids
+    come out as the dataset writes them (cut at a space in a parameter, as the parser cuts them)."""
+    parser = specs.log_parser(repo)
+
+    def convert(outcomes: dict[str, str]) -> dict[str, str]:
+        lines = [f"{status} {node}" for node, status in  # one line each: a node id never holds a newline
+                 sorted(outcomes.items(), key=lambda kv: _SUMMARY_ORDER.get(kv[1], len(_SUMMARY_ORDER)))
+                 if "\n" not in node and "\r" not in node]
+        return {str(k): str(v) for k, v in parser("\n".join(lines)).items()}
+
+    return convert
 
 
 def verdict_status(plugin: dict, returncode: int | None) -> dict:

@@ -34,14 +34,15 @@ from tqdm import tqdm
 
 from swerl_jax.data.paths import user_path
 from swerl_jax.eval import environments, outcomes, reach
-from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
+from swerl_jax.eval.executors import VERDICTS, DockerExecutor, Executor, LocalExecutor
 from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
 from swerl_jax.eval.predictions import PREDICTION_FIELDS, index_instances, load_predictions, safe_id
 from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits, bwrap_path
 
 # Bump when grading, patching or the sandbox changes what a result means: every stored result is then re-graded.
-HARNESS_VERSION = 4  # 4: history-free checkouts, the seccomp filter, a finished pytest session is no crash
+HARNESS_VERSION = 5  # 4: history-free checkouts, the seccomp filter, a finished pytest session is no crash;
+# 5: the trusted plugin in every pytest run (autoload off, its verdict beside the log's)
 # Statuses that say the infrastructure failed, not the patch: never reused, so a fixed cause is graded anew.
 INFRA_FAILURES = ("no_repo", "env_failed", "setup_failed", reach.STATUS)  # out of reach: until it is fetched
 # The instance fields a result depends on (with the patch and the executor's fingerprint).
@@ -93,7 +94,8 @@ class Harness:
         base = {"instance_id": iid, "model_name_or_path": prediction["model_name_or_path"],
                 "patch_sha256": _patch_digest(patch), "empty_patch": not patch.strip(), "log_dir": str(log_dir),
                 "result_key": result_key(self.instances[iid], patch, self.executor),
-                "harness_version": HARNESS_VERSION, "test_infra_paths": test_infra_paths(patch)}
+                "harness_version": HARNESS_VERSION,
+                "test_infra_paths": test_infra_paths(patch, self.instances[iid].get("repo"))}
         try:
             result = self.executor.evaluate(self.instances[iid], patch, log_dir)
         except Exception as err:  # noqa: BLE001 - one instance's failure must not stop the run; logged
@@ -121,7 +123,8 @@ class Harness:
                 continue
             done = self._finished(iid, prediction["model_patch"])
             if done is not None:  # (graded before the flag existed: it is the patch's, not the grading's)
-                results[iid] = {**done, "test_infra_paths": test_infra_paths(prediction["model_patch"])}
+                results[iid] = {**done, "test_infra_paths": test_infra_paths(prediction["model_patch"],
+                                                                             self.instances[iid].get("repo"))}
             else:
                 todo.append(prediction)
         bar = tqdm(total=len(todo), desc="instances", disable=not progress, file=sys.stderr)
@@ -182,6 +185,10 @@ def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[d
         # official harness grades them, flagged here (swerl_jax/reward/test_infra.py)
         "test_infra_ids": having(lambda r: bool(r.get("test_infra_paths"))),
         "resolved_test_infra_ids": having(lambda r: r["resolved"] and bool(r.get("test_infra_paths"))),
+        # the trusted plugin's verdict (sandbox/pytest_verdict.py), from the same run as the log's: runs whose test
+        # machinery changed, and instances where the two verdicts differ (printed results, an early exit, a hook)
+        "tampered_ids": having(lambda r: (r.get("plugin_verdict") or {}).get("status") == "tampered"),
+        "verdict_disagreement_ids": having(_verdicts_differ),
         "unknown_ids": sorted(str(e["instance_id"]) for e in errors if e["status"] == "unknown_instance"),
         "malformed_predictions": sum(e["status"] != "unknown_instance" for e in errors),
         "status_counts": dict(sorted(counts.items())),
@@ -201,6 +208,14 @@ def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[d
     return report
 
 
+def _verdicts_differ(result: dict) -> bool:
+    """The log's and the trusted plugin's verdicts on one graded instance differ."""
+    plugin = result.get("plugin_verdict")
+    if not plugin or result.get("status") == reach.STATUS:
+        return False
+    return bool(plugin.get("resolved")) != bool(result.get("log_resolved", result.get("resolved")))
+
+
 def summary(report: dict) -> str:
     """One line of counts: graded by status, empty patches, and what was not graded (out of reach, unknown ids,
     malformed lines)."""
@@ -215,8 +230,10 @@ def summary(report: dict) -> str:
     far = counts.get(reach.STATUS, 0)
     not_graded = ([f"out of reach {far}"] if far else []) + [f"unknown id {len(report['unknown_ids'])}",
                                                             f"malformed line {report['malformed_predictions']}"]
+    differ = len(report.get("verdict_disagreement_ids", []))
+    verdicts = f"; the log's and the plugin's verdicts differ on {differ} (verdict_disagreement_ids)" if differ else ""
     return (f"graded {len(report['instances']) - far}: {', '.join(parts)}; empty patch "
-            f"{report['empty_patch_instances']}; not graded: {', '.join(not_graded)}")
+            f"{report['empty_patch_instances']}; not graded: {', '.join(not_graded)}{verdicts}")
 
 
 def exit_code(report: dict) -> int:
@@ -262,6 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index-cutoff", choices=CUTOFF_MODES, default="created_at",
                    help="unpinned requirements as of the instance's created_at (default), as of 2024-06-27 for every "
                    "instance (images: what the official images froze), or today's index (off)")
+    p.add_argument("--verdict", choices=VERDICTS, default="log",
+                   help="what decides each status: 'log' (default) grades pytest's log as the official harness "
+                   "does; 'plugin' the trusted plugin's record, which printed results cannot forge. Both are "
+                   "reported (plugin_verdict, verdict_disagreement_ids)")
     p.add_argument("--keep-workdirs", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--instance_ids", nargs="+", default=None, metavar="ID",
@@ -279,7 +300,7 @@ def make_executor(args: argparse.Namespace):
     return LocalExecutor(args.repos, args.out, environments.EnvironmentCache(
                          args.env_cache, int(args.env_cache_gb * (1 << 30))), limits,
                          keep_workdirs=args.keep_workdirs, setup_timeout_s=args.setup_timeout,
-                         index_cutoff=args.index_cutoff)
+                         index_cutoff=args.index_cutoff, verdict=args.verdict)
 
 
 def select(instances: dict[str, dict], predictions: dict[str, dict], ids: list[str] | None

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 # Each instance asked about has exactly one outcome; the counts of a report sum to the instances asked about.
 OUTCOMES = ("resolved", "unresolved", "empty_patch", "error", "no_prediction")
-GRADED = ("resolved", "unresolved")
+GRADED = ("resolved", "unresolved", "tampered")
 # An instance this machine cannot grade (reach.py: no clone, no interpreter, compiler or network): counted apart,
 # in no outcome above and not in the rate's denominator (issue 49 item 3), since no patch could change it.
 OUT_OF_REACH = "out_of_reach"
@@ -23,7 +23,8 @@ def outcome(result: Mapping) -> str:
         return OUT_OF_REACH
     if result.get("empty_patch"):
         return "empty_patch"
-    return "unresolved" if result.get("status") == "unresolved" else "error"
+    # tampered: the trusted plugin saw the test machinery change (the patch's doing, graded as unresolved)
+    return "unresolved" if result.get("status") in ("unresolved", "tampered") else "error"
 
 
 def outcome_counts(asked: Iterable[str], results: Mapping[str, Mapping], pending: Iterable[str] = ()

@@ -21,7 +21,19 @@ import re
 # (the harness's last resort) writes them, and the grading's own git commands then run its hooks, fsmonitor and
 # filters.
 _ANYWHERE = re.compile(r"(^|/)(conftest\.py|pytest\.ini|tox\.ini|\.pytest\.ini|\.?pytest\.toml|[^/]*\.pth"
-                       r"|(sitecustomize|usercustomize)(\.py|/.*)|\.git/.*)$")
+                       r"|(sitecustomize|usercustomize)(\.py|/.*)|\.git/.*"
+                       # installed-package metadata: a pytest11 entry point there is a plugin pytest autoloads
+                       r"|[^/]*\.(dist|egg)-info(/.*)?|entry_points\.txt)$")
+# Source lines that reach for the test machinery from the code under test: pytest's live objects through the
+# garbage collector or the stack, its private modules and hooks, tracing, the process's pipes, an exit that skips
+# pytest's own report (issue 56: each of these forged a pass on a real flask instance).
+_MACHINERY = re.compile(r"gc\.get_(objects|referrers|referents)|\b_pytest\b|pluginmanager|\bpytest_(runtest|collect"
+                        r"|sessionfinish|sessionstart|report|terminal|configure|unconfigure|load_initial|make|pyfunc|"
+                        r"plugin_registered|itemcollected|deselected|addoption)\w*|sys\.(settrace|setprofile|_getframe)"
+                        r"|threading\.settrace|\.f_back\b|\.f_locals\b|inspect\.(stack|currentframe|getouterframes)"
+                        r"|/proc/self/fd|/proc/self/mem|\bos\._exit\b|\bTestReport\b|\bCallInfo\b|faulthandler")
+# The repositories whose own source is the test machinery: their fixes touch it by right.
+MACHINERY_REPOS = ("pytest-dev/pytest", "pytest-dev/pluggy")
 # Modules or packages at the repository root that shadow the test runner when the root is on sys.path first.
 _ROOT_SHADOWS = re.compile(r"^(pytest\.py|unittest\.py|_pytest/.*|pytest/.*|unittest/.*|py\.py)$")
 # Config files that hold test settings among others: flagged when their part of the patch names a test runner.
@@ -150,13 +162,24 @@ def _normal(name: str) -> str:
     return "/".join(parts)
 
 
-def test_infra_paths(patch: str) -> list[str]:
+def _added_lines(text: str) -> str:
+    """The lines a file section adds (its `+` lines, not the `+++` header)."""
+    return "\n".join(line[1:] for line in text.split("\n") if line.startswith("+") and not line.startswith("+++ "))
+
+
+def test_infra_paths(patch: str, repo: str | None = None) -> list[str]:
     """The paths in `patch` (a unified or context diff, any prefixes or quoting) whose change alters how tests run,
     sorted; [] for none. A name is checked as written and, since `git apply` and `patch -p1` drop its first
     component whatever it is (`a/`, `w/`, `tests/` under `diff.noprefix`), without it; the name without it is
-    reported."""
+    reported. A source file counts when its added lines reach for the test machinery (`_MACHINERY`), except in
+    `repo`s whose source is that machinery (`MACHINERY_REPOS`)."""
     found = set()
+    machinery = repo not in MACHINERY_REPOS
     for names, text in _file_sections(patch or ""):
+        if machinery and _MACHINERY.search(_added_lines(text)):
+            found.update(p.split("/", 1)[1] if "/" in p else p for p in map(_normal, names)
+                         if p and p != "dev/null")
+            continue
         for name in names:
             path = _normal(name)
             if not path or path == "dev/null":

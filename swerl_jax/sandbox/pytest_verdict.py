@@ -42,7 +42,7 @@ import json
 import pathlib
 import secrets
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from swerl_jax.sandbox.bwrap import INPUTS_DIR
 
@@ -138,8 +138,11 @@ class PluginRun:
                 found.append(record)
         return found
 
-    def verdict(self, output: str, expected: Sequence[str], runs: int = 1) -> PluginVerdict:
-        """The verdict on `expected` test ids from the sandbox's output of `runs` pytest runs."""
+    def verdict(self, output: str, expected: Sequence[str], runs: int = 1,
+                test_ids: Callable[[dict[str, str]], dict[str, str]] | None = None) -> PluginVerdict:
+        """The verdict on `expected` test ids from the sandbox's output of `runs` pytest runs. `test_ids` maps the
+        record's {node id: status} to the ids the expected ones are written in (SWE-bench's ids are what its log
+        parser makes of a node id: cut at the first space)."""
         expected = tuple(expected)
         records = self.records(output)
         if not records:
@@ -152,6 +155,8 @@ class PluginRun:
             tampered += [str(t) for t in record.get("tampered") or []]
         if len(records) > runs:
             tampered.append(f"{len(records)} records for {runs} pytest run(s)")
+        if test_ids is not None:
+            outcomes = test_ids(outcomes)
         exitstatus = records[-1].get("exitstatus")
         exitstatus = exitstatus if isinstance(exitstatus, int) else None
         passed = tuple(t for t in expected if outcomes.get(t) in OK)

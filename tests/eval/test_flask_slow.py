@@ -82,6 +82,10 @@ def test_flask_gold_resolves_empty_does_not_bad_input_is_per_instance(shared_dat
     assert [e["status"] for e in report["prediction_errors"]] == ["malformed_prediction", "unknown_instance"]
     assert report["unknown_ids"] == ["pallets__flask-9999"] and harness.exit_code(report) == 1
     assert "version '0.1'" in report["instances"]["pallets__flask-4992-badenv"]["error"]
+    # calibration through both verdict paths (issue 56): the trusted plugin's record, from the same runs, agrees
+    plugin = {i: r["plugin_verdict"]["status"] for i, r in report["instances"].items() if "plugin_verdict" in r}
+    assert plugin == {**dict.fromkeys(FLASK, "resolved"), **{f"{i}-empty": "unresolved" for i in FLASK}}, report
+    assert report["verdict_disagreement_ids"] == [] and report["tampered_ids"] == []
     for iid in FLASK:
         entry = report["instances"][iid]
         assert entry["FAIL_TO_PASS"]["passed"] == entry["FAIL_TO_PASS"]["total"] > 0
