@@ -81,7 +81,7 @@ class SandboxLimits:
 class SandboxResult:
     """What a sandboxed command did: exit code (None when the host killed it), its output (stdout and stderr;
     past `output_bytes`, the head and tail around a note), whether it timed out, and `limit`: None, or the limit
-    the host stopped it at ("timeout" or "disk")."""
+    the host stopped it at ("timeout", "disk", or "idle": no output for the caller's idle timeout)."""
 
     returncode: int | None
     output: str
@@ -215,6 +215,7 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         limits: SandboxLimits | None = None,
         inputs: Mapping[str, str] | None = None,
+        idle_timeout_s: float | None = None,
     ) -> SandboxResult:
         """Run `command` (bash) in the sandbox with cwd = workdir, the only writable host path.
 
@@ -223,7 +224,9 @@ class Sandbox:
         into a fresh private folder the command reads at /run/swerl ($INPUTS): test patches and scripts enter the
         sandbox there, never through a path the command could have planted a link at. network=True is for
         installs from a package index before any model-written code is in the work dir. A command over
-        MAX_COMMAND_BYTES is a ValueError (the caller bounds model-written commands first).
+        MAX_COMMAND_BYTES is a ValueError (the caller bounds model-written commands first). idle_timeout_s: kill
+        the command when it prints nothing for that long (limit "idle"): a supervisor inside that writes a
+        heartbeat, stopped or killed by the code it supervises, is seen within seconds, not at the wall clock.
         """
         workdir = pathlib.Path(workdir).resolve()
         if not workdir.is_dir():
@@ -254,7 +257,7 @@ class Sandbox:
                 bpf_fd = seccomp.fd_of(seccomp.filter_bpf(refuse_memfd=self.memory_mode != "cgroup"))
                 try:
                     argv = self._argv(workdir, private, command, network, full_env, uid, limits, bpf_fd)
-                    return self._supervise(argv, workdir, limits, free_at_start, bpf_fd)
+                    return self._supervise(argv, workdir, limits, free_at_start, bpf_fd, idle_timeout_s)
                 finally:
                     os.close(bpf_fd)
         finally:
@@ -262,7 +265,7 @@ class Sandbox:
                 shutil.rmtree(private, ignore_errors=True)
 
     def _supervise(self, argv: list[str], workdir: pathlib.Path, limits: SandboxLimits, free_at_start: int,
-                   bpf_fd: int) -> SandboxResult:
+                   bpf_fd: int, idle_timeout_s: float | None = None) -> SandboxResult:
         """Start the sandbox, keep a bounded part of its output, kill it at the timeout or past the disk quota.
 
         bubblewrap reports on a status pipe once the sandbox stands (`--json-status-fd`): only a failure before
@@ -290,7 +293,7 @@ class Sandbox:
         finally:
             os.close(status_write)
         try:
-            return self._watch(proc, workdir, limits, start, status_read, free_at_start, group)
+            return self._watch(proc, workdir, limits, start, status_read, free_at_start, group, idle_timeout_s)
         except BaseException:  # a host error (a poll that raised) must not leave the command running unsupervised
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -302,17 +305,23 @@ class Sandbox:
                 group.close()
 
     def _watch(self, proc: subprocess.Popen, workdir: pathlib.Path, limits: SandboxLimits, start: float,
-               status_read: int, free_at_start: int, group: SandboxCgroup | None) -> SandboxResult:
-        """Read the output until the command ends; kill it at the timeout or past the work dir's quota."""
+               status_read: int, free_at_start: int, group: SandboxCgroup | None,
+               idle_timeout_s: float | None = None) -> SandboxResult:
+        """Read the output until the command ends; kill it at the timeout, past the work dir's quota, or after
+        `idle_timeout_s` without output."""
         disk_allowed = limits.disk_bytes
         output, stopped = _BoundedOutput(limits.output_bytes), None
         next_poll = start + DISK_POLL_S
+        last_output = start
         with selectors.DefaultSelector() as selector:
             selector.register(proc.stdout, selectors.EVENT_READ)
             while True:
                 now = time.monotonic()
                 if now - start > limits.timeout_s:
                     stopped = "timeout"
+                    break
+                if idle_timeout_s is not None and now - last_output > idle_timeout_s:
+                    stopped = "idle"
                     break
                 if now >= next_poll:
                     next_poll = now + DISK_POLL_S
@@ -325,6 +334,7 @@ class Sandbox:
                     if not chunk:
                         break  # every process that held the pipe has exited (or closed it)
                     output.add(chunk)
+                    last_output = time.monotonic()
         if stopped is not None:
             os.killpg(proc.pid, signal.SIGKILL)  # bwrap is the group leader; its PID namespace dies with it
         else:

@@ -24,6 +24,10 @@ standard library, used to score as a fix. Here the verdict is a record, not outp
   only in one bytearray that each forked child zeroes at once (so it is in no argv, environment, file or child
   memory); the host takes the first record line as the announcement and ignores every line without its nonce.
 
+- The driver writes a heartbeat record every second while a task runs. Code under test runs as the driver's uid
+  and can stop or kill it; the host then sees no output for `IDLE_S` and kills the sandbox: the task that was
+  running scores 0 and the batch's others run again in a new sandbox (`testbed/hidden_tests.py`).
+
 - The child loads the test file by path under its own reference (a module under test that swaps
   `sys.modules[name]` mid-import is not what runs), runs only real TestCases of classes defined there whose every
   function is code compiled from that file, and reports nothing if unittest's classes changed during the run. Each
@@ -49,6 +53,10 @@ from swerl_jax.sandbox.bwrap import INPUTS_DIR
 MARK = "@@swerl-verdict@@ "  # starts the driver's record lines
 OUTPUT_HEAD, OUTPUT_TAIL = 4096, 8192  # bytes of a task's test output the driver keeps (first and last)
 DRIVER_NAME, SPEC_NAME = "verdict_driver.py", "verdict_tasks.json"
+# The driver writes a heartbeat record every BEAT_S while a task runs; the code under test runs as its uid and can
+# SIGSTOP or SIGKILL it, so the host runs it with `idle_timeout_s=IDLE_S`: a silent driver is killed within
+# seconds (not at the batch's wall clock), the task it was running is charged, and the rest run again.
+BEAT_S, IDLE_S = 1.0, 10.0
 # The driver, run inside the sandbox by the host's interpreter with -I -S (stdlib only, nothing from the environment).
 _DRIVER = (pathlib.Path(__file__).with_name(DRIVER_NAME)).read_text(encoding="utf-8")
 

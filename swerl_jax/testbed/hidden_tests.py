@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from swerl_jax.answer import FormatError, extract_thought_solution, parse_search_replace
 from swerl_jax.reward.apply import apply_code_change
 from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits
-from swerl_jax.sandbox.verdict import driver_command, driver_inputs, read_records, verdict
+from swerl_jax.sandbox.verdict import IDLE_S, driver_command, driver_inputs, read_records, verdict
 from swerl_jax.sandbox.workdirs import remove_tree
 
 MAX_CONTENT_CHARS = 200_000  # an answer's file above this is malformed (the testbed's files are < 2,000 characters)
@@ -119,7 +119,7 @@ def run_hidden_tests_many(items: Sequence[tuple[dict, dict[str, str] | None]], *
         work = pathlib.Path(tempfile.mkdtemp(prefix="swerl-testbed-"))
         try:
             done = sandbox.run(driver_command(python), work, env={"PYTHONDONTWRITEBYTECODE": "1"}, limits=limits,
-                               inputs=driver_inputs(tasks, timeout_s))
+                               inputs=driver_inputs(tasks, timeout_s), idle_timeout_s=IDLE_S)
         finally:
             remove_tree(work)
         results = read_records(done.output)
@@ -128,9 +128,11 @@ def run_hidden_tests_many(items: Sequence[tuple[dict, dict[str, str] | None]], *
                 outcomes[k] = _outcome(items[k][0], results[j])
                 continue
             # The sandbox died while running pair j: it is charged with that; the ones after it run again.
+            # (a driver that went quiet was stopped or killed by the code it ran: that answer scores 0)
             status = {"timeout": "timeout", "disk": "limit"}.get(done.limit or "", "crashed")
-            outcomes[k] = _unresolved(items[k][0], status, f"the sandbox stopped ({done.limit or done.returncode}): "
-                                      + done.output[-TAIL_CHARS:])
+            why = (f"the verdict driver went quiet for {IDLE_S:.0f} s (stopped or killed by the code under test)"
+                   if done.limit == "idle" else f"the sandbox stopped ({done.limit or done.returncode})")
+            outcomes[k] = _unresolved(items[k][0], status, f"{why}: " + done.output[-TAIL_CHARS:])
             runnable = batch[j + 1:] + runnable
             break
     return outcomes  # type: ignore[return-value]

@@ -321,3 +321,21 @@ def test_one_answer_cannot_fail_the_other_answers_of_its_batch(sabotage):
              (second, second["oracle_new_content"]), (first, first["oracle_new_content"])]
     outcomes = run_hidden_tests_many(items, timeout_s=10)
     assert [o.resolved for o in outcomes[1:]] == [True, True], [(o.status, o.output_tail[-300:]) for o in outcomes]
+
+
+@pytest.mark.parametrize("signal_name", ["SIGSTOP", "SIGKILL"])
+def test_an_answer_that_stops_or_kills_its_verdict_driver_scores_zero_and_the_batch_goes_on(signal_name):
+    """Issue 56 item 4: code under test runs as the driver's uid and can signal its parent. A SIGSTOP held the
+    batch to its wall limit (51.3 s against 0.5 s at batch 3; about 35 minutes at batch 64 and 30 s); a SIGKILL
+    while a child held the output did the same. The driver's heartbeat goes quiet, the host kills the sandbox
+    within `verdict.IDLE_S`, charges the answer that did it, and runs the others again."""
+    first, second = generate_tasks(2, 0)
+    code = f"import os, signal\nos.kill(os.getppid(), signal.{signal_name})\nimport time\ntime.sleep(600)\n"
+    items = [(second, second["oracle_new_content"]), (first, {p: code + t for p, t in first["code_context"].items()}),
+             (second, second["oracle_new_content"]), (first, first["oracle_new_content"])]
+    outcomes = run_hidden_tests_many(items, timeout_s=30)
+    assert [o.resolved for o in outcomes] == [True, False, True, True], [(o.status, o.output_tail[-300:])
+                                                                        for o in outcomes]
+    assert outcomes[1].status == "crashed", outcomes[1]
+    if signal_name == "SIGSTOP":  # (a killed driver ends the sandbox at once: that was already charged so)
+        assert "went quiet" in outcomes[1].output_tail, outcomes[1]
