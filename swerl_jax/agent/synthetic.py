@@ -26,7 +26,7 @@ from swerl_jax.data.synthetic import synthetic_records
 from swerl_jax.eval.executors import checkout, fresh_workdir
 from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits
 from swerl_jax.sandbox.hostgit import host_git
-from swerl_jax.sandbox.verdict import driver_command, driver_inputs, read_records, verdict
+from swerl_jax.sandbox.verdict import IDLE_S, driver_command, driver_inputs, read_records, verdict
 from swerl_jax.sandbox.workdirs import remove_tree
 
 # The test per bug kind (`m` is the module, {noun} its noun); each fails on the bug and passes on the fix.
@@ -207,7 +207,8 @@ class SyntheticExecutor:
                                       timeout_s=self.limits.timeout_s * 0.9)}
             script = (f"cd {shlex.quote(str(ready['repo_dir']))} && git apply \"$INPUTS/test.patch\" && "
                       f"{driver_command(str(self.python))}")
-            done = ready["sandbox"].run(script, work, env=ready["env"], inputs=inputs)
+            # a driver stopped by the code it runs goes quiet: killed within IDLE_S, the task reports nothing
+            done = ready["sandbox"].run(script, work, env=ready["env"], inputs=inputs, idle_timeout_s=IDLE_S)
             (log_dir / "test.log").write_text(f"{script}\n---\n{done.output}")
             v = verdict(read_records(done.output).get(0), expected)
             if done.timed_out or v.status == "timeout":

@@ -156,7 +156,8 @@ class Sandbox:
             raise SandboxUnavailable(f"{err} (make install-dev installs both)") from None
 
     def _argv(self, workdir: pathlib.Path, inputs: pathlib.Path | None, command: str, network: bool,
-              env: Mapping[str, str], uid: int | None, limits: SandboxLimits, seccomp_fd: int) -> list[str]:
+              env: Mapping[str, str], uid: int | None, limits: SandboxLimits, seccomp_fd: int,
+              supervisor_uid: int | None = None) -> list[str]:
         argv = [self.bwrap]
         for path in _SYSTEM:
             if os.path.islink(path):
@@ -202,7 +203,11 @@ class Sandbox:
         # --disable-userns needs --unshare-user, which a root bubblewrap would map to root, and a second
         # bubblewrap run as the sandbox uid to get one cost +7 ms a command (+30%).
         argv += ["--seccomp", str(seccomp_fd), "--"]
-        if uid is not None:
+        if supervisor_uid is not None:  # see `run(supervisor=True)`: only what dropping a child to `uid` needs
+            caps = "-all,+setuid,+setgid,+kill"
+            argv += ["setpriv", f"--reuid={supervisor_uid}", f"--regid={supervisor_uid}", "--clear-groups",
+                     f"--inh-caps={caps}", f"--ambient-caps={caps}", f"--bounding-set={caps}", "--"]
+        elif uid is not None:
             argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
         return argv + ["bash", "-c", command]
 
@@ -216,6 +221,7 @@ class Sandbox:
         limits: SandboxLimits | None = None,
         inputs: Mapping[str, str] | None = None,
         idle_timeout_s: float | None = None,
+        supervisor: bool = False,
     ) -> SandboxResult:
         """Run `command` (bash) in the sandbox with cwd = workdir, the only writable host path.
 
@@ -227,6 +233,10 @@ class Sandbox:
         MAX_COMMAND_BYTES is a ValueError (the caller bounds model-written commands first). idle_timeout_s: kill
         the command when it prints nothing for that long (limit "idle"): a supervisor inside that writes a
         heartbeat, stopped or killed by the code it supervises, is seen within seconds, not at the wall clock.
+        supervisor: when running as root, the command starts as a second reserved uid holding only CAP_SETUID,
+        CAP_SETGID and CAP_KILL (ambient, bounding set the same), and $SWERL_TEST_UID names the uid that owns the
+        work dir: a supervisor (the verdict driver) drops each child it starts to that uid, which then cannot
+        signal, trace or read the supervisor. Elsewhere (no root) the variable is absent and one uid runs all.
         """
         workdir = pathlib.Path(workdir).resolve()
         if not workdir.is_dir():
@@ -247,7 +257,10 @@ class Sandbox:
                     raise ValueError(f"sandbox input name {name!r} must be a plain file name")
                 (private / name).write_text(text)
                 (private / name).chmod(0o644)
-            with reserve_uid() as uid:
+            with reserve_uid() as uid, (reserve_uid() if supervisor and uid is not None
+                                        else contextlib.nullcontext(None)) as supervisor_uid:
+                if supervisor_uid is not None:
+                    full_env["SWERL_TEST_UID"] = str(uid)
                 start_usage, start_entries = tree_usage(workdir, limits.disk_files, chown_to=uid)
                 # The quota is the work dir's, fixed: what killed commands left counts, so a command that starts
                 # over it does not run (a quota measured from each command's start would ratchet up).
@@ -256,7 +269,8 @@ class Sandbox:
                 free_at_start = disk_free(workdir)
                 bpf_fd = seccomp.fd_of(seccomp.filter_bpf(refuse_memfd=self.memory_mode != "cgroup"))
                 try:
-                    argv = self._argv(workdir, private, command, network, full_env, uid, limits, bpf_fd)
+                    argv = self._argv(workdir, private, command, network, full_env, uid, limits, bpf_fd,
+                                      supervisor_uid)
                     return self._supervise(argv, workdir, limits, free_at_start, bpf_fd, idle_timeout_s)
                 finally:
                     os.close(bpf_fd)

@@ -1,7 +1,7 @@
 """Unittest verdicts the code under test cannot forge by printing: a trusted driver inside the sandbox and its record.
 
     inputs = driver_inputs([{"module": "tests.test_x", "expected": ids, "root": repo}], timeout_s=30)
-    done = sandbox.run(driver_command(python), work, inputs=inputs)
+    done = sandbox.run(driver_command(python), work, inputs=inputs, idle_timeout_s=IDLE_S, supervisor=True)
     records = read_records(done.output)                # {task index: record}, only those carrying the run's nonce
     v = verdict(records.get(0), expected=ids)          # Verdict(resolved, passed, failed, status, output)
 
@@ -24,9 +24,12 @@ standard library, used to score as a fix. Here the verdict is a record, not outp
   only in one bytearray that each forked child zeroes at once (so it is in no argv, environment, file or child
   memory); the host takes the first record line as the announcement and ignores every line without its nonce.
 
-- The driver writes a heartbeat record every second while a task runs. Code under test runs as the driver's uid
-  and can stop or kill it; the host then sees no output for `IDLE_S` and kills the sandbox: the task that was
-  running scores 0 and the batch's others run again in a new sandbox (`testbed/hidden_tests.py`).
+- The code under test cannot signal the driver: run with `Sandbox.run(supervisor=True)` (as root), the driver is a
+  uid of its own holding only CAP_SETUID, CAP_SETGID and CAP_KILL, and each test child drops to the work dir's uid
+  and every capability (checked in /proc) before it cleans the work dir, lays its task out or imports anything.
+  Where the host is not root one uid runs all; there the driver's heartbeat (a record every second while a task
+  runs) stops when it is stopped or killed, the host kills the sandbox after `IDLE_S` without output, the task
+  that was running scores 0 and the batch's others run again in a new sandbox (`testbed/hidden_tests.py`).
 
 - The child loads the test file by path under its own reference (a module under test that swaps
   `sys.modules[name]` mid-import is not what runs), runs only real TestCases of classes defined there whose every

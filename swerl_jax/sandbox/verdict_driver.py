@@ -20,6 +20,9 @@ import unittest
 
 MARK = sys.argv[2].encode()
 HEAD, TAIL = int(sys.argv[3]), int(sys.argv[4])
+# Set by the host when the sandbox runs this driver as a uid of its own (Sandbox.run(supervisor=True)): every test
+# child drops to this uid and every capability before any repository code runs, so it cannot signal this driver.
+TEST_UID = os.environ.get("SWERL_TEST_UID")
 BEAT_S = 1.0  # a heartbeat record this often while a task's tests run (verdict.BEAT_S)
 try:  # non-dumpable first: no other process of the sandbox may read this one's memory or descriptors
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
@@ -174,7 +177,32 @@ def unittest_state():
             for k, v in vars(cls).items()}
 
 
-def child(root, module, out_w, res_w, token, ok_code):
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_to(uid):
+    """This process becomes `uid` (its group too, no supplementary groups) with no capability left, checked in
+    /proc: the driver's uid differs, so nothing this process runs can signal, trace or read the driver."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    if libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)()) != 0:  # _LINUX_CAPABILITY_VERSION_3
+        raise OSError(ctypes.get_errno(), "capset")
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+    held = [k for k in ("CapInh", "CapPrm", "CapEff", "CapAmb") if int(status[k].strip(), 16)]
+    if held or status["Uid"].split() != [str(uid)] * 4:
+        raise OSError(f"the test child kept {held or status['Uid']}")
+
+
+def child(root, module, out_w, res_w, token, ok_code, files=None):
     code = 2
     try:
         NONCE[:] = bytes(len(NONCE))  # the nonce is gone from this process before any repository code runs
@@ -185,6 +213,12 @@ def child(root, module, out_w, res_w, token, ok_code):
         os.dup2(res_w, fd)
         os.closerange(3, fd)  # only stdin, the output pipe and the result pipe: nothing else of the driver's
         os.closerange(fd + 1, 1 << 16)
+        if TEST_UID is not None:
+            drop_to(int(TEST_UID))
+        if files is not None:  # a laid-out task, by the test uid: nothing of the one before it is left
+            for folder in (os.path.dirname(root), "/tmp", "/dev/shm"):
+                clean(folder)
+            lay_out(root, files)
         os.chdir(root)
         sys.path.append(root)  # after the standard library: the repository cannot shadow it
         os.environ["HOME"] = root
@@ -208,7 +242,7 @@ def child(root, module, out_w, res_w, token, ok_code):
             os._exit(code)
 
 
-def run(root, module, timeout):
+def run(root, module, timeout, files=None):
     sys.stdout.flush()
     out_r, out_w = os.pipe()
     res_r, res_w = os.pipe()
@@ -219,7 +253,7 @@ def run(root, module, timeout):
     if pid == 0:
         os.close(out_r)
         os.close(res_r)
-        child(root, module, out_w, res_w, token, ok_code)
+        child(root, module, out_w, res_w, token, ok_code, files)
     os.close(out_w)
     os.close(res_w)
     head, tail, total, status, timed_out, res = bytearray(), bytearray(), 0, None, False, bytearray()
@@ -289,12 +323,9 @@ def main():
         try:
             if task.get("files") is not None:  # a laid-out task: nothing of the one before it is left
                 root = os.path.join(work, f"t{i}-{random.SystemRandom().getrandbits(64):016x}")  # unguessable
-                for folder in (work, "/tmp", "/dev/shm"):
-                    clean(folder)
-                lay_out(root, task["files"])
             else:
                 root = task["root"]
-            rc, out, timed_out, outcomes = run(root, task["module"], spec["timeout"])
+            rc, out, timed_out, outcomes = run(root, task["module"], spec["timeout"], task.get("files"))
         except Exception as e:
             rc, out, timed_out, outcomes = 3, f"verdict driver: {e!r}", False, None
         emit({"i": i, "expected": task["expected"], "outcomes": outcomes, "rc": rc, "timed_out": timed_out,

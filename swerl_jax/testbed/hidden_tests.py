@@ -119,7 +119,7 @@ def run_hidden_tests_many(items: Sequence[tuple[dict, dict[str, str] | None]], *
         work = pathlib.Path(tempfile.mkdtemp(prefix="swerl-testbed-"))
         try:
             done = sandbox.run(driver_command(python), work, env={"PYTHONDONTWRITEBYTECODE": "1"}, limits=limits,
-                               inputs=driver_inputs(tasks, timeout_s), idle_timeout_s=IDLE_S)
+                               inputs=driver_inputs(tasks, timeout_s), idle_timeout_s=IDLE_S, supervisor=True)
         finally:
             remove_tree(work)
         results = read_records(done.output)

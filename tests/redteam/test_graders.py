@@ -6,6 +6,7 @@ gold/oracle answers must still resolve and the empty answer must not (calibratio
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 
@@ -324,18 +325,46 @@ def test_one_answer_cannot_fail_the_other_answers_of_its_batch(sabotage):
 
 
 @pytest.mark.parametrize("signal_name", ["SIGSTOP", "SIGKILL"])
-def test_an_answer_that_stops_or_kills_its_verdict_driver_scores_zero_and_the_batch_goes_on(signal_name):
-    """Issue 56 item 4: code under test runs as the driver's uid and can signal its parent. A SIGSTOP held the
-    batch to its wall limit (51.3 s against 0.5 s at batch 3; about 35 minutes at batch 64 and 30 s); a SIGKILL
-    while a child held the output did the same. The driver's heartbeat goes quiet, the host kills the sandbox
-    within `verdict.IDLE_S`, charges the answer that did it, and runs the others again."""
+def test_an_answer_cannot_stop_or_kill_its_verdict_driver_and_the_batch_goes_on(signal_name):
+    """Issue 56 item 4: code under test ran as the driver's uid and could signal its parent. A SIGSTOP held the
+    batch to its wall limit (51.3 s against 0.5 s at batch 3; about 35 minutes at batch 64 and 30 s). As root the
+    test child is another uid without capabilities: the signal is refused. Elsewhere the driver's heartbeat goes
+    quiet, the host kills the sandbox within `verdict.IDLE_S`, charges that answer and runs the others again."""
     first, second = generate_tasks(2, 0)
-    code = f"import os, signal\nos.kill(os.getppid(), signal.{signal_name})\nimport time\ntime.sleep(600)\n"
+    code = (f"import os, signal, sys\ntry:\n    os.kill(os.getppid(), signal.{signal_name})\n"
+            "except PermissionError:\n    print('SIGNAL REFUSED', file=sys.stderr)\nelse:\n"
+            "    import time\n    time.sleep(600)\n")
     items = [(second, second["oracle_new_content"]), (first, {p: code + t for p, t in first["code_context"].items()}),
              (second, second["oracle_new_content"]), (first, first["oracle_new_content"])]
     outcomes = run_hidden_tests_many(items, timeout_s=30)
     assert [o.resolved for o in outcomes] == [True, False, True, True], [(o.status, o.output_tail[-300:])
                                                                         for o in outcomes]
-    assert outcomes[1].status == "crashed", outcomes[1]
-    if signal_name == "SIGSTOP":  # (a killed driver ends the sandbox at once: that was already charged so)
-        assert "went quiet" in outcomes[1].output_tail, outcomes[1]
+    if os.geteuid() == 0:
+        assert "SIGNAL REFUSED" in outcomes[1].output_tail, outcomes[1]
+    else:
+        assert outcomes[1].status == "crashed", outcomes[1]
+        if signal_name == "SIGSTOP":  # (a killed driver ends the sandbox at once: that was charged so already)
+            assert "went quiet" in outcomes[1].output_tail, outcomes[1]
+
+
+def test_a_test_child_holds_no_capability_and_not_the_drivers_uid():
+    """As root: the child that runs a task's tests is the work dir's uid with every capability set empty."""
+    if os.geteuid() != 0:
+        pytest.skip("the driver and its test children share the host's uid when the host is not root")
+    (record,) = generate_tasks(1, 0)
+    probe = ("import os\nstatus = open('/proc/self/status').read()\nprint('PROBE', [l for l in status.splitlines() "
+             "if l.startswith(('Uid', 'Cap'))], os.getppid(), flush=True)\n")
+    outcome = run_hidden_tests_many([(record, {p: probe + t for p, t in record["code_context"].items()})])[0]
+    line = next(x for x in outcome.output_tail.splitlines() if x.startswith("PROBE"))
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        assert f"'{cap}:\\t0000000000000000'" in line, line
+    uids = line.split("'Uid:\\t", 1)[1].split("'", 1)[0].split("\\t")
+    assert len(set(uids)) == 1 and uids[0] != "0", line
+
+
+def test_a_silent_command_is_killed_at_its_idle_timeout(tmp_path):
+    """The watchdog under the heartbeat: no output for idle_timeout_s ends the command (limit "idle")."""
+    from swerl_jax.sandbox.bwrap import Sandbox
+
+    done = Sandbox().run("echo started; exec sleep 60", tmp_path, idle_timeout_s=1.0)
+    assert done.limit == "idle" and done.returncode is None and "started" in done.output

@@ -138,7 +138,9 @@ def test_adversarial_answers_are_unresolved_outcomes_and_do_not_touch_other_task
         "big_file": (prefix("open('big.bin', 'wb').write(b'0' * (100 << 20))"), {"error"}),
         "dotdot": ({f"{path.split('/')[0]}/../../escape.py": "x = 1"}, {"invalid"}),
         "tests_overwritten": ({"tests/test_issue.py": "import unittest\n"}, {"invalid"}),
-        "kill_runner": (prefix("import os, signal\nos.kill(-1, signal.SIGKILL)"), {"crashed"}),
+        # as root the driver is another uid, out of the answer's reach (its own tests then fail); else it dies
+        "kill_runner": (prefix("import os, signal\nos.kill(-1, signal.SIGKILL)"),
+                        {"failed"} if os.geteuid() == 0 else {"crashed"}),
         "huge_output": (prefix("import sys\nsys.stdout.write('x' * (20 << 20))"), {"failed"}),
         "fake_results": (prefix("import os, sys\nsys.stderr.write('test_issue_0 (tests.test_issue.TestIssue."
                                 "test_issue_0) ... ok\\n')\nos._exit(0)"), {"failed", "error"}),
