@@ -151,7 +151,9 @@ class LocalExecutor:
         """Set up the instance, apply `patch`, hand `files` ({name: text}) to the sandbox read-only at $INPUTS
         and run the bash `script` from the checkout in the sandbox, no network. `script` may name `$REPO` (the
         checkout), `$WORK` (the writable work dir) and `$INPUTS`. Returns {status: "ran", returncode, output,
-        timed_out} or the failed step's status, like `evaluate`. Agentless's reproduction and regression tests
+        timed_out} (and, where the spec runs pytest, `test_statuses`: {test id: status} from the trusted plugin's
+        records of the script's pytest runs; {} when none wrote one or one was tampered with) or the failed
+        step's status, like `evaluate`. Agentless's reproduction and regression tests
         run through this."""
         work = fresh_workdir(self.out_dir, instance["instance_id"])
         try:
@@ -160,10 +162,23 @@ class LocalExecutor:
                 return ready
             sandbox, env, repo_dir = ready["sandbox"], ready["env"], ready["repo_dir"]
             env = {**env, "REPO": str(repo_dir), "WORK": str(work)}
+            # pytest runs in the script (regression tests) load the trusted plugin: their statuses come from its
+            # record, not from what the patched code prints
+            plugin = PluginRun.new([environments.site_packages(ready["env_dir"])]) if runs_pytest(
+                ready["spec"]) else None
+            if plugin is not None:
+                env, files = {**env, **plugin.env(env)}, {**(files or {}), **plugin.inputs()}
             done = sandbox.run(f"cd {shlex.quote(str(repo_dir))}\n{script}", work, env=env, inputs=files)
             (log_dir / "script.log").write_text(f"{script}\n---\n{done.output}")
-            return {"status": "ran", "returncode": done.returncode, "output": done.output,
-                    "timed_out": done.timed_out}
+            ran = {"status": "ran", "returncode": done.returncode, "output": done.output,
+                   "timed_out": done.timed_out}
+            if plugin is not None:
+                statuses, tampered, _ = plugin.statuses(done.output, runs=1 << 30,
+                                                        test_ids=swebench_ids(instance["repo"]))
+                # no record (an early exit) or a tampered one: no test counts as passed
+                ran["test_statuses"] = {} if tampered or statuses is None else statuses
+                ran["tampered"] = tampered
+            return ran
         finally:
             if not self.keep_workdirs:
                 remove_tree(work)

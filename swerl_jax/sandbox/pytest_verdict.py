@@ -138,15 +138,16 @@ class PluginRun:
                 found.append(record)
         return found
 
-    def verdict(self, output: str, expected: Sequence[str], runs: int = 1,
-                test_ids: Callable[[dict[str, str]], dict[str, str]] | None = None) -> PluginVerdict:
-        """The verdict on `expected` test ids from the sandbox's output of `runs` pytest runs. `test_ids` maps the
-        record's {node id: status} to the ids the expected ones are written in (SWE-bench's ids are what its log
-        parser makes of a node id: cut at the first space)."""
-        expected = tuple(expected)
+    def statuses(self, output: str, runs: int = 1,
+                 test_ids: Callable[[dict[str, str]], dict[str, str]] | None = None
+                 ) -> tuple[dict[str, str] | None, list[str], int | None]:
+        """({test id: status} from the records of `runs` pytest runs, or None when there is no record; what was
+        tampered with; pytest's last exit status). `test_ids` maps the record's {node id: status} to the ids the
+        caller's tests are written in (SWE-bench's ids are what its log parser makes of a node id: cut at the
+        first space)."""
         records = self.records(output)
         if not records:
-            return PluginVerdict("missing", (), expected)
+            return None, [], None
         outcomes: dict[str, str] = {}
         tampered: list[str] = []
         for record in records:
@@ -158,10 +159,18 @@ class PluginRun:
         if test_ids is not None:
             outcomes = test_ids(outcomes)
         exitstatus = records[-1].get("exitstatus")
-        exitstatus = exitstatus if isinstance(exitstatus, int) else None
+        return outcomes, tampered[:50], exitstatus if isinstance(exitstatus, int) else None
+
+    def verdict(self, output: str, expected: Sequence[str], runs: int = 1,
+                test_ids: Callable[[dict[str, str]], dict[str, str]] | None = None) -> PluginVerdict:
+        """The verdict on `expected` test ids from the sandbox's output of `runs` pytest runs (see `statuses`)."""
+        expected = tuple(expected)
+        outcomes, tampered, exitstatus = self.statuses(output, runs, test_ids)
+        if outcomes is None:
+            return PluginVerdict("missing", (), expected)
         passed = tuple(t for t in expected if outcomes.get(t) in OK)
         failed = tuple(t for t in expected if outcomes.get(t) not in OK)
         if tampered:
-            return PluginVerdict("tampered", passed, failed, tuple(tampered[:50]), exitstatus)
+            return PluginVerdict("tampered", passed, failed, tuple(tampered), exitstatus)
         status = "resolved" if expected and not failed else "unresolved"
         return PluginVerdict(status, passed, failed, (), exitstatus)

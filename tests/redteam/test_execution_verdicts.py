@@ -5,6 +5,7 @@ the log's verdict kept beside it; the detector names each patch as test infrastr
 
 import json
 import shutil
+import subprocess
 import types
 
 import pytest
@@ -12,6 +13,10 @@ import pytest
 from swerl_jax.agent.actions import format_action
 from swerl_jax.agent.env import SWEEnv
 from swerl_jax.agent.trainer import episode_metrics
+from swerl_jax.eval import grading
+from swerl_jax.eval.agentless import tests_gen
+from swerl_jax.eval.environments import EnvironmentCache
+from swerl_jax.eval.executors import LocalExecutor
 from swerl_jax.reward import test_infra
 from tests.redteam.flask_attacks import ATTACKS
 
@@ -65,3 +70,34 @@ def test_a_forged_pass_on_a_real_repository_pays_nothing(shared_data, flask_4992
         rollout = types.SimpleNamespace(reward_info=info, reward=reward, token_mask=None, termination="finish")
         metrics = episode_metrics([rollout])
         assert metrics["agent/tampered_rate"] == 1.0 and metrics["agent/log_only_resolved_rate"] == 1.0
+
+
+def _attack_patch(shared_data, instance: dict, tmp_path, files: dict[str, str], append: str) -> str:
+    """The attack as a diff against the base commit (what a policy's final diff would be)."""
+    repo = tmp_path / "attack"
+    subprocess.run(["git", "clone", "-q", str(shared_data / "repos" / "pallets__flask.bundle"), str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", instance["base_commit"]], check=True)
+    for path, text in files.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
+    with open(repo / "src" / "flask" / "__init__.py", "a") as f:
+        f.write(append)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    return subprocess.run(["git", "-C", str(repo), "diff", "--cached"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_agentless_regression_ranking_reads_the_record_not_the_log(shared_data, flask_4992, tmp_path):
+    """Agentless's regression tests (and the agent's execution-based verifier, which ranks with them) ran the
+    patched code's pytest and parsed its log: printed PASSED lines and an early exit passed every test."""
+    executor = LocalExecutor(shared_data / "repos", tmp_path / "out", EnvironmentCache())
+    regression = grading.test_list(flask_4992, "PASS_TO_PASS")[:5]
+    script, files = tests_gen.check_script(flask_4992, [], run_regression=True)
+    patch = _attack_patch(shared_data, flask_4992, tmp_path, *ATTACKS["printed_results"])
+    (tmp_path / "logs").mkdir()
+    ran = executor.run_script(flask_4992, patch, script, tmp_path / "logs", files)
+    assert ran["status"] == "ran", ran
+    _, from_log = tests_gen.read_check(flask_4992, ran["output"], 0, regression)
+    _, from_record = tests_gen.read_check(flask_4992, ran["output"], 0, regression, ran["test_statuses"])
+    # the log believed the printed lines (for the tests the attack found); the record, with none written, fails all
+    assert len(from_log) < len(regression) and from_record == regression, (from_log, from_record)

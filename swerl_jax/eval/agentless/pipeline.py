@@ -130,7 +130,8 @@ def patch_test_results(instance: dict, samples: list[dict], chat: Chat, settings
     if base.get("status") != "ran":
         traj["tests_error"] = base
         return {}
-    outcomes, failed = tests_gen.read_check(instance, base["output"], len(scripts), candidates)
+    outcomes, failed = tests_gen.read_check(instance, base["output"], len(scripts), candidates,
+                                            base.get("test_statuses"))
     kept = [k for k, o in enumerate(outcomes) if o == "reproduced"]
     regression = None
     if candidates is not None:
@@ -150,7 +151,8 @@ def patch_test_results(instance: dict, samples: list[dict], chat: Chat, settings
         if ran.get("status") != "ran":
             results[patch] = {"regression_failures": rerank.NO_REGRESSION_RESULT}
             continue
-        outs, fails = tests_gen.read_check(instance, ran["output"], len(kept_scripts), regression)
+        outs, fails = tests_gen.read_check(instance, ran["output"], len(kept_scripts), regression,
+                                           ran.get("test_statuses"))
         results[patch] = {
             "regression_failures": len(fails) if fails is not None else 0,
             "reproduction_passed": frozenset(str(kept[k]) for k, o in enumerate(outs) if o == "resolved")}
