@@ -100,7 +100,9 @@ def train_demo(args: argparse.Namespace) -> int:
     print(f"GRPO, first {k} vs last {k} steps (mean over the steps):")
     for key, what, fmt in (("reward_mean", "reward (-1 malformed, else patch similarity)", "{:+.3f}"),
                            ("format_error_rate", "malformed answers", "{:.0%}"),
-                           ("reward_solved_frac", "exact fixes (reward 1)", "{:.0%}")):
+                           ("reward_solved_frac", "exact fixes (reward 1)", "{:.0%}"),
+                           *((("reward_failure_rate", "reward_failure_rate (reward raised: fallback)", "{:.0%}"),)
+                             if any(r.get("reward_failure_rate", 0) > 0 for r in rows) else ())):
         a, b, _ = reward_change(rows, key)
         print(f"  {what:<45} {fmt.format(a):>7} -> {fmt.format(b)}")
     rl = summary.get("rl", {})

@@ -38,6 +38,7 @@ from swerl_jax.data.prompts import prompt_or_reason
 from swerl_jax.data.records import ErrorCounter, read_records
 from swerl_jax.data.synthetic import config_records
 from swerl_jax.reward import get_reward_fn
+from swerl_jax.reward.functions import reward_pair
 from swerl_jax.sampler.types import SamplingParams, sampling_params
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,8 @@ def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_pro
     rewards, rows, executed = [], [], []
     for record, answers in zip(kept, generate(prompts) if prompts else [], strict=True):
         for sample, answer in enumerate(answers):
-            reward, info = reward_fn(record["code_context"], record["oracle_new_content"], answer)
+            reward, info = reward_pair(reward_fn(record["code_context"], record["oracle_new_content"], answer),
+                                       f"eval.reward_kind {reward_kind!r}")
             rewards.append(float(reward))
             rows.append({"instance_id": record["instance_id"], "sample": sample, "reward": float(reward),
                          "format_error": info.get("reason") if reward == -1.0 else None, "answer": answer})
