@@ -33,6 +33,7 @@ from swerl_jax.optim import SCHEDULES
 from swerl_jax.policy import micro_batches
 from swerl_jax.reward.functions import get_reward_fn
 from swerl_jax.rl.advantages import ADVANTAGE_ESTIMATORS
+from swerl_jax.rl.collector import prompt_share
 from swerl_jax.rl.kl import KL_ESTIMATORS
 from swerl_jax.rl.minibatch import check_minibatches
 from swerl_jax.rl.objectives import LOSS_AGGREGATORS, GRPOLossConfig, group_advantages
@@ -123,6 +124,8 @@ def validate_config(config: Any, check_files: bool = True) -> None:
         GRPOLossConfig.from_config(config)
         check_minibatches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.ppo_minibatches),
                           int(rl.micro_batch_size))
+        if int(config.mesh.num_processes) > 1:  # known before any process starts: fail before SFT (issue 57 item 6)
+            prompt_share(int(rl.prompts_per_step), int(config.mesh.num_processes))
         group_advantages(np.zeros((1, int(rl.num_samples))), str(rl.advantage), float(rl.std_eps), int(rl.std_ddof))
         micro_batches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.micro_batch_size), "rl.micro_batch_size")
         if rl.baseline_excludes_filtered and not rl.compact_filtering:
