@@ -160,10 +160,9 @@ class SFTPrepare(grain.transforms.Map):
         # the oracle's code is the repository's text (never a control token); the end of turn is one
         target_ids = np.asarray(encode_parts(tok, [(target, False), (tok.eos_token or "", True)]), np.int32)
         budget = min(self.max_prompt_len, self.max_len - len(target_ids))
-        if budget <= 0:
-            return {DROP: "prompt + target longer than max_len", "error": record["instance_id"]}
-        prompt, reason, detail = prompt_or_reason(record, tok, budget, self.prompt_style,
-                                                  too_long="prompt + target longer than max_len")
+        too_long = "prompt + target longer than max_len"
+        prompt, reason, detail = (prompt_or_reason(record, tok, budget, self.prompt_style, too_long=too_long)
+                                  if budget > 0 else (None, too_long, record["instance_id"]))
         if prompt is None:
             return {DROP: reason, "error": detail}
         prompt_ids = np.asarray(prompt.ids, np.int32)
