@@ -98,7 +98,7 @@ def main() -> int:
     ap.add_argument("--clones", required=True)
     ap.add_argument("--workers", type=int, nargs="*", default=[1, 2])
     args = ap.parse_args()
-    config = CurateConfig(relevant_predictor="none")
+    config = CurateConfig(relevant_predictor="none", drop_benchmark_instances=False)
     cands = candidates(args.clones)
     print(f"machine: {os.cpu_count()} cores; {len(cands)} non-bot merged PRs from git history")
 
@@ -114,7 +114,7 @@ def main() -> int:
     rates = {}
     for n in args.workers:
         with tempfile.TemporaryDirectory() as out:
-            funnel = run_curation(args.clones, out, CurateConfig(), beam_args=[
+            funnel = run_curation(args.clones, out, CurateConfig(drop_benchmark_instances=False), beam_args=[
                 "--direct_running_mode=multi_processing", f"--direct_num_workers={n}"], verbose=False)
         rates[n] = funnel["pr_candidates"] / funnel["seconds"]
         print(f"pipeline, FnApiRunner {n} worker(s): {funnel['pr_candidates']} PRs -> {funnel['kept']} records in "

@@ -126,6 +126,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.rl.kl_coef = 0.04  # beta, not published; 0: the reference model is not loaded
     c.rl.kl_estimator = "k3"  # k1 | k2 | k3
     c.rl.loss_agg = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm
+    # Where the functions a user registered (register_advantage / register_kl / register_loss_agg, in an experiment
+    # file or their own module) and this config names are imported from in other processes (the sampler server
+    # reads config.json): module names or .py paths. Filled when the config is resolved in the process that
+    # registered them (swerl_jax/rl/registry.py); () for the built-in names.
+    c.rl.imports = ()
     c.rl.loss_norm = 0  # normaliser for seq-mean-token-sum-norm; 0: sampler.max_new_tokens
     c.rl.entropy_coef = 0.0
     c.rl.compact_filtering = False  # mask completions that hit max_new_tokens

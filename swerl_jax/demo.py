@@ -71,6 +71,7 @@ def train_demo(args: argparse.Namespace) -> int:
     # Each mode imports only what it runs (after JAX_PLATFORMS is set above): training here, torch for --parity.
     from experiments import tiny_cpu
     from swerl_jax.runs.metrics import read_metrics
+    from swerl_jax.runs.summary import summarize_run
     from swerl_jax.train import run_experiment
 
     workdir = pathlib.Path(args.workdir).resolve()
@@ -98,11 +99,16 @@ def train_demo(args: argparse.Namespace) -> int:
         print(f"SFT: next-token loss on the oracle answers {sft[0]['loss']:.2f} -> {sft[-1]['loss']:.2f}")
     k = reward_change(rows)[2]
     print(f"GRPO, first {k} vs last {k} steps (mean over the steps):")
+    # rollouts the reward failed on are neither malformed nor well formed: then the run summary's line says how many
+    # failed, with the first error, and the malformed rate among the scored answers (issue 57 item 4)
+    failed = any(r.get("reward_failure_rate", 0) > 0 for r in rows)
     for key, what, fmt in (("reward_mean", "reward (-1 malformed, else patch similarity)", "{:+.3f}"),
-                           ("format_error_rate", "malformed answers", "{:.0%}"),
+                           *(() if failed else (("format_error_rate", "malformed answers", "{:.0%}"),)),
                            ("reward_solved_frac", "exact fixes (reward 1)", "{:.0%}")):
         a, b, _ = reward_change(rows, key)
         print(f"  {what:<45} {fmt.format(a):>7} -> {fmt.format(b)}")
+    if failed:
+        print(f"  the reward failed on some rollouts: {summarize_run(workdir).splitlines()[-2]}")
     rl = summary.get("rl", {})
     print(textwrap.dedent(f"""
         Written:

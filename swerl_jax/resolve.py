@@ -15,6 +15,7 @@ This module sits above the domains it checks against; `swerl_jax.config` (loadin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -31,8 +32,12 @@ from swerl_jax.model.config import FROM_CHECKPOINT, MODEL_CONFIGS
 from swerl_jax.optim import SCHEDULES
 from swerl_jax.policy import micro_batches
 from swerl_jax.reward.functions import get_reward_fn
+from swerl_jax.rl.advantages import ADVANTAGE_ESTIMATORS
+from swerl_jax.rl.collector import prompt_share
+from swerl_jax.rl.kl import KL_ESTIMATORS
 from swerl_jax.rl.minibatch import check_minibatches
-from swerl_jax.rl.objectives import GRPOLossConfig, group_advantages
+from swerl_jax.rl.objectives import LOSS_AGGREGATORS, GRPOLossConfig, group_advantages
+from swerl_jax.rl.registry import import_origins, origins
 from swerl_jax.runs.affinity import check_memory_split, cpu_shares, fleet_placement, parse_cpus
 from swerl_jax.sampler.types import sampling_params
 from swerl_jax.sections import Experiment, read_sections
@@ -47,8 +52,23 @@ def resolve_config(config: Any, check_files: bool = True) -> Experiment:
     compiles, so a wrong config fails in well under a second.
     """
     exp = config if isinstance(config, Experiment) else read_sections(config)
+    exp = with_registry_imports(exp)
     validate_config(exp, check_files=check_files)
     return exp
+
+
+def with_registry_imports(exp: Experiment) -> Experiment:
+    """`exp` after importing its `rl.imports` (where the user-registered rl.* functions it names live: a sampler
+    process reading config.json has not executed the user's file), with `rl.imports` holding the origins of every
+    registered function it names (`rl.registry.origins`), so the config.json written from it carries them."""
+    rl = exp.rl
+    import_origins(rl.imports)
+    found = origins(((ADVANTAGE_ESTIMATORS, str(rl.advantage)), (KL_ESTIMATORS, str(rl.kl_estimator)),
+                     (LOSS_AGGREGATORS, str(rl.loss_agg))))
+    imports = tuple(rl.imports) + tuple(o for o in found if o not in rl.imports)
+    if imports == tuple(rl.imports):
+        return exp
+    return dataclasses.replace(exp, rl=dataclasses.replace(rl, imports=imports))
 
 
 # Config keys that name a folder or file to read (resolved as data.* paths are), and one the run writes.
@@ -104,6 +124,8 @@ def validate_config(config: Any, check_files: bool = True) -> None:
         GRPOLossConfig.from_config(config)
         check_minibatches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.ppo_minibatches),
                           int(rl.micro_batch_size))
+        if int(config.mesh.num_processes) > 1:  # known before any process starts: fail before SFT (issue 57 item 6)
+            prompt_share(int(rl.prompts_per_step), int(config.mesh.num_processes))
         group_advantages(np.zeros((1, int(rl.num_samples))), str(rl.advantage), float(rl.std_eps), int(rl.std_ddof))
         micro_batches(int(rl.prompts_per_step) * int(rl.num_samples), int(rl.micro_batch_size), "rl.micro_batch_size")
         if rl.baseline_excludes_filtered and not rl.compact_filtering:

@@ -118,6 +118,7 @@ class RLSection:
     kl_coef: float
     kl_estimator: str
     loss_agg: str
+    imports: tuple
     loss_norm: int
     entropy_coef: float
     compact_filtering: bool

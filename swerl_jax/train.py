@@ -27,6 +27,7 @@ from swerl_jax.data.paths import blocking_file
 from swerl_jax.model.convert import CheckpointError
 from swerl_jax.resolve import absolute_paths, ensure_resolved, resolve_config, start_warnings
 from swerl_jax.rl.build import build_grpo_trainer
+from swerl_jax.rl.collector import prompt_share
 from swerl_jax.runs import affinity, rundir
 from swerl_jax.runs.summary import summarize_run
 from swerl_jax.sft.trainer import SFTTrainer
@@ -61,6 +62,10 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
     sharding.initialize_distributed(config)
     if int(config.rl.num_steps) > 0:
         import jax
+
+        # however the processes were started (mesh.num_processes, JAX_NUM_PROCESSES, SLURM): before SFT spends its
+        # time, not when the GRPO collector starts (issue 57 item 6)
+        prompt_share(int(config.rl.prompts_per_step), jax.process_count(), "the JAX process count")
 
         problem = affinity.shared_device_problem(
             jax.default_backend(), float(config.rl.trainer_memory_fraction), float(config.sampler.memory_fraction),

@@ -26,7 +26,10 @@ def test_cli_errors_are_one_line():
             (["--config.rl.num_steps=abc"], "flag --config.rl.num_steps=abc: invalid literal for int()"),
             # issue 46 item 15: the message's own closing quote was stripped with KeyError's quotes
             (["--config.rl.old_logprobs=recompute", "--config.rl.max_staleness=1"],
-             "set rl.old_logprobs='sampler'\n")):
+             "set rl.old_logprobs='sampler'\n"),
+            # issue 57 item 6: 1 prompt a step on 2 processes failed only when GRPO started, after SFT
+            (["--config.mesh.num_processes=2", "--config.rl.prompts_per_step=1"],
+             "rl.prompts_per_step=1 does not split over the 2 processes of this run (mesh.num_processes=2)")):
         proc = _train("--config=experiments/tiny_cpu.py", *args, timeout=120)
         assert proc.returncode != 0
         assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr  # one line, no traceback

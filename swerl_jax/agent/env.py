@@ -155,6 +155,9 @@ class SWEEnv:
         log_dir = self._host / "grade"
         log_dir.mkdir(exist_ok=True)
         result = self.executor.evaluate(self.instance, patch, log_dir)
+        # the grading log lies in the episode's host folder, which `close` removes: a rollout's reward_info named a
+        # file that was gone by the time anyone read it (issue 57 item 6); the verdict's fields stay
+        result = {k: v for k, v in result.items() if k != "log"}
         # A patch that changes how tests run can pass them without a fix; always named in the info (the metric
         # agent/resolved_test_infra_rate), scored unresolved when the run says so.
         infra = test_infra_paths(patch, self.instance.get("repo"))

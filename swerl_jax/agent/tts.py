@@ -67,10 +67,12 @@ class Episodes:
         self.limits = SandboxLimits(timeout_s=float(c.test_timeout_s), cpu_seconds=int(c.test_timeout_s) + 60)
 
     def run(self, instances: list[dict], repos: pathlib.Path, executor: Any, k: int, seed: int, generator=None,
-            resume: str = "") -> list[list[scaling.Trajectory]]:
+            resume: str = "", what: str = "") -> list[list[scaling.Trajectory]]:
         """`k` graded trajectories of each instance (`generator`: the policy's unless a scripted one). `resume`:
         a name under OUT/done/ where each finished batch of instances is kept, so a re-run (same config: the
-        output folder refuses another) loads it instead of running it again; batches are seeded by position."""
+        output folder refuses another) loads it instead of running it again; batches are seeded by position.
+        `what` names the episodes in the progress lines (the verifier's training episodes are not the policy's
+        episodes on the evaluated instances, whatever heading they print under)."""
         c = self.c
         envs = [[SWEEnv(inst, repos, self.out / "episodes", executor=executor, reward="execution",
                         max_turns=int(c.max_turns), timeout_s=float(c.episode_timeout_s),
@@ -96,10 +98,16 @@ class Episodes:
                     tmp = kept.with_suffix(".tmp")
                     tmp.write_text("\n\n".join("\n".join(json.dumps(t.as_json()) for t in g) for g in batch) + "\n")
                     tmp.replace(kept)
-                say(f"    instances {start + 1}-{start + len(batch)} of {len(envs)}: "
-                    f"{sum(t.resolved for g in batch for t in g)}/{sum(len(g) for g in batch)} episodes resolved")
+                say(batch_line(what, start, batch, len(envs)))
             done += batch
         return done
+
+
+def batch_line(what: str, start: int, batch: list[list[scaling.Trajectory]], total: int) -> str:
+    """The progress line of one finished batch of instances, `what` (when given) saying whose episodes they are."""
+    resolved, n = sum(t.resolved for g in batch for t in g), sum(len(g) for g in batch)
+    return (f"    {what + ': ' if what else ''}instances {start + 1}-{start + len(batch)} of {total}: "
+            f"{resolved}/{n} episodes resolved")
 
 
 def _instances(c: Any, out: pathlib.Path) -> tuple[list[dict], pathlib.Path, Any]:
@@ -123,14 +131,17 @@ def verifier_training_set(c: Any, episodes: Episodes, tokenizer) -> tuple[list[d
     task's scripted gold episode, graded by the synthetic harness."""
     tasks = SyntheticTasks(episodes.out / "tasks" / "verifier", int(c.verifier.tasks), int(c.seed) + 2000)
     executor = tasks.executor(episodes.out / "grade")
-    sampled = episodes.run(tasks.instances, tasks.root / "repos", executor, int(c.verifier.samples), int(c.seed) + 1)
+    say(f"3/4 execution-free verifier: its training episodes on {len(tasks.instances)} synthetic tasks of its own "
+        "(the policy's samples, then each task's scripted gold episode)")
+    sampled = episodes.run(tasks.instances, tasks.root / "repos", executor, int(c.verifier.samples), int(c.seed) + 1,
+                           what="verifier training, the policy's episodes")
     scripts = {}
     for inst in tasks.instances:
         env = SWEEnv(inst, tasks.root / "repos", episodes.out / "episodes", compact=bool(c.compact_prompt),
                      executor=executor)
         scripts[episodes.chat.prompt(SYSTEM, env.task()).tobytes()] = gold_actions(inst)
     gold = episodes.run(tasks.instances, tasks.root / "repos", executor, 1, int(c.seed),
-                        generator=Scripted(tokenizer, scripts))
+                        generator=Scripted(tokenizer, scripts), what="verifier training, scripted gold episodes")
     by_id = {inst["instance_id"]: inst for inst in tasks.instances}
     rows = [verifier.verifier_example(tokenizer, _prompt(c, tokenizer, by_id[t.instance_id], t), t.resolved)
             for group in sampled + gold for t in group]

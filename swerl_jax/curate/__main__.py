@@ -1,6 +1,11 @@
 """Command line: ``python -m swerl_jax.curate --clones DIR --out DIR [--config.FIELD=VALUE ...] [beam options]``
 (FIELD: a `CurateConfig` field, e.g. --config.max_changed_lines=500 --config.formats=jsonl).
 
+PRs that are SWE-bench Lite / Verified instances are left out by default: --config.benchmark_instances names their
+instance files (default: the Hugging Face datasets, which need the `datasets` package and the network), e.g.
+--config.benchmark_instances=../shared/data/swebench_lite.json,../shared/data/swebench_verified.jsonl;
+--config.drop_benchmark_instances=false keeps them.
+
 Beam options pass through unchanged, e.g.
   FnApiRunner (default, local), 2 processes: --direct_num_workers=2 --direct_running_mode=multi_processing
   (Beam's DirectRunner downloads and tries its Prism runner first: --runner=DirectRunner to have that)
@@ -50,6 +55,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default = fields[key].default
         if isinstance(default, tuple):
             value = tuple(v for v in text.split(",") if v)
+        elif isinstance(default, bool):  # bool("false") is True
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"--config.{key}={text!r}: expected true or false")
+            value = text.lower() in ("true", "1")
         else:
             try:
                 value = type(default)(text)

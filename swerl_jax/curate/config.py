@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from swerl_jax.curate.benchmarks import DEFAULT_BENCHMARKS
 from swerl_jax.sampler.client import parse_address
 
 
@@ -28,6 +29,11 @@ class CurateConfig:
     # The server model's tokenizer (Hugging Face directory); empty: SmolLM2's, the server's default. The shared
     # secret, when the server has one, comes from $SWERL_SAMPLER_SECRET as for the server.
     sampler_tokenizer: str = ""
+    # Evaluation instances left out (swerl_jax/curate/benchmarks.py): PRs that are SWE-bench Lite / Verified
+    # instances, matched by repository and PR number, are dropped (funnel stage benchmark_instance). The lists:
+    # instance files or Hugging Face dataset names (these need `datasets` and the network; offline, give the files).
+    drop_benchmark_instances: bool = True
+    benchmark_instances: tuple[str, ...] = DEFAULT_BENCHMARKS
     # Outputs.
     num_shards: int = 4
     formats: tuple[str, ...] = ("jsonl", "array_record")
@@ -45,6 +51,9 @@ class CurateConfig:
         if self.sampler_address:
             # a bad address fails here, not on every Beam worker
             parse_address(self.sampler_address, "CurateConfig.sampler_address")
+        if self.drop_benchmark_instances and not self.benchmark_instances:
+            raise ValueError("CurateConfig.benchmark_instances is empty while drop_benchmark_instances is on: name "
+                             "the SWE-bench Lite/Verified instance files, or set drop_benchmark_instances=false")
         bad = [f for f in self.formats if f not in ("jsonl", "array_record")]
         if bad or not self.formats:
             raise ValueError(f"CurateConfig.formats must be a non-empty subset of jsonl, array_record: {self.formats}")

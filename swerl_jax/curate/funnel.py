@@ -10,8 +10,9 @@ from swerl_jax.curate.filters import FILTER_ORDER
 
 # The order stages appear in the table: where each drop happens in the pipeline.
 STAGE_ORDER = (
-    "not_merged", "no_clone", "bot", "commit_not_in_clone", "missing_object", "root_commit", "no_merge_base",
-    "non_utf8", "git_error", "extract_error", *FILTER_ORDER[1:], "no_problem_statement", "invalid_record", "duplicate",
+    "not_merged", "benchmark_instance", "no_clone", "bot", "commit_not_in_clone", "missing_object", "root_commit",
+    "no_merge_base", "non_utf8", "git_error", "extract_error", *FILTER_ORDER[1:], "no_problem_statement",
+    "invalid_record", "duplicate",
 )
 SEED_ORDER = ("no_linked_issue", "linked_issue_text_unknown", "issue_not_bug_fix", "non_programming_files")
 

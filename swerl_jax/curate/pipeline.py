@@ -87,8 +87,21 @@ def _keyed_by_repo(aggregated: tuple, kind: str):
 class ListCandidates(beam.DoFn):
     """Per repository: merged PRs from events, plus PRs recovered from git history that events lack.
 
-    Emits (repo, clone_path, pr, issues mentioned by the PR) and one funnel "candidate" per PR.
+    Emits (repo, clone_path, pr, issues mentioned by the PR) and one funnel "candidate" per PR; a merged PR that is
+    an evaluation instance (`excluded`: (repository in lower case, number), `curate.benchmarks`) is dropped first.
     """
+
+    def __init__(self, excluded: frozenset = frozenset()):
+        super().__init__()
+        self.excluded = excluded
+
+    def _benchmark(self, repo: str, numbers: dict) -> Any:
+        """Drop the evaluation instances among `numbers` (in place): their labels."""
+        for number in sorted(n for n in numbers if (repo.lower(), n) in self.excluded):
+            del numbers[number]
+            yield beam.pvalue.TaggedOutput(FUNNEL, "candidate")
+            yield beam.pvalue.TaggedOutput(FUNNEL, "drop:benchmark_instance")
+            yield _dropped(repo, number, "benchmark_instance")
 
     def process(self, item):
         _, groups = item
@@ -98,6 +111,7 @@ class ListCandidates(beam.DoFn):
         # The clone folder's spelling names the repo (instance ids); events may spell it in another case.
         repo = clones[0][0] if clones else prs[0]["repo"]
         if not clones:
+            yield from self._benchmark(repo, candidates)
             for number in sorted(candidates):
                 yield beam.pvalue.TaggedOutput(FUNNEL, "candidate")
                 yield beam.pvalue.TaggedOutput(FUNNEL, "drop:no_clone")
@@ -114,6 +128,7 @@ class ListCandidates(beam.DoFn):
             yield beam.pvalue.TaggedOutput(FUNNEL, f"input:corrupt_repo:{e.reason}")
         finally:
             git.close()
+        yield from self._benchmark(repo, candidates)  # once, with the PRs git history found
         yield from self._not_merged(repo, unmerged - set(candidates))  # each PR is counted once
         by_number = {i["number"]: i for i in issues}
         for number in sorted(candidates):
@@ -279,9 +294,11 @@ def build(
     config: CurateConfig,
     event_files: list[str] = (),
     issue_files: list[str] = (),
+    excluded: frozenset = frozenset(),
 ) -> None:
     """Add the curation graph to ``p``: outputs land in ``staging_dir`` (records/, rl_seeds/, meta/,
-    dropped/, funnel_counts.json); ``swerl_jax.curate.runner`` publishes them."""
+    dropped/, funnel_counts.json); ``swerl_jax.curate.runner`` publishes them. ``excluded``: the (repository,
+    PR number) pairs of evaluation instances (`curate.benchmarks.benchmark_prs`), dropped as benchmark_instance."""
     funnel = []
     named = []
     for name, path in discover_clones(clones_dir):
@@ -322,7 +339,7 @@ def build(
     cands = (
         {"clone": clones, "prs": merged(prs, "AllPRs"), "issues": merged(issues, "AllIssues")}
         | "JoinByRepo" >> beam.CoGroupByKey()
-        | "ListCandidates" >> beam.ParDo(ListCandidates()).with_outputs(FUNNEL, DROPPED, main="main")
+        | "ListCandidates" >> beam.ParDo(ListCandidates(excluded)).with_outputs(FUNNEL, DROPPED, main="main")
     )
     extracted = (
         cands.main

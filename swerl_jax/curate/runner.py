@@ -12,6 +12,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from swerl_jax.curate import pipeline, sinks
+from swerl_jax.curate.benchmarks import benchmark_prs
 from swerl_jax.curate.config import CurateConfig
 from swerl_jax.curate.funnel import build_funnel, format_table
 
@@ -31,7 +32,11 @@ def run_curation(
     flags); without ``--runner`` the local FnApiRunner is used: Beam 2.77's DirectRunner would first download the
     Prism runner from GitHub (a binary fetched at run time) and, where that works, run there instead. Returns the
     funnel dict plus ``seconds``. If the pipeline fails nothing is published and the staging folder is removed.
+    PRs that are SWE-bench Lite / Verified instances are dropped unless ``config.drop_benchmark_instances`` is off
+    (`swerl_jax.curate.benchmarks`); a benchmark list that cannot be read fails here, before Beam starts.
     """
+    # the evaluation instances' PRs, read before anything starts: a list that cannot be read is one line
+    excluded = benchmark_prs(config.benchmark_instances) if config.drop_benchmark_instances else frozenset()
     os.makedirs(out_dir, exist_ok=True)
     staging = os.path.join(os.path.abspath(out_dir), f".staging-{uuid.uuid4().hex[:12]}")
     os.makedirs(staging)
@@ -41,7 +46,7 @@ def run_curation(
     start = time.perf_counter()
     try:
         with beam.Pipeline(options=PipelineOptions(args)) as p:
-            pipeline.build(p, clones_dir, staging, config, list(event_files), list(issue_files))
+            pipeline.build(p, clones_dir, staging, config, list(event_files), list(issue_files), excluded)
         with open(os.path.join(staging, "funnel_counts.json")) as f:
             counts = json.load(f)
         funnel = build_funnel(counts)

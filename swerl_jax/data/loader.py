@@ -31,7 +31,7 @@ import numpy as np
 from swerl_jax.chat import encode_parts
 from swerl_jax.config import rl_seed
 from swerl_jax.data.paths import expand_record_paths
-from swerl_jax.data.prompts import build_prompt
+from swerl_jax.data.prompts import prompt_or_reason
 from swerl_jax.data.records import RecordError, decode_record, validate_record
 from swerl_jax.data.synthetic import config_records
 from swerl_jax.data.targets import oracle_solution
@@ -121,9 +121,9 @@ class RLPrepare(grain.transforms.Map):
         except RecordError as e:
             return {DROP: f"invalid record: {e.reason}", "error": str(e)}
         tok = load_tokenizer(self.tokenizer)
-        prompt = build_prompt(record, tok, self.max_prompt_len, self.prompt_style)
-        if not prompt.fits:
-            return {DROP: "prompt longer than max_prompt_len", "error": record["instance_id"]}
+        prompt, reason, detail = prompt_or_reason(record, tok, self.max_prompt_len, self.prompt_style)
+        if prompt is None:  # counted in data/dropped with its reason, never raised (issue 57 item 1)
+            return {DROP: reason, "error": detail}
         return {
             "prompt_ids": np.asarray(prompt.ids, np.int32), "prompt_len": np.int32(prompt.num_tokens),
             "prompt_cut": np.bool_(any(d.action != "kept" for d in prompt.decisions)),
@@ -160,9 +160,11 @@ class SFTPrepare(grain.transforms.Map):
         # the oracle's code is the repository's text (never a control token); the end of turn is one
         target_ids = np.asarray(encode_parts(tok, [(target, False), (tok.eos_token or "", True)]), np.int32)
         budget = min(self.max_prompt_len, self.max_len - len(target_ids))
-        prompt = build_prompt(record, tok, budget, self.prompt_style) if budget > 0 else None
-        if prompt is None or not prompt.fits:
-            return {DROP: "prompt + target longer than max_len", "error": record["instance_id"]}
+        too_long = "prompt + target longer than max_len"
+        prompt, reason, detail = (prompt_or_reason(record, tok, budget, self.prompt_style, too_long=too_long)
+                                  if budget > 0 else (None, too_long, record["instance_id"]))
+        if prompt is None:
+            return {DROP: reason, "error": detail}
         prompt_ids = np.asarray(prompt.ids, np.int32)
         out = {"prompt_ids": prompt_ids, "target_ids": target_ids, "prompt_len": np.int32(prompt.num_tokens),
                "instance_id": record["instance_id"]}

@@ -160,8 +160,10 @@ def _changed_spans(old: str, new: str | None) -> list[tuple[int, int]]:
     if new is None:
         return [(0, len(a))]
     ops = difflib.SequenceMatcher(None, a, new.split("\n"), autojunk=False).get_opcodes()
-    # A pure insertion touches no old line: show the line it goes after.
-    spans = [(i1, max(i2, i1 + 1)) for tag, i1, i2, _, _ in ops if tag != "equal"]
+    # A pure insertion touches no old line: show the line before which it goes, or the last line when it goes at
+    # the end (lines appended to a file without a final newline insert at len(a), past every old line).
+    last = len(a) - 1
+    spans = [(min(i1, last), max(i2, min(i1, last) + 1)) for tag, i1, i2, _, _ in ops if tag != "equal"]
     return spans or [(0, len(a))]
 
 
@@ -185,15 +187,40 @@ def _window(content: str, spans: list[tuple[int, int]], k: int) -> tuple[str, tu
     return "\n".join(out), (shown[0] + 1, shown[-1] + 1)
 
 
+def _check_settings(max_prompt_len: int, style: str) -> None:
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"data.prompt_style {style!r} is not one of {PROMPT_STYLES}")
+    if max_prompt_len <= 0:
+        raise ValueError(f"data.max_prompt_len must be > 0, got {max_prompt_len}")
+
+
+def prompt_or_reason(record: dict, tokenizer, max_prompt_len: int, style: str = "swe_rl",
+                     too_long: str = "prompt longer than max_prompt_len") -> tuple[Prompt | None, str, str]:
+    """`build_prompt`, or why this record cannot be prompted: (prompt, "", "") or (None, reason, detail).
+
+    The reason is a short category for the data/dropped counts ("prompt could not be built (IndexError)", or
+    `too_long`, the caller's words for a prompt that does not fit); the detail names the record and the error. A
+    record's content never raises here (a training run or an evaluation counts it and goes on); a bad setting
+    (style, max_prompt_len) still does.
+    """
+    _check_settings(max_prompt_len, style)
+    try:
+        prompt = build_prompt(record, tokenizer, max_prompt_len, style)
+    except Exception as e:  # noqa: BLE001 - any record-borne failure is counted, never fatal
+        return None, f"prompt could not be built ({type(e).__name__})", \
+            f"{record.get('instance_id', '?')}: {type(e).__name__}: {e}"
+    if not prompt.fits:
+        return None, too_long, \
+            f"{record.get('instance_id', '?')}: {prompt.num_tokens} tokens with every cut > {max_prompt_len}"
+    return prompt, "", ""
+
+
 def build_prompt(record: dict, tokenizer, max_prompt_len: int, style: str = "swe_rl") -> Prompt:
     """The SWE-RL prompt of a record within `max_prompt_len` tokens (see the module docstring for the budget).
 
     Files are shown modified-first (in code_context order), then the relevant-but-unmodified ones.
     """
-    if style not in PROMPT_STYLES:
-        raise ValueError(f"data.prompt_style {style!r} is not one of {PROMPT_STYLES}")
-    if max_prompt_len <= 0:
-        raise ValueError(f"data.max_prompt_len must be > 0, got {max_prompt_len}")
+    _check_settings(max_prompt_len, style)
     ctx = record["code_context"]
     changed = set(changed_paths(record))
     modified = [p for p in ctx if p in changed]

@@ -169,14 +169,16 @@ def write_report(out_dir: pathlib.Path, results: dict[str, dict], errors: list[d
         "submitted_instances": len(results) + len(errors),
         "completed_instances": len(having(lambda r: r["status"] in graded)),
         "resolved_instances": len(having(lambda r: r["resolved"])),
-        "unresolved_instances": len(having(lambda r: r["status"] == "unresolved")),
-        "empty_patch_instances": len(having(lambda r: r["empty_patch"])),
-        "error_instances": len(having(lambda r: r["status"] not in (*graded, far))),
+        # unresolved, empty patch and error as `outcome_counts` has them: each instance in one of them (an empty
+        # patch graded unresolved, or one out of reach, was counted twice: issue 57 item 6)
+        "unresolved_instances": len(counted_ids["unresolved"]),
+        "empty_patch_instances": len(counted_ids["empty_patch"]),
+        "error_instances": len(counted_ids["error"]),
         "completed_ids": having(lambda r: r["status"] in graded),
         "resolved_ids": having(lambda r: r["resolved"]),
-        "unresolved_ids": having(lambda r: r["status"] == "unresolved"),
-        "empty_patch_ids": having(lambda r: r["empty_patch"]),
-        "error_ids": having(lambda r: r["status"] not in (*graded, far)),
+        "unresolved_ids": counted_ids["unresolved"],
+        "empty_patch_ids": counted_ids["empty_patch"],
+        "error_ids": counted_ids["error"],
         # what this machine cannot grade, each with its reason and fix: counted apart, not in the rate
         "out_of_reach_ids": having(lambda r: r["status"] == far),
         "out_of_reach": {i: {"reason": results[i].get("reason", ""), "fix": results[i].get("fix", "")}
@@ -217,23 +219,25 @@ def _verdicts_differ(result: dict) -> bool:
 
 
 def summary(report: dict) -> str:
-    """One line of counts: graded by status, empty patches, and what was not graded (out of reach, unknown ids,
-    malformed lines)."""
-    counts = report["status_counts"]
-    errors = {k: v for k, v in counts.items() if k not in ("resolved", "unresolved", "unknown_instance",
-                                                             "malformed_prediction", "duplicate_prediction",
-                                                             reach.STATUS)}
-    parts = [f"resolved {counts.get('resolved', 0)}", f"unresolved {counts.get('unresolved', 0)}",
-             f"error {sum(errors.values())}" + (f" ({', '.join(f'{k} {v}' for k, v in errors.items())})"
-                                                 if errors else "")]
+    """One line of counts, each instance graded or asked about in exactly one of them: graded (resolved, unresolved,
+    empty patch, error by status; `outcome_counts`' partition of the graded instances), then what was not graded
+    (out of reach, unknown ids, malformed lines)."""
+    graded = [r for r in report["instances"].values() if outcomes.outcome(r) != outcomes.OUT_OF_REACH]
+    by = {k: sum(outcomes.outcome(r) == k for r in graded) for k in ("resolved", "unresolved", "empty_patch", "error")}
+    errors: dict[str, int] = {}
+    for r in graded:
+        if outcomes.outcome(r) == "error":
+            errors[r["status"]] = errors.get(r["status"], 0) + 1
+    parts = [f"resolved {by['resolved']}", f"unresolved {by['unresolved']}", f"empty patch {by['empty_patch']}",
+             f"error {by['error']}" + (f" ({', '.join(f'{k} {v}' for k, v in sorted(errors.items()))})"
+                                       if errors else "")]
     # out of reach: no patch was applied or tested (the report counts it apart), so it is not graded
-    far = counts.get(reach.STATUS, 0)
+    far = len(report["instances"]) - len(graded)
     not_graded = ([f"out of reach {far}"] if far else []) + [f"unknown id {len(report['unknown_ids'])}",
                                                             f"malformed line {report['malformed_predictions']}"]
     differ = len(report.get("verdict_disagreement_ids", []))
     verdicts = f"; the log's and the plugin's verdicts differ on {differ} (verdict_disagreement_ids)" if differ else ""
-    return (f"graded {len(report['instances']) - far}: {', '.join(parts)}; empty patch "
-            f"{report['empty_patch_instances']}; not graded: {', '.join(not_graded)}{verdicts}")
+    return f"graded {len(graded)}: {', '.join(parts)}; not graded: {', '.join(not_graded)}{verdicts}"
 
 
 def exit_code(report: dict) -> int:

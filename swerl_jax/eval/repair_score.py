@@ -12,11 +12,12 @@ RL 95.6 / 34.8; discrete-reward RL 94.2 / 29.0).
     resolved_rate  share of answers whose edit passes the record's hidden unit tests, for records that carry them
                  (the testbed's, swerl_jax/testbed: run in the sandbox); None when no record has hidden tests
 
-The policy is the config's model (random init or `model.hf_dir`) or, with `--weights`, a published policy
-version (the newest unless `--version`); `--address HOST:PORT` asks a running sampler server instead. Records whose
-prompt does not fit `data.max_prompt_len` are skipped and counted by reason. `DIR/repair.jsonl` gets one row per
-answer, `DIR/summary.json` the figures, `DIR/repair_settings.json` the flags and config that made them, and the last
-line printed is the summary. A DIR holding results of other settings is refused; the same command again starts over.
+The policy is the config's model (random init or `model.hf_dir`) or, with `--weights`, a published policy version
+(the newest unless `--version`); `--address HOST:PORT` asks a running sampler server instead. Records whose prompt
+does not fit `data.max_prompt_len` or cannot be built are skipped and counted by reason (the summary line names
+them). `DIR/repair.jsonl` gets one row per answer, `DIR/summary.json` the figures, `DIR/repair_settings.json` the
+flags and config that made them, and the last line printed is the summary. A DIR holding results of other settings
+is refused; the same command again starts over.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import pathlib
 import sys
@@ -32,11 +34,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from swerl_jax.data.paths import blocking_file, expand_record_paths, user_path, user_record_spec
-from swerl_jax.data.prompts import build_prompt
+from swerl_jax.data.prompts import prompt_or_reason
 from swerl_jax.data.records import ErrorCounter, read_records
 from swerl_jax.data.synthetic import config_records
 from swerl_jax.reward import get_reward_fn
+from swerl_jax.reward.functions import reward_pair
 from swerl_jax.sampler.types import SamplingParams, sampling_params
+
+log = logging.getLogger(__name__)
 
 # prompts (token ids) -> for each prompt, its answers (texts)
 Generate = Callable[[list[np.ndarray]], list[list[str]]]
@@ -59,9 +64,10 @@ class RepairScore:
     def line(self) -> str:
         """One line: what the paper's table shows, plus the counts."""
         resolved = "" if self.resolved_rate is None else f" resolved {100 * self.resolved_rate:.1f}%"
+        skipped = "".join(f"; skipped {n}: {reason}" for reason, n in self.skipped.items())
         return (f"repair: format {100 * self.format_rate:.1f}% score {self.score:.1f} exact "
                 f"{100 * self.exact_rate:.1f}%{resolved} ({self.answers} answers to {self.scored} of "
-                f"{self.records} records)")
+                f"{self.records} records{skipped})")
 
     def metrics(self) -> dict[str, float]:
         """The `eval/*` scalars a trainer logs (eval/resolved_rate only when the records have hidden tests)."""
@@ -80,17 +86,20 @@ def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_pro
     reward_fn = get_reward_fn(reward_kind)
     prompts, kept, skipped = [], [], {}
     for record in records:
-        prompt = build_prompt(record, tokenizer, max_prompt_len, prompt_style)
-        if not prompt.fits:
-            skipped["prompt longer than data.max_prompt_len"] = skipped.get(
-                "prompt longer than data.max_prompt_len", 0) + 1
+        prompt, reason, detail = prompt_or_reason(record, tokenizer, max_prompt_len, prompt_style,
+                                                  too_long="prompt longer than data.max_prompt_len")
+        if prompt is None:  # counted with its reason, never raised (issue 57 item 1); the first of each is named
+            if reason not in skipped:
+                log.warning("skipping a record: %s (%s)", reason, detail)
+            skipped[reason] = skipped.get(reason, 0) + 1
             continue
         prompts.append(np.asarray(prompt.ids, np.int32))
         kept.append(record)
     rewards, rows, executed = [], [], []
     for record, answers in zip(kept, generate(prompts) if prompts else [], strict=True):
         for sample, answer in enumerate(answers):
-            reward, info = reward_fn(record["code_context"], record["oracle_new_content"], answer)
+            reward, info = reward_pair(reward_fn(record["code_context"], record["oracle_new_content"], answer),
+                                       f"eval.reward_kind {reward_kind!r}")
             rewards.append(float(reward))
             rows.append({"instance_id": record["instance_id"], "sample": sample, "reward": float(reward),
                          "format_error": info.get("reason") if reward == -1.0 else None, "answer": answer})

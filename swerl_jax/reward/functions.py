@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import importlib
+import numbers
 import threading
 from collections.abc import Callable
 
@@ -194,6 +195,24 @@ def get_reward_fn(kind: str) -> RewardFn:
     raise ValueError(
         f"reward.kind={kind!r} is unknown; choose one of {sorted(REWARD_KINDS)} or 'python:module.fn'"
     )
+
+
+def reward_pair(value: object, kind: str = "reward function") -> tuple[float, dict]:
+    """A reward function's return checked: (float reward, info dict), or a TypeError naming the expected
+    ``(float, dict)`` and what came back (a bare float, a str like "0.5", a dict ...)."""
+    shown = repr(value)[:80]
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise TypeError(f"{kind} returned {shown} ({type(value).__name__}); expected a (float, dict) pair: "
+                        "return (reward, info), e.g. (0.5, {})")
+    reward, info = value
+    numeric = getattr(reward, "shape", None) == () and getattr(getattr(reward, "dtype", None), "kind", "") in "fiu"
+    if isinstance(reward, bool | str | bytes) or not (isinstance(reward, numbers.Real) or numeric):
+        raise TypeError(f"{kind} returned reward {repr(reward)[:80]} ({type(reward).__name__}); expected a "
+                        "(float, dict) pair whose reward is a number, e.g. (0.5, {})")
+    if not isinstance(info, dict):
+        raise TypeError(f"{kind} returned info {repr(info)[:80]} ({type(info).__name__}); expected a "
+                        "(float, dict) pair whose info is a dict, e.g. (0.5, {})")
+    return float(reward), info
 
 
 def compact_info(info: dict, max_chars: int = 500) -> dict:

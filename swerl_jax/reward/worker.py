@@ -23,7 +23,7 @@ import signal
 import socket
 import time
 
-from swerl_jax.reward.functions import compact_info, get_reward_fn
+from swerl_jax.reward.functions import compact_info, get_reward_fn, reward_pair
 
 WORKER_GROUPS = 8  # (code_context, oracle_new_content) pairs a worker keeps
 _SEND_BUFFER = 1 << 20  # asked for on the dispatcher's end of each pipe (the kernel may cap it)
@@ -36,10 +36,12 @@ FAILURE_REASONS = ("timeout", "crash", "exception", "nonfinite", "closed")
 def score_item(fn, code_context: dict, oracle_new_content: dict, output: str,
                fallback_reward: float) -> tuple[float, dict]:
     """``fn``'s (reward, compact info) for one item; the fallback with reason exception / nonfinite when it
-    raises or returns a reward that is not a finite number."""
+    raises, returns anything but a (float, dict) pair (a bare float, a str reward: `reward_pair`'s error) or a
+    reward that is not a finite number."""
     try:
-        reward, info = fn(code_context, oracle_new_content, output)
-        reward, info = float(reward), compact_info(info)
+        reward, info = reward_pair(fn(code_context, oracle_new_content, output),
+                                   f"reward function {getattr(fn, '__qualname__', fn)!s}")
+        info = compact_info(info)
     except Exception as e:  # noqa: BLE001 - a user hook's bug must not kill the pool
         return fallback_reward, {"reason": "exception", "error": repr(e)[:500]}
     if not math.isfinite(reward):

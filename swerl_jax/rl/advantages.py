@@ -14,25 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from swerl_jax.rl.registry import lookup, register_in
+
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {}
-
-
-def register_in(table: dict[str, Callable], name: str) -> Callable[[Callable], Callable]:
-    """Decorator adding `fn` to a registry `table` as `name` (ValueError when the name is taken); the registries
-    here and in `swerl_jax.rl.objectives` are built with it."""
-    def deco(fn: Callable) -> Callable:
-        if name in table:
-            raise ValueError(f"{name!r} is already registered")
-        table[name] = fn
-        return fn
-    return deco
-
-
-def lookup(table: dict[str, Callable], name: str, key: str) -> Callable:
-    """`table[name]`, or ValueError naming the config `key` and the registered names."""
-    if name not in table:
-        raise ValueError(f"{key}={name!r} is not one of {sorted(table)}")
-    return table[name]
 
 
 def register_advantage(name: str) -> Callable[[Callable], Callable]:

@@ -33,7 +33,7 @@ from swerl_jax.data.budget import answer_budget_warning
 from swerl_jax.data.loader import data_metrics, rl_dataset_from_config
 from swerl_jax.reward.service import RewardService
 from swerl_jax.rl.collector import COMPLETION_BUCKET, Collector, Groups, Sampler, local_prompts
-from swerl_jax.rl.rollouts import Rollout, RolloutGroups, flatten_groups
+from swerl_jax.rl.rollouts import Rollout, RolloutGroups, first_reward_failure, flatten_groups
 from swerl_jax.sampler.types import Completion, SamplingParams, sampling_params
 
 if TYPE_CHECKING:
@@ -187,6 +187,7 @@ class RepairCollector(Collector):
         if sharding.is_main_process() and (warning := answer_budget_warning(config)):
             log.warning("this config cannot learn: %s", warning)
         self.data_iter = iter(rl_dataset_from_config(config))
+        self._failure_warned = False
         r = config.reward
         self.reward_service = RewardService(num_workers=int(r.num_workers), timeout_s=float(r.timeout_s),
                                             fallback_reward=float(r.fallback_reward), kind=str(r.kind))
@@ -201,6 +202,12 @@ class RepairCollector(Collector):
         rollouts, times = collect_rollouts(
             sampler, self.reward_service, batch, self.sampling, self.num_samples, step, rl_seed(self.config),
             policy_version=policy_version, prompts_per_request=int(self.config.sampler.prompts_per_request))
+        failed = first_reward_failure(flatten_groups(rollouts))
+        if failed is not None and not self._failure_warned and sharding.is_main_process():
+            self._failure_warned = True  # the first one is named; every one is in reward_failure_rate
+            log.warning("the reward (reward.kind=%s) failed on %d of %d rollouts of step %d: their reward is "
+                        "reward.fallback_reward, counted in reward_failure_rate (not as malformed answers); "
+                        "first: %s", self.config.reward.kind, failed[0], sum(map(len, rollouts)), step, failed[1])
         service = {k: v for k, v in self.reward_service.metrics().items()
                    if k in ("items", "timeouts", "crashes", "exceptions", "nonfinite", "format_error_total")}
         return Groups.scored(

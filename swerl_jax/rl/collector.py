@@ -111,12 +111,19 @@ class Collector(Protocol):
         """Release what the collector started."""
 
 
+def prompt_share(prompts_per_step: int, processes: int, where: str = "mesh.num_processes") -> int:
+    """Each of `processes`' share of rl.prompts_per_step, or one ValueError line naming both keys (`where`: what
+    set the process count) when they do not split: a process with no prompt of its own has nothing to train on."""
+    if prompts_per_step < processes or prompts_per_step % processes:
+        fit = processes * max(1, -(-prompts_per_step // processes))
+        raise ValueError(f"rl.prompts_per_step={prompts_per_step} does not split over the {processes} processes of "
+                         f"this run ({where}={processes}): each process samples its own share of the prompts; set "
+                         f"rl.prompts_per_step to a multiple of {processes} (e.g. {fit})")
+    return prompts_per_step // processes
+
+
 def local_prompts(config: Any) -> int:
     """This process's share of rl.prompts_per_step (each process samples its own prompts)."""
     import jax
 
-    processes = jax.process_count()
-    if int(config.rl.prompts_per_step) % processes:
-        raise ValueError(f"rl.prompts_per_step={config.rl.prompts_per_step} is not divisible by the {processes} "
-                         "processes (each samples its own share of the prompts)")
-    return int(config.rl.prompts_per_step) // processes
+    return prompt_share(int(config.rl.prompts_per_step), jax.process_count(), "the JAX process count")

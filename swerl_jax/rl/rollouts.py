@@ -209,3 +209,14 @@ def rollout_metrics(rollouts: list[Rollout]) -> dict[str, float]:
     out.update({f"format_error/{k}": v / n for k, v in sorted(reasons.items())})
     out.update({f"reward_failure/{k}": v / n for k, v in sorted(failures.items())})
     return out
+
+
+def first_reward_failure(rollouts: list[Rollout]) -> tuple[int, str] | None:
+    """(how many of `rollouts` the reward service could not score, the first one's "reason: error"), or None when
+    every one was scored: what a run prints so that a reward function failing on every rollout is not read as a
+    run of well-formed answers scoring the fallback."""
+    failed = [r for r in rollouts if r.reward_failure is not None]
+    if not failed:
+        return None
+    first = failed[0]
+    return len(failed), f"{first.reward_failure}: {first.reward_info.get('error', 'no error message')}"

@@ -188,6 +188,9 @@ class MetricsWriter:
             self._add_scalars(self._tb, row)
         if self._bar is not None:
             shown = {k: f"{row[k]:.4g}" for k in PROGRESS_KEYS if k in row and isinstance(row[k], float | int)}
+            failed = row.get("reward_failure_rate")
+            if isinstance(failed, float | int) and failed > 0:  # a failing reward is not a low reward
+                shown["reward_failure_rate"] = f"{failed:.0%}"
             self._bar.set_postfix(shown, refresh=False)
             self._bar.update(1)
         return row

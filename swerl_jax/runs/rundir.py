@@ -75,7 +75,8 @@ def config_changes(old: dict, new: dict) -> list[tuple[str, Any, Any]]:
     from experiments import base  # the defaults every experiment starts from
 
     a, b = flatten(old), flatten(new)
-    defaults = flatten(base.get_config().to_dict()) if set(b) - set(a) else {}
+    # as config.json holds them (JSON: a tuple default such as rl.imports=() reads back as [])
+    defaults = flatten(json.loads(base.get_config().to_json())) if set(b) - set(a) else {}
     out = []
     for key in sorted(set(a) | set(b)):
         if key.startswith(OPERATIONAL_KEYS) or key in OPERATIONAL_KEYS:

@@ -7,11 +7,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 from typing import Any
 
-from swerl_jax.runs.metrics import METRICS_FILE, read_metrics
+from swerl_jax.runs.metrics import METRICS_FILE, ROLLOUTS_DIR, read_metrics
 
 
 def _mean(rows: list[dict], key: str) -> float | None:
@@ -31,6 +32,38 @@ def _change(rows: list[dict], key: str, fmt: str, k: int) -> str | None:
     if first is None or last is None:
         return None
     return f"{fmt.format(first)} -> {fmt.format(last)}"
+
+
+def _first_failure(workdir: pathlib.Path) -> str | None:
+    """The first saved rollout the reward service could not score: "step S: reason: error" (None: none saved)."""
+    for path in sorted((workdir / ROLLOUTS_DIR).glob("step_*.jsonl")):
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and row.get("reward_failure"):
+                info = row.get("reward_info") if isinstance(row.get("reward_info"), dict) else {}
+                return f"step {row.get('step')}: {row['reward_failure']}: {info.get('error', 'no error message')}"
+    return None
+
+
+def _failure_parts(rows: list[dict], workdir: pathlib.Path, k: int) -> list[str] | None:
+    """When the reward service failed on some rollouts: their rate and the first error, and the malformed rate
+    among the answers it did score (a failed rollout is neither malformed nor well-formed); None otherwise."""
+    if not any(isinstance(r.get("reward_failure_rate"), int | float) and r["reward_failure_rate"] > 0 for r in rows):
+        return None
+    parts = [f"reward_failure_rate {_change(rows, 'reward_failure_rate', '{:.0%}', k)} (the reward failed: "
+             f"first {_first_failure(workdir) or 'error not saved (logging.save_rollouts off)'})"]
+    scored = [{"step": r["step"], "malformed": r["format_error_rate"] / (1 - r.get("reward_failure_rate", 0.0))}
+              for r in rows if isinstance(r.get("format_error_rate"), int | float)
+              and r.get("reward_failure_rate", 0.0) < 1]
+    if scored:
+        first, last = _mean(scored[:k], "malformed"), _mean(scored[-k:], "malformed")
+        parts.append(f"malformed (of the scored answers) {first:.0%} -> {last:.0%}")
+    else:
+        parts.append("malformed n/a (no answer was scored)")
+    return parts
 
 
 def stage_summary(rows: list[dict], stage: str) -> dict[str, Any]:
@@ -80,8 +113,13 @@ def summarize_run(workdir: str | os.PathLike) -> str:
             # an agent run's rows carry agent/*: its rates are resolved episodes and failed tool calls; a
             # single-turn run's are malformed answers and exact fixes (what its reward measures)
             agent = any("agent/resolved_rate" in r for r in rows)
+            failures = _failure_parts(rows, workdir, k)
+            if failures is not None:  # named first: the rest of the line is about the fallback reward
+                parts.extend(failures)
             named = ((("agent/resolved_rate", "resolved"), ("agent/tool_error_rate", "tool errors")) if agent
                      else (("format_error_rate", "malformed"), ("reward_solved_frac", "exact fixes")))
+            if failures is not None:
+                named = tuple(n for n in named if n[0] != "format_error_rate")
             for key, what in (*named, ("reward_timeout_rate", "reward timeouts")):
                 if (c := _change(rows, key, "{:.0%}", k)) is not None:
                     parts.append(f"{what} {c}")

@@ -4,6 +4,7 @@ model's tokens), termination reasons, the hidden tests kept out of the work dir,
 from __future__ import annotations
 
 import concurrent.futures
+import os
 
 import numpy as np
 import pytest
@@ -117,3 +118,7 @@ def test_hidden_tests_never_enter_the_work_dir_and_grade_the_diff(tasks, tmp_pat
     assert reward == 1.0, info
     assert not (checkout / inst["test_file"]).exists()  # graded in the grader's own checkout
     env.close()
+    # every file the reward info names (what the rollouts' reward_info keeps) is still there once the episode ended:
+    # "log" named the grading log in the host folder close() removes
+    named = [v for v in info.values() if isinstance(v, str) and v.startswith(str(tmp_path))]
+    assert "log" not in info and all(os.path.exists(v) for v in named), info

@@ -39,6 +39,11 @@ def test_tts_command_runs_every_stage_and_reports(agent_tts_tiny_run):
     assert len((out_dir / "verifier" / "metrics.jsonl").read_text().splitlines()) == 2
     assert (out_dir / "report.md").read_text() in stdout
     assert "tts: 4/4 report: " in stderr and (out_dir / "done" / "policy-0.jsonl").exists()  # resumable
+    # issue 57 item 6: the verifier's gold training episodes printed "1/1 episodes resolved" under the execution
+    # verifier's heading, as if the policy had resolved them
+    execution = stderr.split("tts: 2/4 execution verifier")[1].split("tts: 3/4")[0]
+    assert "episodes resolved" not in execution
+    assert "verifier training, scripted gold episodes: instances 1-1 of 1: 1/1 episodes resolved" in stderr
     # another config into the same --out is refused in one line before anything runs (its batches are reused)
     again = subprocess.run([*cmd[:-1], "--config.verifier.num_steps=3"], cwd=REPO_ROOT, env=env, capture_output=True,
                            text=True, timeout=300)
@@ -79,3 +84,13 @@ def test_out_under_a_file_is_one_line_naming_out_before_anything_starts(tmp_path
         tts.main(["--config=experiments/agent_tts.py:tiny", f"--out={tmp_path / 'metrics.jsonl'}/o"])
     assert "evaluating" not in capsys.readouterr().out
     assert (tmp_path / "metrics.jsonl").read_text() == "{}\n"
+
+
+def test_a_batch_line_names_whose_episodes_it_counts():
+    from swerl_jax.agent.scaling import Trajectory
+    from swerl_jax.agent.tts import batch_line
+
+    batch = [[Trajectory("task-0", k, "patch", True, "finish", 3, "...") for k in range(2)]]
+    assert batch_line("", 0, batch, 1) == "    instances 1-1 of 1: 2/2 episodes resolved"
+    assert batch_line("verifier training, scripted gold episodes", 0, batch, 1) == (
+        "    verifier training, scripted gold episodes: instances 1-1 of 1: 2/2 episodes resolved")

@@ -31,3 +31,29 @@ def test_config_errors_name_the_field():
         CurateConfig(relevant_predictor="llm")
     with pytest.raises(ValueError, match="formats"):
         CurateConfig(formats=("parquet",))
+
+
+def test_swebench_lite_and_verified_instances_are_prs_by_repo_and_number(shared_data):
+    from swerl_jax.curate.benchmarks import benchmark_prs, instance_pr
+
+    prs = benchmark_prs([str(shared_data / "swebench_lite.json"), str(shared_data / "swebench_verified.jsonl")])
+    assert ("psf/requests", 863) in prs and ("pallets/flask", 4045) in prs and ("psf/requests", 864) not in prs
+    assert 500 <= len(prs) <= 800  # 300 Lite + 500 Verified, partly the same instances
+    assert instance_pr({"instance_id": "Psf__Requests-863"}, "x") == ("psf/requests", 863)  # repo from the id
+    with pytest.raises(ValueError, match=r"lite.json row 1: instance_id 'requests' is not a SWE-bench id"):
+        instance_pr({"instance_id": "requests"}, "lite.json row 1")
+
+
+def test_the_benchmark_switch_and_its_lists_on_the_command_line():
+    from swerl_jax.curate.__main__ import parse_args
+
+    args, _ = parse_args(["--clones", "c", "--out", "o"])
+    assert args.drop_benchmark_instances is True
+    assert args.benchmark_instances == ("princeton-nlp/SWE-bench_Lite", "princeton-nlp/SWE-bench_Verified")
+    args, _ = parse_args(["--clones", "c", "--out", "o", "--config.drop_benchmark_instances=false",
+                          "--config.benchmark_instances=a.json,b.jsonl"])
+    assert args.drop_benchmark_instances is False and args.benchmark_instances == ("a.json", "b.jsonl")
+    with pytest.raises(ValueError, match=r"--config.drop_benchmark_instances='no': expected true or false"):
+        parse_args(["--clones", "c", "--out", "o", "--config.drop_benchmark_instances=no"])
+    with pytest.raises(ValueError, match="benchmark_instances is empty while drop_benchmark_instances is on"):
+        CurateConfig(benchmark_instances=())

@@ -47,7 +47,7 @@ def test_cli_multiprocess(tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["--clones", str(tmp_path / "clones"), "--events", str(tmp_path / "events.jsonl"),
                "--issues", str(tmp_path / "issues.jsonl"), "--out", str(out), "--config.num_shards=3",
-               "--config.formats=jsonl"])
+               "--config.formats=jsonl", "--config.drop_benchmark_instances=false"])
     assert rc == 0
     funnel = json.loads((out / "funnel.json").read_text())
     assert funnel["pr_candidates"] == 19 and funnel["kept"] == 6 and funnel["rl_seeds"] == 1

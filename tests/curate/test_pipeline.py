@@ -16,6 +16,13 @@ from swerl_jax.data.records import read_records, validate_record
 from tests.curate.builders import CORE_V0, CORE_V1, EXTRA, UTIL_V0, UTIL_V1, WIDGET_OUTCOMES, build_world
 
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+
+
+def kept_benchmarks(**fields) -> CurateConfig:
+    """The test world's settings: its PRs are no SWE-bench instances (and the default lists need the network)."""
+    return CurateConfig(drop_benchmark_instances=False, **fields)
+
+
 RECORD_FIELDS = ("instance_id", "repo", "base_commit", "problem_statement", "code_context", "oracle_new_content",
                  "oracle_patch", "created_at", "source")
 
@@ -25,7 +32,7 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("curate")
     info = build_world(root)
     out = root / "out"
-    funnel = run_curation(str(root / "clones"), str(out), CurateConfig(num_shards=2), [str(root / "events.jsonl")],
+    funnel = run_curation(str(root / "clones"), str(out), kept_benchmarks(num_shards=2), [str(root / "events.jsonl")],
                           [str(root / "issues.jsonl")], IN_MEMORY, verbose=False)
     return root, info, out, funnel
 
@@ -173,7 +180,7 @@ def test_failed_run_publishes_nothing(world, tmp_path, monkeypatch):
 
     monkeypatch.setattr(sinks, "write_records", half_then_fail)
     with pytest.raises(Exception, match="disk full"):
-        run_curation(str(root / "clones"), str(out), CurateConfig(num_shards=1), beam_args=IN_MEMORY, verbose=False)
+        run_curation(str(root / "clones"), str(out), kept_benchmarks(num_shards=1), beam_args=IN_MEMORY, verbose=False)
     assert sorted(os.listdir(out)) == ["records"]  # no staging folder, no funnel.json
     assert os.listdir(out / "records") == ["records-00000-of-00001.jsonl"]
     assert (out / "records" / "records-00000-of-00001.jsonl").read_text() == '{"old": 1}\n'
@@ -189,7 +196,7 @@ def test_unexpected_error_is_counted_not_fatal(world, tmp_path, monkeypatch):
         raise RuntimeError("unforeseen")
 
     monkeypatch.setattr(pipeline, "extract_pr", boom)
-    funnel = run_curation(str(clones), str(tmp_path / "out"), CurateConfig(num_shards=1), beam_args=IN_MEMORY,
+    funnel = run_curation(str(clones), str(tmp_path / "out"), kept_benchmarks(num_shards=1), beam_args=IN_MEMORY,
                           verbose=False)
     assert funnel["stages"] == [{"stage": "extract_error", "dropped": 1, "remaining": 0}] and funnel["kept"] == 0
 
@@ -211,9 +218,38 @@ def test_the_default_runner_never_tries_prism(world, tmp_path, monkeypatch):
     clones = tmp_path / "clones"
     clones.mkdir()
     (clones / "acme__gadget.git").symlink_to(root / "clones" / "acme__gadget.git")
-    funnel = run_curation(str(clones), str(tmp_path / "out"), CurateConfig(num_shards=1), beam_args=IN_MEMORY,
+    funnel = run_curation(str(clones), str(tmp_path / "out"), kept_benchmarks(num_shards=1), beam_args=IN_MEMORY,
                           verbose=False)
     assert funnel["kept"] > 0 and not tried
-    run_curation(str(clones), str(tmp_path / "direct"), CurateConfig(num_shards=1),
+    run_curation(str(clones), str(tmp_path / "direct"), kept_benchmarks(num_shards=1),
                  beam_args=[*IN_MEMORY, "--runner=DirectRunner"], verbose=False)
     assert tried  # the check can fail: the DirectRunner does try Prism
+
+
+def test_benchmark_instances_are_dropped_as_their_own_stage_unless_switched_off(world, tmp_path):
+    """Issue 57 item 5: a PR that is a SWE-bench instance (here acme__gadget-1, named in a benchmark file of the
+    SWE-bench format) is left out of the records and counted as the funnel stage benchmark_instance."""
+    root, _, _, _ = world
+    clones = tmp_path / "clones"
+    clones.mkdir()
+    (clones / "acme__gadget.git").symlink_to(root / "clones" / "acme__gadget.git")
+    lite = tmp_path / "lite.json"
+    lite.write_text(json.dumps([{"instance_id": "acme__gadget-1", "repo": "Acme/Gadget"},
+                                {"instance_id": "acme__gadget-99", "repo": "acme/gadget"}]))
+    config = CurateConfig(num_shards=1, formats=("jsonl",), benchmark_instances=(str(lite),))
+    funnel = run_curation(str(clones), str(tmp_path / "on"), config, beam_args=IN_MEMORY, verbose=False)
+    assert funnel["stages"] == [{"stage": "benchmark_instance", "dropped": 1, "remaining": 0}]
+    assert funnel["pr_candidates"] == 1 and funnel["kept"] == 0
+    assert {iid: r["reason"] for iid, r in _read(tmp_path / "on", "dropped").items()} == {
+        "acme__gadget-1": "benchmark_instance"}
+    kept = run_curation(str(clones), str(tmp_path / "off"), CurateConfig(
+        num_shards=1, formats=("jsonl",), drop_benchmark_instances=False, benchmark_instances=(str(lite),)),
+        beam_args=IN_MEMORY, verbose=False)
+    assert kept["kept"] == 1 and list(_read(tmp_path / "off", "records")) == ["acme__gadget-1"]
+    # a list that cannot be read is one line naming the key and the way out, before Beam starts
+    with pytest.raises(ValueError, match=r"--config.benchmark_instances: cannot read .*nosuch.json.*"
+                                         r"--config.drop_benchmark_instances=false"):
+        run_curation(str(clones), str(tmp_path / "bad"),
+                     CurateConfig(benchmark_instances=(str(tmp_path / "nosuch.json"),)), beam_args=IN_MEMORY,
+                     verbose=False)
+    assert not (tmp_path / "bad").exists()

@@ -134,7 +134,8 @@ def test_run_curation_with_llm_predictor(sampler, tmp_path):
     from tests.curate.builders import build_world
 
     build_world(tmp_path)
-    config = CurateConfig(num_shards=1, formats=("jsonl",), relevant_predictor="llm", sampler_address=sampler)
+    config = CurateConfig(num_shards=1, formats=("jsonl",), relevant_predictor="llm", sampler_address=sampler,
+                           drop_benchmark_instances=False)
     funnel = run_curation(str(tmp_path / "clones"), str(tmp_path / "out"), config, [str(tmp_path / "events.jsonl")],
                           [str(tmp_path / "issues.jsonl")], ["--direct_running_mode=in_memory"], verbose=False)
     assert funnel["kept"] == 6  # as with the heuristic predictor

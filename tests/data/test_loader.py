@@ -337,3 +337,25 @@ def test_a_config_whose_answers_cannot_fit_says_so():
     config.sampler.max_new_tokens = 48
     warning = answer_budget_warning(config)
     assert warning.startswith("sampler.max_new_tokens=48 is shorter than the oracle answer of each of the first 2 RL")
+
+
+def test_records_that_cannot_be_prompted_are_counted_not_raised(tmp_path, shared_data, monkeypatch):
+    from swerl_jax.data import prompts
+    from tests.data.test_prompts import appended_at_end_record
+
+    appended = appended_at_end_record(shared_data)  # raised IndexError out of the loader (issue 57 item 1)
+    records = [*synthetic_records(3, seed=4), appended]
+    it = iter(rl_dataset(records, batch_size=1, max_prompt_len=1024, num_epochs=1, shuffle=False, **ONE))
+    assert _ids(it) == [r["instance_id"] for r in records]
+    # any failure of a record's prompt is a data/dropped reason, as a too-long prompt is
+    real = prompts.build_prompt
+
+    def broken(record, *a, **k):
+        return [][0] if record["instance_id"] == records[1]["instance_id"] else real(record, *a, **k)
+
+    monkeypatch.setattr(prompts, "build_prompt", broken)
+    for ds in (rl_dataset(records, batch_size=1, max_prompt_len=1024, num_epochs=1, shuffle=False, **ONE),
+               sft_dataset(records[:3], batch_size=1, max_len=1024, num_epochs=1, shuffle=False, **ONE)):
+        it = iter(ds)
+        assert records[1]["instance_id"] not in _ids(it)
+        assert filter_stats(it)["dropped"] == {"prompt could not be built (IndexError)": 1}

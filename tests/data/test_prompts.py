@@ -120,3 +120,40 @@ def test_bad_arguments(tok):
         build_prompt(r, tok, 100, style="chatgpt")
     with pytest.raises(ValueError, match="max_prompt_len"):
         build_prompt(r, tok, 0)
+
+
+def appended_at_end_record(shared_data) -> dict:
+    """psf/requests-863's record reshaped as the failing case of issue 57: requests/models.py without its final
+    newline, the oracle edit appending a function after the last line (an insertion past every old line)."""
+    import difflib
+
+    records = [json.loads(line) for line in open(shared_data / "pr_records_requests_flask.jsonl")]
+    r = next(r for r in records if r["instance_id"] == "psf__requests-863")
+    path = "requests/models.py"
+    old = r["code_context"][path].rstrip("\n")
+    new = old + "\n\n\ndef hook_names(hooks):\n    return sorted(hooks)\n"
+    patch = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+    return dict(r, code_context={path: old}, oracle_new_content={path: new}, oracle_patch=patch)
+
+
+def test_lines_appended_to_a_file_without_final_newline_are_prompted(tok, shared_data):
+    # was: IndexError in _window (the insertion's span lay past the file's last line, so no line was kept)
+    r = appended_at_end_record(shared_data)
+    p = build_prompt(r, tok, 1024)
+    assert p.fits and p.num_tokens <= 1024
+    (d,) = p.decisions
+    last = r["code_context"]["requests/models.py"].split("\n")
+    assert d.action == "truncated" and d.lines[1] == len(last)  # the window reaches the line the edit goes after
+    assert last[-1] in p.text
+
+
+def test_a_record_that_cannot_be_prompted_is_a_reason_not_an_exception(tok, monkeypatch):
+    from swerl_jax.data import prompts
+
+    r = synthetic_records(1)[0]
+    monkeypatch.setattr(prompts, "build_prompt", lambda *a, **k: [][0])
+    prompt, reason, detail = prompts.prompt_or_reason(r, tok, 1024)
+    assert prompt is None and reason == "prompt could not be built (IndexError)"
+    assert detail.startswith(r["instance_id"] + ": IndexError")
+    with pytest.raises(ValueError, match="max_prompt_len"):  # a bad setting is still the user's error
+        prompts.prompt_or_reason(r, tok, 0)

@@ -172,7 +172,7 @@ def test_the_report_counts_every_status_and_the_exit_code_says_what_failed(files
                                  "c": {"status": "unresolved"}})
     report, last = run_cli(files, executor, monkeypatch, capsys)
     assert report["error_instances"] == len(report["error_ids"]) == 1
-    assert harness.summary(report) == ("graded 3: resolved 1, unresolved 1, error 1 (patch_failed 1); empty patch 0; "
+    assert harness.summary(report) == ("graded 3: resolved 1, unresolved 1, empty patch 0, error 1 (patch_failed 1); "
                                        "not graded: unknown id 1, malformed line 3")
     assert harness.exit_code(report) == 1
     (files / "x").mkdir()
@@ -242,6 +242,10 @@ def test_the_rate_counts_every_instance_asked_about_with_a_count_per_reason(tmp_
     assert report["outcome_counts"] == {"resolved": 1, "unresolved": 1, "empty_patch": 1, "error": 1,
                                         "no_prediction": 1}
     assert report["no_prediction_ids"] == ["e"] and report["resolved_rate"] == 0.2
+    # b, an empty patch graded unresolved, was counted twice ("unresolved 2 ...; empty patch 1" of 4 graded)
+    assert harness.summary(report) == ("graded 4: resolved 1, unresolved 1, empty patch 1, error 1 (patch_failed 1); "
+                                       "not graded: unknown id 0, malformed line 0")
+    assert report["unresolved_ids"] == ["d"] and report["empty_patch_ids"] == ["b"] and report["error_ids"] == ["c"]
     assert report["model_names"] == ["run7@v3"] and report["predictions_file"] == str(tmp_path / "preds.json")
     only = grade(tmp_path, ScriptedExecutor({}), monkeypatch, "--instance_ids", "a", "e")
     assert capsys.readouterr().out.strip().splitlines()[-1] == ("resolved 1/2 (unresolved 0, empty patch 0, error 0, "
@@ -265,7 +269,7 @@ def test_out_of_reach_is_counted_apart_named_in_one_line_with_its_fix(tmp_path, 
     assert report["resolved_rate"] == 0.5 and report["error_ids"] == [] and report["out_of_reach_ids"] == ["c"]
     assert report["out_of_reach"] == {"c": {"reason": far["reason"], "fix": far["fix"]}}
     # out of reach was counted as graded ("graded 1: ..., out of reach 1" with nothing graded): it is not
-    assert harness.summary(report) == ("graded 2: resolved 1, unresolved 1, error 0; empty patch 0; not graded: out "
+    assert harness.summary(report) == ("graded 2: resolved 1, unresolved 1, empty patch 0, error 0; not graded: out "
                                        "of reach 1, unknown id 0, malformed line 0")
     again = ScriptedExecutor({"c": {"status": "resolved"}})  # fetched since: graded anew, not reused
     assert grade(tmp_path, again, monkeypatch)["resolved_instances"] == 2 and again.calls == ["c"]
@@ -308,3 +312,18 @@ def test_env_cache_gb_must_be_a_size_above_zero(value, capsys):
         build_parser().parse_args(["--instances", "i", "--predictions", "p", "--repos", "r", "--out", "o",
                                    "--env-cache-gb", value])
     assert "--env-cache-gb" in capsys.readouterr().err
+
+
+def test_empty_patches_out_of_reach_are_counted_once(tmp_path, monkeypatch, capsys):
+    """Issue 57 item 6: 2 instances, both empty patches whose repository is out of reach, printed "graded 0: ...;
+    empty patch 2; not graded: out of reach 2", and report.json had empty_patch_instances 2 against
+    outcome_counts.empty_patch 0."""
+    (tmp_path / "instances.jsonl").write_text("\n".join(json.dumps(instance(i)) for i in "ab"))
+    (tmp_path / "preds.json").write_text("".join(json.dumps({"instance_id": i, "model_name_or_path": "m",
+                                                             "model_patch": ""}) + "\n" for i in "ab"))
+    far = {"status": "out_of_reach", "reason": "o/r is not in --repos R", "fix": "clone it into R/o__r.git"}
+    report = grade(tmp_path, ScriptedExecutor({"a": far, "b": far}), monkeypatch)
+    assert report["empty_patch_instances"] == report["outcome_counts"]["empty_patch"] == 0
+    assert report["empty_patch_ids"] == [] and report["out_of_reach_ids"] == ["a", "b"]
+    assert harness.summary(report) == ("graded 0: resolved 0, unresolved 0, empty patch 0, error 0; not graded: out "
+                                       "of reach 2, unknown id 0, malformed line 0")

@@ -288,3 +288,20 @@ def test_invalid_records_are_counted_and_named_not_silently_dropped(tmp_path, ca
     assert "skipped 1 invalid records of 3 (" in capsys.readouterr().out
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert sum(summary["invalid_records"].values()) == 1
+
+
+def test_records_that_cannot_be_prompted_are_skipped_with_their_reason(shared_data, monkeypatch):
+    from swerl_jax.data import prompts
+    from tests.data.test_prompts import appended_at_end_record
+
+    records = [*RECORDS[:2], appended_at_end_record(shared_data)]  # the last raised IndexError (issue 57 item 1)
+    got = rs.repair_score(records, _scripted(lambda i: [oracle_solution(records[i])]), load_tokenizer(), 1024)
+    assert got.scored == 3 and got.skipped == {} and got.exact_rate == 1.0
+    short = rs.repair_score(records, _scripted(lambda i: [oracle_solution(records[i])]), load_tokenizer(), 200)
+    assert short.scored < 3 and "skipped" in short.line() and "data.max_prompt_len" in short.line()
+    real = prompts.build_prompt
+    monkeypatch.setattr(prompts, "build_prompt",
+                        lambda r, *a, **k: [][0] if r is records[0] else real(r, *a, **k))
+    broken = rs.repair_score(records, _scripted(lambda i: [oracle_solution(records[i + 1])]), load_tokenizer(), 1024)
+    assert broken.scored == 2 and broken.skipped == {"prompt could not be built (IndexError)": 1}
+    assert "skipped 1: prompt could not be built (IndexError)" in broken.line()

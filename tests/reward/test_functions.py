@@ -157,3 +157,31 @@ def test_unidiff_rename_header():
     reward, info = calculate_reward_unidiff([patch], [patch])
     assert reward == 1.0 and info["similarities"][0]["path"] == "x.py"
     assert info["similarities"][0]["oracle_change"] == "rename from x.py to y.py\n@@ -1,1 +1,1 @@\n-a\n+b"
+
+
+def test_a_reward_function_must_return_a_float_dict_pair():
+    import numpy as np
+
+    from swerl_jax.reward.functions import reward_pair
+    from swerl_jax.reward.worker import score_item
+
+    assert reward_pair((1, {})) == (1.0, {}) and reward_pair([np.float32(0.5), {"a": 1}]) == (0.5, {"a": 1})
+    for bad, shown in ((0.5, "returned 0.5 (float)"), (("0.5", {}), "returned reward '0.5' (str)"),
+                       ("0.5", "returned '0.5' (str)"), ((0.5, "ok"), "returned info 'ok' (str)"),
+                       ((True, {}), "returned reward True (bool)")):
+        with pytest.raises(TypeError, match=r"expected a \(float, dict\) pair") as err:
+            reward_pair(bad, "reward.kind 'python:m.f'")
+        assert str(err.value).startswith(f"reward.kind 'python:m.f' {shown}")
+
+    # in the service's worker: the fallback, reason exception, with that one line (a str "0.5" was taken as 0.5;
+    # a bare float was "cannot unpack non-iterable float object")
+    def bare(code_context, oracle_new_content, output):
+        return 0.5
+
+    def text(code_context, oracle_new_content, output):
+        return "0.5", {}
+
+    for fn, shown in ((bare, "returned 0.5 (float)"), (text, "returned reward '0.5' (str)")):
+        reward, info = score_item(fn, CTX, ORACLE, "out", -1.0)
+        assert reward == -1.0 and info["reason"] == "exception", info
+        assert shown in info["error"] and "expected a (float, dict) pair" in info["error"]

@@ -131,3 +131,14 @@ def test_excluded_samples_leave_the_baseline_and_credit_ends_cut_the_loss_mask()
     np.testing.assert_array_equal(batch["loss_mask"][1, :3], [1, 0, 0])
     np.testing.assert_array_equal(batch["loss_mask"][2, :3], [1, 1, 0])
     assert [len(r.completion_tokens) for r in groups[0]] == [1, 2, 2, 2] and not hasattr(groups[0][1], "advantage")
+
+
+def test_prompts_that_do_not_split_over_the_processes_are_one_line_naming_both_keys():
+    from swerl_jax.rl.collector import prompt_share
+
+    assert prompt_share(4, 2) == 2 and prompt_share(3, 1) == 3
+    for prompts, processes, fit in ((1, 2, 2), (3, 2, 4)):  # 1 on 2 processes: one process had no prompt at all
+        with pytest.raises(ValueError, match=rf"rl.prompts_per_step={prompts} does not split over the {processes} "
+                                             rf"processes of this run \(mesh.num_processes={processes}\).* "
+                                             rf"multiple of {processes} \(e.g. {fit}\)"):
+            prompt_share(prompts, processes)

@@ -68,8 +68,9 @@ def test_register_advantage_variant():
         return jnp.sign(rewards - rewards.mean(-1, keepdims=True))
     try:
         np.testing.assert_allclose(obj.group_advantages(REWARDS[:1], "test-sign"), [[1, -1, -1, 1]])
-        with pytest.raises(ValueError, match="already registered"):
-            obj.register_advantage("test-sign")(_sign)
+        assert obj.register_advantage("test-sign")(_sign) is _sign  # the same function again: its file re-run
+        with pytest.raises(ValueError, match="already registered"):  # another function under the name: refused
+            obj.register_advantage("test-sign")(lambda rewards, std_eps, std_ddof: rewards)
     finally:
         del obj.ADVANTAGE_ESTIMATORS["test-sign"]
 

@@ -77,3 +77,13 @@ def test_bucket_length():
     assert bucket_length(1100, 64, 1500) == 1500
     with pytest.raises(ValueError):
         bucket_length(300, 64, 256)
+
+
+def test_first_reward_failure_names_the_count_and_the_first_error():
+    from swerl_jax.rl.rollouts import first_reward_failure
+
+    rs = [_rollout(0, 0, [1], [2], 0.5), _rollout(0, 1, [1], [2], -1.0, info={"reason": "no_blocks"}),
+          _rollout(0, 2, [1], [2], -1.0, info={"reason": "exception", "error": "ValueError('boom')"}),
+          _rollout(0, 3, [1], [2], -1.0, info={"reason": "timeout"})]
+    assert first_reward_failure(rs) == (2, "exception: ValueError('boom')")
+    assert first_reward_failure(rs[:2]) is None

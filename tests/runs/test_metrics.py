@@ -118,3 +118,13 @@ def test_progress_bar_names_the_stage(tmp_path):
     with MetricsWriter(tmp_path, total_steps=2, tensorboard=False, progress_file=bar, desc="sft") as w:
         w.write(0, {"loss": 1.0})
     assert bar.getvalue().lstrip("\r").startswith("sft:")
+
+
+def test_progress_bar_names_reward_failures(tmp_path):
+    # issue 57 item 4: a reward raising on every rollout showed reward_mean=-1 beside the bar, like malformed answers
+    bar = io.StringIO()
+    with MetricsWriter(tmp_path, total_steps=2, tensorboard=False, progress_file=bar) as w:
+        w.write(0, {"reward_mean": 0.5, "reward_failure_rate": 0.0})
+        assert "reward_failure_rate" not in bar.getvalue()
+        w.write(1, {"reward_mean": -1.0, "reward_failure_rate": 1.0})
+    assert "reward_failure_rate=100%" in bar.getvalue()

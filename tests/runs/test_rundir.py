@@ -148,3 +148,13 @@ def test_checkpoints_without_a_config_are_refused_unless_a_sweep_shared_the_sft_
     (tmp_path / "checkpoints" / "2").mkdir(parents=True)  # GRPO checkpoints: never a shared stage
     with pytest.raises(rundir.ConfigChangeError, match="no config.json"):
         rundir.record_config(tmp_path, _config())
+
+
+def test_a_run_from_before_rl_imports_resumes():
+    # issue 57 item 2 added rl.imports = (); config.json holds it as [], which the default () must match
+    new = json.loads(_config())
+    old = json.loads(_config())
+    del old["rl"]["imports"]
+    assert new["rl"]["imports"] == [] and rundir.config_changes(old, new) == []
+    new["rl"]["imports"] = ["/home/u/my_experiment.py"]
+    assert rundir.config_changes(old, new) == [("rl.imports", None, ["/home/u/my_experiment.py"])]

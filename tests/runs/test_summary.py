@@ -37,3 +37,22 @@ def test_an_asynchronous_run_reports_staleness_and_who_waited(tmp_path):
     assert "staleness 0.50 (max 1)  idle: trainer 25%, producer 40%" in line
     write_rows(tmp_path / "metrics.jsonl", [{"step": 1, "reward_mean": 0.0}])
     assert "staleness" not in summarize_run(tmp_path)  # a synchronous run says nothing of it
+
+
+def test_a_reward_that_fails_on_every_rollout_is_named_not_read_as_well_formed_answers(tmp_path):
+    # issue 57 item 4: every rollout got the fallback -1 with reason exception; the line said "malformed 0% -> 0%"
+    write_rows(tmp_path / "metrics.jsonl", [
+        {"step": s, "reward_mean": -1.0, "format_error_rate": 0.0, "reward_failure_rate": 1.0,
+         "reward_solved_frac": 0.0, "reward_timeout_rate": 0.0} for s in (1, 2)])
+    (tmp_path / "rollouts").mkdir()
+    write_rows(tmp_path / "rollouts" / "step_000001.jsonl", [
+        {"step": 1, "reward": -1.0, "format_error": None, "reward_failure": "exception",
+         "reward_info": {"reason": "exception", "error": "ValueError('boom')"}}])
+    line = summarize_run(tmp_path).splitlines()[0]
+    assert "reward_failure_rate 100% -> 100%" in line and "first step 1: exception: ValueError('boom')" in line
+    assert "malformed n/a (no answer was scored)" in line and "malformed 0%" not in line
+    # some failed: malformed is a share of the answers the reward did score
+    write_rows(tmp_path / "metrics.jsonl", [
+        {"step": s, "reward_mean": 0.0, "format_error_rate": 0.25, "reward_failure_rate": 0.5} for s in (1, 2)])
+    line = summarize_run(tmp_path).splitlines()[0]
+    assert "reward_failure_rate 50% -> 50%" in line and "malformed (of the scored answers) 50% -> 50%" in line
