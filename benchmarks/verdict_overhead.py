@@ -5,7 +5,8 @@
 Grades the gold patches of the three SWE-bench Lite flask instances (clones from ../shared/data/repos, cached
 environments) alternately with the plugin (today's harness) and without it (the harness before issue 56: pytest's
 log only), after one warm-up grading of each, and prints each arm's median wall time per grading (whole grading,
-and the test phase alone) and the ratio. CPU time of the sandboxed commands comes from the kernel's child rusage (resource.getrusage), not our clock.
+and the test phase alone) and the ratio. CPU time comes from the kernel's child rusage (resource.getrusage): what
+the host waits for (bwrap and the processes it reaps), not our clock.
 """
 
 from __future__ import annotations
