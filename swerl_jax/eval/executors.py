@@ -43,18 +43,26 @@ def checkout(git_dir: pathlib.Path, repo_dir: pathlib.Path, commit: str, cache: 
     return ""
 
 
-def eval_script(instance: dict, spec: dict, repo_dir: str, test_patch_file: str) -> str:
+def eval_script(instance: dict, spec: dict, repo_dir: str, test_patch_file: str, base_conftests: bool = False) -> str:
     """The test phase, as the official harness runs it: spec eval commands, test files reset to the base commit,
-    the test patch applied, the test command over the test patch's files between SWE-bench's log markers."""
+    the test patch applied, the test command over the test patch's files between SWE-bench's log markers.
+    base_conftests (RL verdicts): every conftest.py is the base commit's before the test patch applies (the model's
+    changed, deleted or added ones reset or removed): a conftest hook passes any test, and is the grader's."""
     consts = specs.constants()
     files = specs.test_patch_files(instance["test_patch"])
     test_cmds = spec["test_cmd"] if isinstance(spec["test_cmd"], list) else [spec["test_cmd"]]
     directives = " ".join(shlex.quote(d) for d in specs.test_directives(instance))
     lines = [f"cd {shlex.quote(repo_dir)}", *spec.get("eval_commands", [])]
+    git = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false"
+    if base_conftests:
+        base = shlex.quote(instance["base_commit"])
+        lines.append(f"git ls-tree -r -z --name-only {base} | grep -zE '(^|/)conftest\\.py$' | "
+                     f"xargs -0 -r {git} checkout -q {base} --")
+        lines.append(f"find . -path ./.git -prune -o -name conftest.py -print | while IFS= read -r f; do "
+                     f"git cat-file -e {base}:\"${{f#./}}\" 2>/dev/null || rm -f -- \"$f\"; done")
     if files:
         # no hook or fsmonitor of the checkout's .git runs (a patch applied by `patch -p1` can write them)
-        lines.append(f"git -c core.hooksPath=/dev/null -c core.fsmonitor=false checkout -q {instance['base_commit']} "
-                     f"-- {' '.join(map(shlex.quote, files))}")
+        lines.append(f"{git} checkout -q {instance['base_commit']} -- {' '.join(map(shlex.quote, files))}")
     lines.append(f"git apply -v {shlex.quote(test_patch_file)} || {{ echo 'TEST PATCH FAILED TO APPLY'; exit 3; }}")
     lines.append(f"echo {shlex.quote(consts.START_TEST_OUTPUT)}")
     lines += [f"{cmd} {directives}" for cmd in test_cmds]
@@ -269,7 +277,8 @@ class LocalExecutor:
         sandbox, env, repo_dir, spec = ready["sandbox"], ready["env"], ready["repo_dir"], ready["spec"]
         # The hidden tests enter here, after the model's last turn, read-only at $INPUTS; with them the trusted
         # pytest plugin, whose record is the verdict the code under test cannot print.
-        script = eval_script(instance, spec, str(repo_dir), f"{INPUTS_DIR}/test.patch")
+        script = eval_script(instance, spec, str(repo_dir), f"{INPUTS_DIR}/test.patch",
+                             base_conftests=self.verdict == "plugin")
         inputs = {"test.patch": instance["test_patch"], "eval.sh": script}
         plugin = PluginRun.new([environments.site_packages(ready["env_dir"])]) if runs_pytest(spec) else None
         if plugin is not None:
@@ -278,7 +287,10 @@ class LocalExecutor:
             return reach.OutOfReach(f"{instance['repo']} runs its tests with {spec['test_cmd']!r}, not pytest: no "
                                     "trusted verdict", "grade it with --verdict log (printed results can "
                                     "forge it)").result()
-        tests = sandbox.run(f"bash {INPUTS_DIR}/eval.sh", work, env=env, inputs=inputs)
+        # the thin venv is read-only while the tests run: code under test cannot plant a .pth or module there for a
+        # pytest it starts again (the plugin's check would then begin after it)
+        tests = sandbox.run(f"bash {INPUTS_DIR}/eval.sh", work, env=env, inputs=inputs,
+                            read_only=[work / "venv"] if plugin is not None else ())
         (log_dir / "test.log").write_text(f"{script}\n---\n{tests.output}")
         if tests.timed_out:
             return {"status": "timeout", "error": f"tests ran past {self.limits.timeout_s:.0f}s"}
@@ -293,7 +305,7 @@ class LocalExecutor:
             return {**report, **lack.result()}
         if self.verdict == "plugin":
             return {**report, "log_resolved": report["resolved"],
-                    **verdict_status(report["plugin_verdict"], tests.returncode)}
+                    **verdict_status(report["plugin_verdict"], tests.returncode, report["resolved"])}
         if not report["tests_ran"]:
             return {"status": "error", "error": f"tests did not start (exit {tests.returncode}): see test.log",
                     **report}
@@ -332,9 +344,13 @@ def swebench_ids(repo: str):
     return convert
 
 
-def verdict_status(plugin: dict, returncode: int | None) -> dict:
-    """The harness status of a plugin verdict: resolved, unresolved, tampered (the test machinery changed), or
-    error (no record: the run ended early, crashed or never started; its log may still show results)."""
+def verdict_status(plugin: dict, returncode: int | None, log_resolved: bool = True) -> dict:
+    """The harness status of a plugin verdict: resolved (the record says so, and so does the log of the same run:
+    a forgery must fool both), unresolved, tampered (the test machinery changed), or error (no record: the run
+    ended early, crashed or never started; its log may still show results)."""
+    if plugin["status"] == "resolved" and not log_resolved:
+        return {"status": "unresolved", "resolved": False,
+                "error": "the plugin's record says resolved but pytest's log of the same run does not"}
     if plugin["status"] in ("resolved", "unresolved", "tampered"):
         out = {"status": plugin["status"], "resolved": plugin["resolved"]}
         if plugin["status"] == "tampered":

@@ -157,7 +157,7 @@ class Sandbox:
 
     def _argv(self, workdir: pathlib.Path, inputs: pathlib.Path | None, command: str, network: bool,
               env: Mapping[str, str], uid: int | None, limits: SandboxLimits, seccomp_fd: int,
-              supervisor_uid: int | None = None) -> list[str]:
+              supervisor_uid: int | None = None, read_only: Sequence[pathlib.Path] = ()) -> list[str]:
         argv = [self.bwrap]
         for path in _SYSTEM:
             if os.path.islink(path):
@@ -189,6 +189,9 @@ class Sandbox:
                     made.add(parent)
             argv += [how, str(path), str(target)]
             bound.append(target)
+        for path in read_only:  # over the work dir's writable bind (later mounts cover earlier ones)
+            if path.is_dir() and path.is_relative_to(workdir) and not path.is_symlink():
+                argv += ["--ro-bind", str(path), str(path)]
         for sock in self.sockets:
             argv += ["--ro-bind", "/dev/null", str(sock)]
         argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
@@ -222,6 +225,7 @@ class Sandbox:
         inputs: Mapping[str, str] | None = None,
         idle_timeout_s: float | None = None,
         supervisor: bool = False,
+        read_only: Sequence[str | os.PathLike] = (),
     ) -> SandboxResult:
         """Run `command` (bash) in the sandbox with cwd = workdir, the only writable host path.
 
@@ -237,6 +241,7 @@ class Sandbox:
         CAP_SETGID and CAP_KILL (ambient, bounding set the same), and $SWERL_TEST_UID names the uid that owns the
         work dir: a supervisor (the verdict driver) drops each child it starts to that uid, which then cannot
         signal, trace or read the supervisor. Elsewhere (no root) the variable is absent and one uid runs all.
+        read_only: folders inside the work dir that the command sees read-only (bound over the writable work dir).
         """
         workdir = pathlib.Path(workdir).resolve()
         if not workdir.is_dir():
@@ -270,7 +275,7 @@ class Sandbox:
                 bpf_fd = seccomp.fd_of(seccomp.filter_bpf(refuse_memfd=self.memory_mode != "cgroup"))
                 try:
                     argv = self._argv(workdir, private, command, network, full_env, uid, limits, bpf_fd,
-                                      supervisor_uid)
+                                      supervisor_uid, [pathlib.Path(p).resolve() for p in read_only])
                     return self._supervise(argv, workdir, limits, free_at_start, bpf_fd, idle_timeout_s)
                 finally:
                     os.close(bpf_fd)

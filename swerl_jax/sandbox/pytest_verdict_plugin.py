@@ -25,6 +25,10 @@ import pytest  # noqa: E402  (after the variable above is set)
 
 _OUTCOMES = {}
 _STATE = {}
+_XFAIL_MARKED = set()  # node ids whose item carries an xfail marker: only their expected failures count as passes
+# The primitives the record is made with, bound before any repository code runs (a patched json.dumps or os.write
+# then cannot rewrite it; code that reaches this module's own globals still can: SECURITY.md).
+_dumps, _write, _realpath = json.dumps, os.write, os.path.realpath
 
 
 def _watched_modules():
@@ -63,9 +67,11 @@ def _code_file(obj):
 
 def _roots():
     """Where the grader's code lives, read-only to the sandbox: the environment's site-packages (pytest's own
-    folder among them) and this plugin's inputs folder. Never the work dir: code under test can write there."""
+    folder among them), the interpreter's standard library and this plugin's inputs folder. Never the work dir:
+    code under test can write there."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return [os.path.realpath(r) for r in ROOTS + [here, os.path.dirname(os.path.dirname(pytest.__file__))]]
+    stdlib = os.path.dirname(os.path.abspath(os.__file__))  # the interpreter's own library (read-only too)
+    return [os.path.realpath(r) for r in ROOTS + [here, stdlib, os.path.dirname(os.path.dirname(pytest.__file__))]]
 
 
 def _functions_of(owner):
@@ -79,13 +85,15 @@ def _functions_of(owner):
     return found
 
 
-def _hook_owner(plugin, roots):
-    """Where `plugin`'s hooks may come from ('' when from nowhere the grader named): a conftest module, a module of
-    the environment or pytest, or an instance of a class one of those defines."""
+def _hook_owner(plugin, roots, pm):
+    """Where `plugin`'s hooks may come from ('' when from nowhere the grader named): a conftest module pytest itself
+    loaded from a file, a module of the environment or pytest, or an instance of a class one of those defines."""
     if isinstance(plugin, type(sys)):
         path = getattr(plugin, "__file__", None) or ""
         if os.path.basename(path) in ("conftest.py", "conftest.pyc"):
-            return "conftest"
+            loaded = getattr(pm, "_conftest_plugins", None)  # pytest's own record of the conftests it imported
+            known = loaded is None or any(plugin is c for c in loaded)
+            return "conftest" if known and os.path.isfile(path) else ""
         return "module" if _under(path, roots) and sys.modules.get(plugin.__name__) is plugin else ""
     cls = type(plugin)
     if cls in _CLASSES:
@@ -96,9 +104,11 @@ def _hook_owner(plugin, roots):
     return ""
 
 
-def _trusted_code(obj, roots):
+def _trusted_code(obj, roots, lenient=False):
     """Whether `obj` (a function, property, class- or staticmethod, partial or class) is code from the grader's
-    folders: pytest's own plugins replace class attributes too (legacypath's `Config.rootdir`)."""
+    folders: pytest's own plugins replace class attributes too (legacypath's `Config.rootdir`). `lenient`: objects
+    with no Python code (C-level descriptors, builtins) or generated code pass; only code from a file elsewhere
+    fails."""
     if obj is None:
         return True
     if isinstance(obj, type):
@@ -107,10 +117,25 @@ def _trusted_code(obj, roots):
     parts = [getattr(obj, name, None) for name in ("fget", "fset", "fdel", "__func__", "func")]
     parts = [p for p in parts if p is not None] or [obj]
     files = [_code_file(p) for p in parts]
-    return all(f is not None and _under(f, roots) for f in files)
+    # lenient: generated code ("<string>": dataclasses' and attrs' methods) passes too
+    return all((lenient and (f is None or f.startswith("<"))) or (f is not None and _under(f, roots)) for f in files)
 
 
-def _tampering(config):
+def _foreign_at_start():
+    """What pytest's and pluggy's classes and modules already hold of code from outside the grader's folders when
+    this plugin loads (a .pth or sitecustomize that ran first)."""
+    roots, found = _roots(), []
+    for cls, attrs in _CLASSES.items():
+        for key, value in attrs.items():
+            if hasattr(value, "__get__") and not _trusted_code(value, roots, lenient=True):
+                found.append("class %s.%s.%s is foreign code at start" % (cls.__module__, cls.__qualname__, key))
+    for (name, attr), value in _FUNCTIONS.items():
+        if not isinstance(value, type) and not _trusted_code(value, roots, lenient=True):
+            found.append("%s.%s is foreign code at start" % (name, attr))
+    return found
+
+
+def _tampering(run):
     """What changed in pytest's machinery since this plugin loaded: [] when nothing did."""
     found, roots = [], _roots()
     for cls, attrs in _CLASSES.items():
@@ -128,7 +153,7 @@ def _tampering(config):
         now = getattr(mod, attr, None) if mod is not None else None
         if now is not value and not _trusted_code(now, roots):
             found.append("%s.%s replaced" % (name, attr))
-    pm = config.pluginmanager
+    pm = run.pluginmanager
     if type(pm) is not _STATE["pm_type"] or pm is not _STATE["pm"]:
         found.append("the plugin manager was replaced")
     for key, value in _STATE["pm_attrs"].items():
@@ -140,18 +165,28 @@ def _tampering(config):
         if type(caller) is not _STATE["caller_type"]:
             found.append("hook %s is not pluggy's" % hook_name)
             continue
-        for impl in caller.get_hookimpls():
+        execute = vars(caller).get("_hookexec")  # how the caller runs its implementations: the manager's own
+        if execute is not None and execute != _STATE["hookexec"]:
+            found.append("hook %s runs through %r" % (hook_name, execute))
+        impls = caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else (
+            list(getattr(caller, "_nonwrappers", [])) + list(getattr(caller, "_wrappers", [])))
+        for impl in impls:
             plugin = impl.plugin
             if id(plugin) not in owners:
-                why = _hook_owner(plugin, roots)
+                why = _hook_owner(plugin, roots, pm)
                 owner = plugin if isinstance(plugin, type(sys)) else type(plugin)
                 owners[id(plugin)] = (why, _functions_of(owner) if why else set())
             why, functions = owners[id(plugin)]
             func = impl.function
+            code = _code_file(func)
             if not why:
-                found.append("hook %s implemented by %r (%s)" % (hook_name, plugin, _code_file(func)))
+                found.append("hook %s implemented by %r (%s)" % (hook_name, plugin, code))
             elif id(func) not in functions and id(getattr(func, "__func__", func)) not in functions:
                 found.append("hook %s of %r is not its own function" % (hook_name, plugin))
+            elif why == "conftest" and (code is None or _realpath(code) != _realpath(plugin.__file__)):
+                found.append("hook %s of %s is code from %s" % (hook_name, plugin.__file__, code))
+            elif why != "conftest" and not _trusted_code(func, roots, lenient=True):
+                found.append("hook %s of %r is code from %s" % (hook_name, plugin, code))
     return found
 
 
@@ -163,6 +198,16 @@ def pytest_load_initial_conftests(early_config):
     _STATE["pm_type"] = type(pluginmanager)
     _STATE["pm_attrs"] = {k: v for k, v in vars(pluginmanager).items() if callable(v)}
     _STATE["caller_type"] = type(pluginmanager.hook.pytest_addoption)
+    _STATE["hookexec"] = vars(pluginmanager.hook.pytest_addoption).get("_hookexec")
+    _STATE["foreign"] = _foreign_at_start()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    # xfail markers are the test files' (the grader's); an xfail raised by the code under test is a failure
+    marker = item.get_closest_marker("xfail") if hasattr(item, "get_closest_marker") else item.get_marker("xfail")
+    if marker is not None:
+        _XFAIL_MARKED.add(item.nodeid)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -171,6 +216,9 @@ def pytest_runtest_logreport(report):
     failure, an expected failure XFAIL, an unexpected pass XPASS (neither passed nor failed there)."""
     nodeid = report.nodeid
     xfail = hasattr(report, "wasxfail")
+    if xfail and nodeid not in _XFAIL_MARKED and report.when == "call" and report.skipped:
+        _OUTCOMES[nodeid] = "FAILED"  # pytest.xfail() from the code under test: no marker names it expected
+        return
     if report.when == "call":
         if report.passed:
             status = "XPASS" if xfail else "PASSED"
@@ -197,19 +245,22 @@ def pytest_unconfigure(config):
     """After the whole run: the outcomes, pytest's exit status and what was tampered with, as one record line."""
     if not _STATE.get("finished") or "pm" not in _STATE:
         return
+    run = config  # (the hook's argument name is pluggy's; the run's settings are read from it below)
     try:
-        tampered = _tampering(config)
+        tampered = list(_STATE.get("foreign", [])) + _tampering(run)
     except Exception as err:  # the machinery itself is broken: no verdict rests on it
         tampered = ["the check failed: %r" % (err,)]
-    rel = getattr(config, "cwd_relative_nodeid", None)
+    if _STATE.get("exitstatus") == 1 and not any(v in ("FAILED", "ERROR") for v in _OUTCOMES.values()):
+        tampered.append("pytest exited 1 (tests failed) but no outcome failed")
+    rel = getattr(type(run), "cwd_relative_nodeid", None)  # the class's method: an instance attribute may lie
     outcomes = {}
-    for nodeid, status in _OUTCOMES.items():
+    for nodeid, status in list(_OUTCOMES.items()):
         try:
-            outcomes[rel(nodeid) if rel else nodeid] = status
+            outcomes[rel(run, nodeid) if rel else nodeid] = status
         except Exception:
             outcomes[nodeid] = status
-    body = json.dumps({"nonce": TOKEN, "outcomes": outcomes, "exitstatus": _STATE.get("exitstatus"),
-                       "tampered": tampered[:50]})
+    body = _dumps({"nonce": TOKEN, "outcomes": outcomes, "exitstatus": _STATE.get("exitstatus"),
+                   "tampered": tampered[:50]})
     data = ("\n" + MARK + body + "\n").encode("utf-8", "replace")
     while data:
-        data = data[os.write(_OUT, data):]
+        data = data[_write(_OUT, data):]

@@ -18,7 +18,7 @@ from swerl_jax.eval.agentless import tests_gen
 from swerl_jax.eval.environments import EnvironmentCache
 from swerl_jax.eval.executors import LocalExecutor
 from swerl_jax.reward import test_infra
-from tests.redteam.flask_attacks import ATTACKS
+from tests.redteam.flask_attacks import ATTACKS, HELD_OUT
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]
@@ -101,3 +101,21 @@ def test_agentless_regression_ranking_reads_the_record_not_the_log(shared_data, 
     _, from_record = tests_gen.read_check(flask_4992, ran["output"], 0, regression, ran["test_statuses"])
     # the log believed the printed lines (for the tests the attack found); the record, with none written, fails all
     assert len(from_log) < len(regression) and from_record == regression, (from_log, from_record)
+
+
+@pytest.fixture(scope="module")
+def plugin_executor(tmp_path_factory, shared_data):
+    return LocalExecutor(shared_data / "repos", tmp_path_factory.mktemp("held_out"), EnvironmentCache(),
+                         verdict="plugin")
+
+
+@pytest.mark.parametrize("attack", sorted(HELD_OUT))
+def test_a_held_out_red_teams_variants_pay_nothing(shared_data, flask_4992, tmp_path, plugin_executor, attack):
+    """The first version of the plugin graded each of these resolved: the hook caller's executor, a module that
+    claims to be a conftest, an imperative xfail, a conftest.py (now the base commit's for RL verdicts), the token
+    read and the real record spoiled (the log of the same run must agree), a .pth planted in the thin venv before
+    pytest is started again (the venv is read-only while tests run)."""
+    patch = _attack_patch(shared_data, flask_4992, tmp_path, *HELD_OUT[attack])
+    (tmp_path / "logs").mkdir()
+    result = plugin_executor.evaluate(flask_4992, patch, tmp_path / "logs")
+    assert result["status"] != "resolved" and not result["resolved"], result
