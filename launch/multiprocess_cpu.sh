@@ -7,8 +7,8 @@
 #
 # Every process gets JAX_PLATFORMS=cpu, DEVICES_PER_PROCESS fake CPU devices and JAX_COORDINATOR_ADDRESS /
 # JAX_NUM_PROCESSES / JAX_PROCESS_ID, which swerl_jax.sharding.initialize_distributed() reads. Output lines are
-# prefixed with the process id; logs also go to $LOG_DIR (default: a temp dir). If any process fails, the others
-# are stopped and the script exits with that status.
+# printed as they come, prefixed with the process id; logs also go to $LOG_DIR (default: a temp dir). If any
+# process fails, the others are stopped and the script exits with that status.
 set -euo pipefail
 
 if [[ $# -lt 3 ]]; then
@@ -28,7 +28,10 @@ for ((i = 0; i < NUM; i++)); do
     export JAX_PLATFORMS=cpu
     export XLA_FLAGS="--xla_force_host_platform_device_count=${DEV} ${EXTRA_XLA_FLAGS:-}"
     export JAX_COORDINATOR_ADDRESS="127.0.0.1:${PORT}" JAX_NUM_PROCESSES="$NUM" JAX_PROCESS_ID="$i"
-    exec "$@" >"$LOG_DIR/process_$i.log" 2>&1
+    export PYTHONUNBUFFERED=1  # a Python program's prints reach the screen when made, not when its buffer fills
+    # exec: the job's pid is the program's (waited for and stopped below); its output goes, live, to the log as
+    # it is and to the screen prefixed
+    exec "$@" > >(tee "$LOG_DIR/process_$i.log" | awk -v p="[$i] " '{ print p $0; fflush() }') 2>&1
   ) &
   pids+=("$!")
 done
@@ -49,5 +52,4 @@ for ((n = 0; n < NUM; n++)); do
   fi
 done
 trap - EXIT
-for ((i = 0; i < NUM; i++)); do sed "s/^/[$i] /" "$LOG_DIR/process_$i.log"; done
 exit "$status"

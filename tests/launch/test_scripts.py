@@ -44,6 +44,35 @@ def test_multiprocess_env_and_failure_propagation(tmp_path):
     assert "[2] 2 3 127.0.0.1" in out.stdout
 
 
+def test_multiprocess_lines_appear_while_the_processes_run(tmp_path):
+    # issue 57 item 7: every line came only after the last process had ended. Process 1 runs until this test has
+    # read process 0's lines from the launcher (it then creates `go`); without live lines it gives up, status 3.
+    go = tmp_path / "go"
+    code = ("import os, sys, time; i = os.environ['JAX_PROCESS_ID']\n"
+            "print('hello from', i); print('warning from', i, file=sys.stderr)\n"  # no flush: the launcher's job
+            "end = time.time() + 60\n"
+            f"while i == '1' and not os.path.exists({str(go)!r}):\n"
+            "    if time.time() > end: sys.exit(3)\n"
+            "    time.sleep(0.02)\n")
+    proc = subprocess.Popen(["bash", "launch/multiprocess_cpu.sh", "2", "1", sys.executable, "-c", code], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "LOG_DIR": str(tmp_path / "logs")})
+    seen = []
+    try:
+        for line in proc.stdout:  # as the launcher prints them; ends when it (and its printers) end
+            seen.append(line)
+            if {"[0] hello from 0\n", "[0] warning from 0\n"} <= set(seen):
+                go.touch()
+        proc.wait(timeout=60)
+    finally:  # a failed assertion must not leave the launcher running
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, seen  # 3: process 1 gave up waiting, process 0's lines had not come
+    assert {"[1] hello from 1\n", "[1] warning from 1\n"} <= set(seen)
+    assert (tmp_path / "logs" / "process_1.log").read_text() == "hello from 1\nwarning from 1\n"  # the log as is
+
+
 # Every launcher run below starts the real planner and the real trainer with both stages at 0 steps: the trainer
 # parses every flag, writes the resolved config and prints its summary, so a flag either side rejects fails here.
 ZERO = ["--config.rl.num_steps=0", "--config.sft.num_steps=0"]
