@@ -347,6 +347,9 @@ def initialize_distributed(config: Any | None = None) -> bool:
     return True
 
 
+INTERRUPTED = 130  # the exit status of a program stopped by Ctrl-C (128 + SIGINT)
+
+
 @contextlib.contextmanager
 def fail_alone(prog: str, hint: str) -> Iterator[None]:
     """In a multi-process run, a failure inside the block ends this process at once: one line on stderr naming
@@ -356,15 +359,16 @@ def fail_alone(prog: str, hint: str) -> Iterator[None]:
     themselves waiting for this one in a collective (a checkpoint write, a train step): all of them hung ~5 minutes
     until the barrier timed out (issue 57). Exiting now lets the launcher (launch/multiprocess_cpu.sh, srun
     --kill-on-bad-exit) see the failure and stop the others. The trainers close their sampler, workers and
-    checkpoint writes before an exception reaches this block. Success, and single-process runs, exit as usual."""
+    checkpoint writes before an exception reaches this block. Success, `SystemExit(INTERRUPTED)` and
+    single-process runs exit as usual."""
     try:
         yield
     except BaseException as e:
         if not (jax.distributed.is_initialized() and jax.process_count() > 1):
             raise
-        if isinstance(e, SystemExit):  # the program's own one-line errors and statuses (130 after Ctrl-C)
-            if not e.code:
-                raise
+        if isinstance(e, SystemExit):  # the program's own one-line errors and statuses
+            if not e.code or e.code == INTERRUPTED:  # a Ctrl-C reaches every process: they stop together, and
+                raise  # the barrier keeps process 0's coordinator up until the others have closed
             code, what = (e.code, "") if isinstance(e.code, int) else (1, str(e.code).removeprefix(f"{prog}: "))
         else:
             traceback.print_exc()  # the why, for a bug; the line below is what to do

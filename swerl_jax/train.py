@@ -175,7 +175,7 @@ def _run(config: Any, workdir: str, allow_config_change: bool) -> dict:
         steps = rundir.latest_steps(workdir) if pathlib.Path(workdir).is_dir() else {}
         print(f"\nswerl_jax.train: interrupted; checkpoints {steps or 'none yet'} in {workdir}; run the same command "
               "to resume from the newest", file=sys.stderr, flush=True)
-        raise SystemExit(130) from None
+        raise SystemExit(sharding.INTERRUPTED) from None
 
 
 def _define_flags() -> None:
