@@ -81,7 +81,7 @@ def reset(directory: str | epath.PathLike) -> None:
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
-        multihost_utils.sync_global_devices(f"swerl_jax weights reset {root}")
+        multihost_utils.sync_global_devices("swerl_jax weights reset")  # not the path: hosts may spell it differently
 
 
 def _version_of(path: epath.Path) -> int | None:
