@@ -352,8 +352,9 @@ INTERRUPTED = 130  # the exit status of a program stopped by Ctrl-C (128 + SIGIN
 
 @contextlib.contextmanager
 def fail_alone(prog: str, hint: str) -> Iterator[None]:
-    """In a multi-process run, a failure inside the block ends this process at once: one line on stderr naming
-    `prog`, the process and the error, then `hint` (e.g. how to resume), and its exit status without further ado.
+    """In a multi-process run, a failure inside the block ends this process at once, with its exit status: on
+    stderr an exception's traceback, then one line naming `prog`, the process and the error, and `hint` (e.g. how
+    to resume); a `SystemExit` with a message (the program's own one-line errors) gets that line only.
 
     A plain exit would first wait at jax.distributed's shutdown barrier for the other processes, which are
     themselves waiting for this one in a collective (a checkpoint write, a train step): all of them hung ~5 minutes
