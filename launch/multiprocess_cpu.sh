@@ -7,8 +7,8 @@
 #
 # Every process gets JAX_PLATFORMS=cpu, DEVICES_PER_PROCESS fake CPU devices and JAX_COORDINATOR_ADDRESS /
 # JAX_NUM_PROCESSES / JAX_PROCESS_ID, which swerl_jax.sharding.initialize_distributed() reads. Output lines are
-# prefixed with the process id; logs also go to $LOG_DIR (default: a temp dir). If any process fails, the others
-# are stopped and the script exits with that status.
+# printed as they come, prefixed with the process id; logs also go to $LOG_DIR (default: a temp dir). If any
+# process fails, the others are stopped and the script exits with that status.
 set -euo pipefail
 
 if [[ $# -lt 3 ]]; then
@@ -20,15 +20,29 @@ LOG_DIR="${LOG_DIR:-$(mktemp -d -t swerl_mp.XXXXXX)}"
 mkdir -p "$LOG_DIR"
 
 pids=()
+interrupted=0
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT INT TERM
+on_interrupt() {  # the processes share this terminal's Ctrl-C and stop by themselves (a trainer first closes its
+  # sampler and checkpoint writes): a SIGTERM from here would cut that short
+  interrupted=1
+  echo "multiprocess_cpu.sh: interrupted; waiting for the processes to stop (they got the Ctrl-C too)" >&2
+}
+trap cleanup EXIT TERM
+trap on_interrupt INT
+prefix() {  # each line as soon as it is read (awk and sed read ahead on a pipe), prefixed with the process id
+  local line
+  while IFS= read -r line || [[ -n "$line" ]]; do printf '[%s] %s\n' "$1" "$line"; done
+}
 
 for ((i = 0; i < NUM; i++)); do
   (
     export JAX_PLATFORMS=cpu
     export XLA_FLAGS="--xla_force_host_platform_device_count=${DEV} ${EXTRA_XLA_FLAGS:-}"
     export JAX_COORDINATOR_ADDRESS="127.0.0.1:${PORT}" JAX_NUM_PROCESSES="$NUM" JAX_PROCESS_ID="$i"
-    exec "$@" >"$LOG_DIR/process_$i.log" 2>&1
+    export PYTHONUNBUFFERED=1  # a Python program's prints reach the screen when made, not when its buffer fills
+    # exec: the job's pid is the program's (waited for and stopped below); its output goes, live, to the log as
+    # it is and to the screen prefixed, by printers that outlive a Ctrl-C to print the program's last lines
+    exec "$@" > >(trap '' INT; tee "$LOG_DIR/process_$i.log" | prefix "$i") 2>&1
   ) &
   pids+=("$!")
 done
@@ -41,13 +55,17 @@ status=0
 for ((n = 0; n < NUM; n++)); do
   rc=0; pid=""
   wait -n -p pid || rc=$?  # the launched processes are this script's only background jobs
-  [[ -n "${pid:-}" ]] || break  # wait -n unsets pid when no job is left
+  if [[ -z "${pid:-}" ]]; then  # wait -n unsets pid when no job is left, or when a Ctrl-C interrupted it
+    if [[ $rc -gt 128 ]]; then n=$((n - 1)); continue; fi
+    break
+  fi
   if [[ $rc -ne 0 && $status -eq 0 ]]; then
     status=$rc
-    echo "process ${index_of[$pid]} failed (exit $rc); log: $LOG_DIR/process_${index_of[$pid]}.log" >&2
-    cleanup
+    if [[ $interrupted -eq 0 ]]; then
+      echo "process ${index_of[$pid]} failed (exit $rc); log: $LOG_DIR/process_${index_of[$pid]}.log" >&2
+      cleanup
+    fi
   fi
 done
 trap - EXIT
-for ((i = 0; i < NUM; i++)); do sed "s/^/[$i] /" "$LOG_DIR/process_$i.log"; done
 exit "$status"

@@ -18,6 +18,8 @@ import contextlib
 import logging
 import math
 import os
+import sys
+import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -321,6 +323,10 @@ def initialize_distributed(config: Any | None = None) -> bool:
     pid = pid if pid is not None and pid >= 0 else _env_int("JAX_PROCESS_ID")
     if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # JAX's preemption service catches SIGTERM and only records it for `reached_preemption_sync_point`, which
+    # nothing here calls: with it on, the launcher's SIGTERM to the processes left after one failed stopped none
+    # of them (issue 57: they waited out their collectives' timeouts). Off, SIGTERM ends a process.
+    jax.config.update("jax_enable_preemption_service", False)
     if address and num:
         if num == 1:
             return False
@@ -339,3 +345,38 @@ def initialize_distributed(config: Any | None = None) -> bool:
     log.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
              jax.process_count(), jax.local_device_count(), jax.device_count())
     return True
+
+
+INTERRUPTED = 130  # the exit status of a program stopped by Ctrl-C (128 + SIGINT)
+
+
+@contextlib.contextmanager
+def fail_alone(prog: str, hint: str) -> Iterator[None]:
+    """In a multi-process run, a failure inside the block ends this process at once, with its exit status: on
+    stderr an exception's traceback, then one line naming `prog`, the process and the error, and `hint` (e.g. how
+    to resume); a `SystemExit` with a message (the program's own one-line errors) gets that line only.
+
+    A plain exit would first wait at jax.distributed's shutdown barrier for the other processes, which are
+    themselves waiting for this one in a collective (a checkpoint write, a train step): all of them hung ~5 minutes
+    until the barrier timed out (issue 57). Exiting now lets the launcher (launch/multiprocess_cpu.sh, srun
+    --kill-on-bad-exit) see the failure and stop the others. The trainers close their sampler, workers and
+    checkpoint writes before an exception reaches this block. Success, `SystemExit(INTERRUPTED)` and
+    single-process runs exit as usual."""
+    try:
+        yield
+    except BaseException as e:
+        if not (jax.distributed.is_initialized() and jax.process_count() > 1):
+            raise
+        if isinstance(e, SystemExit):  # the program's own one-line errors and statuses
+            if not e.code or e.code == INTERRUPTED:  # a Ctrl-C reaches every process: they stop together, and
+                raise  # the barrier keeps process 0's coordinator up until the others have closed
+            code, what = (e.code, "") if isinstance(e.code, int) else (1, str(e.code).removeprefix(f"{prog}: "))
+        else:
+            traceback.print_exc()  # the why, for a bug; the line below is what to do
+            code, what = 1, f"{type(e).__name__}: {e}"
+        where = f"process {jax.process_index()} of {jax.process_count()}"
+        line = f"{prog}: {where} failed: {what}" if what else f"{prog}: {where} stopped (exit {code})"
+        sys.stdout.flush()
+        print(f"{line}; it exits now without waiting for the other processes (its launcher stops them); {hint}",
+              file=sys.stderr, flush=True)
+        os._exit(code)

@@ -157,18 +157,25 @@ def main(argv: list[str]) -> None:
         raise SystemExit(input_error_line("swerl_jax.train", e)) from None  # KeyError's quotes, not the message's
     # before JAX starts its CPU backend, whose thread pool is sized from the cores the process may use
     affinity.pin(affinity.parse_cpus(str(config.rl.trainer_cpus), "rl.trainer_cpus"), "rl.trainer_cpus")
+    # several processes: one that fails exits at once, not after minutes at jax.distributed's shutdown barrier
+    with sharding.fail_alone("swerl_jax.train", "run the same command to resume from the newest checkpoint"):
+        summary = _run(config, workdir, f.allow_config_change)
+    if sharding.is_main_process():
+        print(json.dumps(summary, indent=1), flush=True)  # stdout stays one JSON document for scripts
+        print(summarize_run(summary["workdir"]), file=sys.stderr, flush=True)
+
+
+def _run(config: Any, workdir: str, allow_config_change: bool) -> dict:
+    """`run_experiment`, its expected failures as one line (SystemExit)."""
     try:
-        summary = run_experiment(config, workdir, allow_config_change=f.allow_config_change)
+        return run_experiment(config, workdir, allow_config_change=allow_config_change)
     except (rundir.ConfigChangeError, affinity.PlacementError, CheckpointError) as e:
         raise SystemExit(f"swerl_jax.train: {e}") from None
     except KeyboardInterrupt:  # the trainers closed their sampler, reward workers and checkpoint writes
         steps = rundir.latest_steps(workdir) if pathlib.Path(workdir).is_dir() else {}
         print(f"\nswerl_jax.train: interrupted; checkpoints {steps or 'none yet'} in {workdir}; run the same command "
               "to resume from the newest", file=sys.stderr, flush=True)
-        raise SystemExit(130) from None
-    if sharding.is_main_process():
-        print(json.dumps(summary, indent=1), flush=True)  # stdout stays one JSON document for scripts
-        print(summarize_run(summary["workdir"]), file=sys.stderr, flush=True)
+        raise SystemExit(sharding.INTERRUPTED) from None
 
 
 def _define_flags() -> None:

@@ -67,13 +67,21 @@ def publish(directory: str | epath.PathLike, params: dict, version: int, keep_la
 
 
 def reset(directory: str | epath.PathLike) -> None:
-    """Remove every published version and the marker (a resumed run re-publishes from its checkpoint)."""
+    """Remove every published version and the marker (a resumed run re-publishes from its checkpoint).
+
+    In a multi-process run every process calls it: process 0 removes, and none returns before it has. Otherwise
+    another process's `publish` that follows could still read the old marker and refuse its version as "not newer"
+    (issue 57: a resume after one of two processes was killed), or write into a `v_*` folder being removed.
+    """
     root = epath.Path(directory)
-    if jax.process_index() != 0 or not root.exists():
-        return
-    (root / LATEST).unlink(missing_ok=True)
-    for old in root.glob("v_*"):
-        old.rmtree()
+    if jax.process_index() == 0 and root.exists():
+        (root / LATEST).unlink(missing_ok=True)
+        for old in root.glob("v_*"):
+            old.rmtree()
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("swerl_jax weights reset")  # not the path: hosts may spell it differently
 
 
 def _version_of(path: epath.Path) -> int | None:

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,70 @@ def test_multiprocess_env_and_failure_propagation(tmp_path):
     assert "process 1 failed (exit 3)" in out.stderr
     assert "[0] 0 3 127.0.0.1 --xla_force_host_platform_device_count=2" in out.stdout
     assert "[2] 2 3 127.0.0.1" in out.stdout
+
+
+def test_multiprocess_lines_appear_while_the_processes_run(tmp_path):
+    # issue 57 item 7: every line came only after the last process had ended. Both processes run until this test
+    # has read their lines from the launcher (it then creates `go`); without live lines they give up, status 3.
+    go = tmp_path / "go"
+    code = ("import os, sys, time; i = os.environ['JAX_PROCESS_ID']\n"
+            "print('hello from', i); print('warning from', i, file=sys.stderr)\n"  # no flush: the launcher's job
+            "end = time.time() + 60\n"
+            f"while not os.path.exists({str(go)!r}):\n"
+            "    if time.time() > end: sys.exit(3)\n"
+            "    time.sleep(0.02)\n")
+    proc = subprocess.Popen(["bash", "launch/multiprocess_cpu.sh", "2", "1", sys.executable, "-c", code], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "LOG_DIR": str(tmp_path / "logs")})
+    seen = []
+    try:
+        for line in proc.stdout:  # as the launcher prints them; ends when it (and its printers) end
+            seen.append(line)
+            if {f"[{i}] {what} from {i}\n" for i in (0, 1) for what in ("hello", "warning")} <= set(seen):
+                go.touch()
+        proc.wait(timeout=60)
+    finally:  # a failed assertion must not leave the launcher running
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 0, seen  # 3: a process gave up waiting, the lines had not come
+    assert (tmp_path / "logs" / "process_1.log").read_text() == "hello from 1\nwarning from 1\n"  # the log as is
+
+
+def test_multiprocess_ctrl_c_lets_the_processes_stop_by_themselves(tmp_path):
+    # A terminal's Ctrl-C reaches the launcher and its processes (one process group); each stops by itself, as a
+    # trainer closes its sampler and checkpoint writes. The launcher used to SIGTERM them at once, and SIGTERM
+    # ends a JAX process since its preemption service is off (swerl_jax.sharding.initialize_distributed). Here
+    # each process closes when the test says so, after the launcher has said it is waiting.
+    go = tmp_path / "go"
+    code = ("import os, sys, time; i = os.environ['JAX_PROCESS_ID']\n"
+            "try:\n"
+            "    print('ready', i); end = time.time() + 60\n"
+            "    while time.time() < end: time.sleep(0.02)\n"  # until the Ctrl-C
+            "    sys.exit(3)\n"
+            "except KeyboardInterrupt:\n"
+            "    end = time.time() + 60\n"
+            f"    while not os.path.exists({str(go)!r}) and time.time() < end: time.sleep(0.02)\n"
+            "    print('closed', i); sys.exit(130)\n")
+    proc = subprocess.Popen(["bash", "launch/multiprocess_cpu.sh", "2", "1", sys.executable, "-c", code], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env={**os.environ, "LOG_DIR": str(tmp_path / "logs")})
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line in ("[0] ready 0\n", "[1] ready 1\n") and {"[0] ready 0\n", "[1] ready 1\n"} <= set(seen):
+                os.killpg(proc.pid, signal.SIGINT)  # what a terminal does on Ctrl-C
+            if line.startswith("multiprocess_cpu.sh: interrupted; waiting"):
+                go.touch()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert {"[0] closed 0\n", "[1] closed 1\n"} <= set(seen), seen
+    assert proc.returncode == 130, seen
+    assert not any("failed" in line for line in seen), seen  # stopping on Ctrl-C is not a failure
 
 
 # Every launcher run below starts the real planner and the real trainer with both stages at 0 steps: the trainer
