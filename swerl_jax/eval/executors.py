@@ -19,7 +19,7 @@ from swerl_jax.eval import index_cutoff as cutoffs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
 from swerl_jax.sandbox.bwrap import INPUTS_DIR, Sandbox, SandboxLimits
 from swerl_jax.sandbox.checkouts import CheckoutError, history_free_checkout
-from swerl_jax.sandbox.pytest_verdict import PluginRun
+from swerl_jax.sandbox.pytest_verdict import PLUGIN_DIGEST, PluginRun
 from swerl_jax.sandbox.workdirs import remove_tree
 
 
@@ -131,8 +131,10 @@ class LocalExecutor:
         the environment spec, the limits and the index cut-off (absent when off: today's keys stay valid)."""
         found = {"executor": self.name, "spec": _spec_or_error(instance), "limits": dataclasses.asdict(self.limits),
                  "setup_timeout_s": self.setup_limits.timeout_s}
-        if self.verdict != "log":  # absent for log grading: today's keys stay valid
+        if self.verdict != "log":
             found["verdict"] = self.verdict
+        if isinstance(found["spec"], dict) and runs_pytest(found["spec"]):  # the plugin rides in every pytest run
+            found["verdict_plugin"] = PLUGIN_DIGEST
         if self.index_cutoff != "off":
             try:
                 python = found["spec"].get("python") if isinstance(found["spec"], dict) else None

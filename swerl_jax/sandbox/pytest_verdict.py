@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import hashlib
 import json
 import pathlib
 import secrets
@@ -48,6 +49,9 @@ from swerl_jax.sandbox.bwrap import INPUTS_DIR
 
 MARK = "@@swerl-verdict@@ "
 _SOURCE = pathlib.Path(__file__).with_name("pytest_verdict_plugin.py").read_text(encoding="utf-8")
+# Part of every grading's result key (`LocalExecutor.fingerprint`): a changed plugin grades anew, never reusing a
+# result the old one made.
+PLUGIN_DIGEST = hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]
 OK = ("PASSED", "XFAIL")  # what SWE-bench's grading counts as a pass
 
 

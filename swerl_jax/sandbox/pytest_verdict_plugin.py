@@ -160,12 +160,12 @@ def _tampering(run):
         if pm.__dict__.get(key) is not value:
             found.append("plugin manager attribute %s replaced" % key)
     owners = {}
-    for hook_name in sorted(vars(pm.hook)):
+    for hook_name in sorted(k for k in vars(pm.hook) if not k.startswith("_")):  # (old pluggy keeps _trace there)
         caller = getattr(pm.hook, hook_name)
         if type(caller) is not _STATE["caller_type"]:
             found.append("hook %s is not pluggy's" % hook_name)
             continue
-        execute = vars(caller).get("_hookexec")  # how the caller runs its implementations: the manager's own
+        execute = getattr(caller, "_hookexec", None)  # how it runs its implementations: the manager's own
         if execute is not None and execute != _STATE["hookexec"]:
             found.append("hook %s runs through %r" % (hook_name, execute))
         impls = caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else (
@@ -198,7 +198,7 @@ def pytest_load_initial_conftests(early_config):
     _STATE["pm_type"] = type(pluginmanager)
     _STATE["pm_attrs"] = {k: v for k, v in vars(pluginmanager).items() if callable(v)}
     _STATE["caller_type"] = type(pluginmanager.hook.pytest_addoption)
-    _STATE["hookexec"] = vars(pluginmanager.hook.pytest_addoption).get("_hookexec")
+    _STATE["hookexec"] = getattr(pluginmanager.hook.pytest_addoption, "_hookexec", None)  # (slots in pluggy 1.5)
     _STATE["foreign"] = _foreign_at_start()
 
 
