@@ -94,6 +94,8 @@ def _hook_owner(plugin, roots, pm):
             loaded = getattr(pm, "_conftest_plugins", None)  # pytest's own record of the conftests it imported
             known = loaded is None or any(plugin is c for c in loaded)
             return "conftest" if known and os.path.isfile(path) else ""
+        if plugin.__name__ in _declared_plugins(pm) and sys.modules.get(plugin.__name__) is plugin:
+            return "declared"  # named by a conftest's `pytest_plugins` (sphinx.testing.fixtures): the repo's own
         return "module" if _under(path, roots) and sys.modules.get(plugin.__name__) is plugin else ""
     cls = type(plugin)
     if cls in _CLASSES:
@@ -133,6 +135,15 @@ def _foreign_at_start():
         if not isinstance(value, type) and not _trusted_code(value, roots, lenient=True):
             found.append("%s.%s is foreign code at start" % (name, attr))
     return found
+
+
+def _declared_plugins(pm):
+    """The module names the conftests pytest loaded declare in `pytest_plugins` (pytest imported them for it)."""
+    names = set()
+    for conftest in list(getattr(pm, "_conftest_plugins", None) or ()):
+        declared = getattr(conftest, "pytest_plugins", ())
+        names.update([declared] if isinstance(declared, str) else [str(d) for d in declared or ()])
+    return names
 
 
 def _tampering(run):
@@ -183,9 +194,9 @@ def _tampering(run):
                 found.append("hook %s implemented by %r (%s)" % (hook_name, plugin, code))
             elif id(func) not in functions and id(getattr(func, "__func__", func)) not in functions:
                 found.append("hook %s of %r is not its own function" % (hook_name, plugin))
-            elif why == "conftest" and (code is None or _realpath(code) != _realpath(plugin.__file__)):
+            elif why in ("conftest", "declared") and (code is None or _realpath(code) != _realpath(plugin.__file__)):
                 found.append("hook %s of %s is code from %s" % (hook_name, plugin.__file__, code))
-            elif why != "conftest" and not _trusted_code(func, roots, lenient=True):
+            elif why not in ("conftest", "declared") and not _trusted_code(func, roots, lenient=True):
                 found.append("hook %s of %r is code from %s" % (hook_name, plugin, code))
     return found
 
@@ -194,6 +205,11 @@ def _tampering(run):
 def pytest_load_initial_conftests(early_config):
     # Before the first conftest (repository code) is imported: the plugin manager as pytest made it.
     pluginmanager = early_config.pluginmanager
+    if "pm" in _STATE and pluginmanager is not _STATE["pm"]:
+        # a pytest session run inside the graded one (pytest's own tests: pytester's inline runs inherit
+        # PYTEST_ADDOPTS): the verdict is the outer session's; this one runs without the plugin
+        pluginmanager.unregister(sys.modules[__name__])
+        return
     _STATE["pm"] = pluginmanager
     _STATE["pm_type"] = type(pluginmanager)
     _STATE["pm_attrs"] = {k: v for k, v in vars(pluginmanager).items() if callable(v)}
