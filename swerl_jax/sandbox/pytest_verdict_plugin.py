@@ -15,6 +15,10 @@ MARK = "@@swerl-verdict@@ "
 # Before pytest reads it (this module is imported while -p arguments are handled, before setuptools entry points):
 # no plugin loads that the grader did not name, whatever launched pytest (tox passes only some variables).
 os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+# Only the graded pytest writes a record: one that the tests start in a subprocess (pytester's runpytest_subprocess
+# inherits PYTEST_ADDOPTS, so it loads this file too) stays passive, though it knows the token.
+_ACTIVE = not os.environ.get("SWERL_VERDICT_ACTIVE")
+os.environ["SWERL_VERDICT_ACTIVE"] = "1"
 _OUT = os.dup(1)  # the real stdout, before pytest's capture replaces fd 1
 try:
     os.set_inheritable(_OUT, False)
@@ -205,9 +209,9 @@ def _tampering(run):
 def pytest_load_initial_conftests(early_config):
     # Before the first conftest (repository code) is imported: the plugin manager as pytest made it.
     pluginmanager = early_config.pluginmanager
-    if "pm" in _STATE and pluginmanager is not _STATE["pm"]:
-        # a pytest session run inside the graded one (pytest's own tests: pytester's inline runs inherit
-        # PYTEST_ADDOPTS): the verdict is the outer session's; this one runs without the plugin
+    if not _ACTIVE or ("pm" in _STATE and pluginmanager is not _STATE["pm"]):
+        # a pytest session run inside the graded one, in its process or a child (pytest's own tests: pytester's
+        # runs inherit PYTEST_ADDOPTS): the verdict is the outer session's; this one runs without the plugin
         pluginmanager.unregister(sys.modules[__name__])
         return
     _STATE["pm"] = pluginmanager
