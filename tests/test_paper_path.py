@@ -17,7 +17,8 @@ from .conftest import REPO_ROOT
 def test_curation_output_trains_through_a_glob(tmp_path):
     build_world(tmp_path)
     out = tmp_path / "out"
-    run_curation(str(tmp_path / "clones"), str(out), CurateConfig(num_shards=2), [str(tmp_path / "events.jsonl")],
+    run_curation(str(tmp_path / "clones"), str(out), CurateConfig(num_shards=2, drop_benchmark_instances=False),
+                 [str(tmp_path / "events.jsonl")],
                  [str(tmp_path / "issues.jsonl")], ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
                  verbose=False)
     shards = sorted(glob.glob(str(out / "records" / "*.array_record")))
