@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 from swerl_jax.eval import environments, grading, reach, specs
 from swerl_jax.eval import index_cutoff as cutoffs
 from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
+from swerl_jax.eval.verdicts import VERDICTS, runs_pytest, swebench_ids, verdict_status
 from swerl_jax.sandbox.bwrap import INPUTS_DIR, Sandbox, SandboxLimits
 from swerl_jax.sandbox.checkouts import CheckoutError, history_free_checkout
 from swerl_jax.sandbox.pytest_verdict import PLUGIN_DIGEST, PluginRun
@@ -109,11 +110,9 @@ class LocalExecutor:
                  limits: SandboxLimits = SandboxLimits(), keep_workdirs: bool = False, setup_timeout_s: float = 1800,
                  index_cutoff: str = "created_at", verdict: str = "log"):
         """limits bound the patch and test steps; the install step gets setup_timeout_s (it may download).
-        verdict: what decides `status` (both are computed from the same run and reported, `plugin_verdict`):
-        "log" grades pytest's log by SWE-bench's parsers (the official harness: comparable, but code under test
-        can print its results); "plugin" grades the record of the trusted plugin (`sandbox/pytest_verdict.py`: no
-        log is read, no plugin loads that the grader did not name, a changed test machinery is `tampered`), for
-        RL rewards and labels. A repository whose tests pytest does not run has no plugin verdict.
+        verdict: what decides `status` (both come from the same run; `plugin_verdict` is always reported): "log",
+        pytest's log by SWE-bench's parsers (official, but printed results pass); "plugin", the trusted plugin's
+        record (`sandbox/pytest_verdict.py`, `eval/verdicts.py`) for RL rewards and labels (pytest runs only).
         index_cutoff: "created_at" resolves unpinned requirements (env build and install) against the index as of
         the instance's created_at (index_cutoff.py); "images", as of 2024-06-27 (the official images' build day)
         for every instance; "off", against today's."""
@@ -174,8 +173,7 @@ class LocalExecutor:
             env = {**env, "REPO": str(repo_dir), "WORK": str(work)}
             # pytest runs in the script (regression tests) load the trusted plugin: their statuses come from its
             # record, not from what the patched code prints
-            plugin = PluginRun.new([environments.site_packages(ready["env_dir"])]) if runs_pytest(
-                ready["spec"]) else None
+            plugin = _plugin_for(ready)
             if plugin is not None:
                 env, files = {**env, **plugin.env(env)}, {**(files or {}), **plugin.inputs()}
             done = sandbox.run(f"cd {shlex.quote(str(repo_dir))}\n{script}", work, env=env, inputs=files)
@@ -282,7 +280,7 @@ class LocalExecutor:
         script = eval_script(instance, spec, str(repo_dir), f"{INPUTS_DIR}/test.patch",
                              base_conftests=self.verdict == "plugin")
         inputs = {"test.patch": instance["test_patch"], "eval.sh": script}
-        plugin = PluginRun.new([environments.site_packages(ready["env_dir"])]) if runs_pytest(spec) else None
+        plugin = _plugin_for(ready)
         if plugin is not None:
             env, inputs = {**env, **plugin.env(env)}, {**inputs, **plugin.inputs()}
         elif self.verdict == "plugin":
@@ -317,49 +315,11 @@ class LocalExecutor:
         return {"status": "resolved" if report["resolved"] else "unresolved", **report}
 
 
-VERDICTS = ("log", "plugin")
-
-
-def runs_pytest(spec: dict) -> bool:
-    """Whether the spec's test command runs pytest (directly or through tox, whose commands run it)."""
-    cmds = spec["test_cmd"] if isinstance(spec["test_cmd"], list) else [spec["test_cmd"]]
-    return all(c.split()[:1] in (["pytest"], ["tox"]) or " pytest " in f" {c} " for c in cmds)
-
-
-# pytest's `-rA` summary order (passed, skipped, xfailed, xpassed, errors, failed): where two node ids make one
-# SWE-bench id, the later line wins in its parser, as in the log
-_SUMMARY_ORDER = {"PASSED": 0, "SKIPPED": 1, "XFAIL": 2, "XPASS": 3, "ERROR": 4, "FAILED": 5}
-
-
-def swebench_ids(repo: str):
-    """{node id: status} -> {SWE-bench test id: status}: the repository's own SWE-bench log parser read over one
-    `STATUS node-id` line per test, built by the host from the plugin's record (never from the test log), so ids
-    come out as the dataset writes them (cut at a space in a parameter, as the parser cuts them)."""
-    parser = specs.log_parser(repo)
-
-    def convert(outcomes: dict[str, str]) -> dict[str, str]:
-        lines = [f"{status} {node}" for node, status in  # one line each: a node id never holds a newline
-                 sorted(outcomes.items(), key=lambda kv: _SUMMARY_ORDER.get(kv[1], len(_SUMMARY_ORDER)))
-                 if "\n" not in node and "\r" not in node]
-        return {str(k): str(v) for k, v in parser("\n".join(lines)).items()}
-
-    return convert
-
-
-def verdict_status(plugin: dict, returncode: int | None, log_resolved: bool = True) -> dict:
-    """The harness status of a plugin verdict: resolved (the record says so, and so does the log of the same run:
-    a forgery must fool both), unresolved, tampered (the test machinery changed), or error (no record: the run
-    ended early, crashed or never started; its log may still show results)."""
-    if plugin["status"] == "resolved" and not log_resolved:
-        return {"status": "unresolved", "resolved": False,
-                "error": "the plugin's record says resolved but pytest's log of the same run does not"}
-    if plugin["status"] in ("resolved", "unresolved", "tampered"):
-        out = {"status": plugin["status"], "resolved": plugin["resolved"]}
-        if plugin["status"] == "tampered":
-            out["error"] = "the test machinery changed during the run: " + "; ".join(plugin["tampered"][:3])
-        return out
-    return {"status": "error", "resolved": False,
-            "error": f"the trusted plugin wrote no record (exit {returncode}): the run ended early: see test.log"}
+def _plugin_for(ready: dict) -> PluginRun | None:
+    """A fresh trusted plugin for a prepared instance whose tests pytest runs (None for other test runners)."""
+    if not runs_pytest(ready["spec"]):
+        return None
+    return PluginRun.new([environments.site_packages(ready["env_dir"])])
 
 
 def installed(venv: pathlib.Path) -> list[str]:

@@ -34,9 +34,10 @@ from tqdm import tqdm
 
 from swerl_jax.data.paths import user_path
 from swerl_jax.eval import environments, outcomes, reach
-from swerl_jax.eval.executors import VERDICTS, DockerExecutor, Executor, LocalExecutor
+from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
 from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
 from swerl_jax.eval.predictions import PREDICTION_FIELDS, index_instances, load_predictions, safe_id
+from swerl_jax.eval.verdicts import VERDICTS
 from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits, bwrap_path
 

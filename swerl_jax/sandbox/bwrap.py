@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from swerl_jax.sandbox import seccomp
 from swerl_jax.sandbox.cgroup import SandboxCgroup, memory_mode
 from swerl_jax.sandbox.held_files import held_deleted_bytes
+from swerl_jax.sandbox.output import BoundedOutput
 from swerl_jax.sandbox.uids import reserve_uid
 from swerl_jax.sandbox.workdirs import disk_free, sockets_under, tree_usage
 
@@ -107,32 +108,6 @@ def _check_bwrap(path: str) -> None:
     usage = subprocess.run([path, "--help"], capture_output=True, text=True).stdout
     if "--size" not in usage:
         raise SandboxUnavailable(f"{path} cannot bound its tmpfs mounts (no --size): bubblewrap >= 0.7 is needed")
-
-
-class _BoundedOutput:
-    """A stream's first and last `limit // 2` bytes and its length: what the host keeps of a command's output."""
-
-    def __init__(self, limit: int):
-        self.half, self.head, self.tail, self.total = max(1, limit // 2), bytearray(), bytearray(), 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > 2 * self.half:  # trim now and then, not per chunk
-                del self.tail[:-self.half]
-
-    def text(self) -> str:
-        tail = bytes(self.tail[-self.half:])
-        if self.total <= len(self.head) + len(tail):
-            return bytes(self.head + tail).decode("utf-8", errors="replace")
-        cut = self.total - len(self.head) - len(tail)
-        return (self.head.decode("utf-8", errors="replace") + f"\n[... {cut} bytes of output cut ...]\n"
-                + tail.decode("utf-8", errors="replace"))
 
 
 class Sandbox:
@@ -329,7 +304,7 @@ class Sandbox:
         """Read the output until the command ends; kill it at the timeout, past the work dir's quota, or after
         `idle_timeout_s` without output."""
         disk_allowed = limits.disk_bytes
-        output, stopped = _BoundedOutput(limits.output_bytes), None
+        output, stopped = BoundedOutput(limits.output_bytes), None
         next_poll = start + DISK_POLL_S
         last_output = start
         with selectors.DefaultSelector() as selector:
