@@ -327,3 +327,18 @@ def test_empty_patches_out_of_reach_are_counted_once(tmp_path, monkeypatch, caps
     assert report["empty_patch_ids"] == [] and report["out_of_reach_ids"] == ["a", "b"]
     assert harness.summary(report) == ("graded 0: resolved 0, unresolved 0, empty patch 0, error 0; not graded: out "
                                        "of reach 2, unknown id 0, malformed line 0")
+
+
+@pytest.mark.parametrize("value", ["logs", "", "PLUGIN"])
+def test_a_bad_verdict_is_refused_naming_the_flag_and_the_choices(value, capsys):
+    """--verdict (issue 56) takes log or plugin; anything else is one argparse line naming the flag and both."""
+    from swerl_jax.eval.executors import LocalExecutor
+    from swerl_jax.eval.harness import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--instances", "i", "--predictions", "p", "--repos", "r", "--out", "o",
+                                   "--verdict", value])
+    err = capsys.readouterr().err
+    assert "--verdict" in err and "'log'" in err and "'plugin'" in err
+    with pytest.raises(ValueError, match="verdict .* must be one of"):
+        LocalExecutor(None, None, None, verdict=value)
