@@ -24,11 +24,11 @@ import uuid
 
 from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
 from swerl_jax.agent.tools import STEP_OUTPUT_BYTES, ToolError, Workspace, cut, visible
-from swerl_jax.eval import environments
-from swerl_jax.eval.executors import LocalExecutor, ScriptExecutor
 from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits
 from swerl_jax.sandbox.workdirs import remove_tree
+from swerl_jax.tasks import environments
+from swerl_jax.tasks.executors import LocalExecutor, ScriptExecutor
 
 REWARDS = ("execution", "similarity")
 TERMINATIONS = ("finish", "max_turns", "timeout", "max_context", "disk")
