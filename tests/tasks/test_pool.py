@@ -108,3 +108,41 @@ def test_a_failed_preparation_is_never_pooled_and_reaches_the_taker(tmp_path):
         pool.take(A)
     with pytest.raises(ValueError, match="must be >= 1"):
         WarmPool(prep, tmp_path / "pool", max_dirs=0)
+
+
+class FakeExecutor:
+    """A ScriptExecutor whose prepare makes an empty repository folder (no sandbox runs)."""
+
+    def __init__(self):
+        self.prepared = []
+
+    def prepare(self, instance, patch, log_dir, work):
+        from swerl_jax.sandbox.bwrap import Sandbox
+
+        assert log_dir.is_dir() and not log_dir.is_relative_to(work)
+        (work / "repo").mkdir()
+        self.prepared.append(work)
+        return {"repo_dir": work / "repo", "sandbox": Sandbox(), "env": {}}
+
+    def evaluate(self, instance, patch, log_dir):
+        raise AssertionError("not graded here")
+
+
+def test_an_episode_resets_into_a_pooled_checkout_and_hands_it_back(tmp_path):
+    from swerl_jax.agent.env import SWEEnv
+    from swerl_jax.tasks.pool import executor_prepare
+
+    executor = FakeExecutor()
+    pool = WarmPool(executor_prepare(executor), tmp_path / "pool", per_key=1, max_dirs=2)
+    instance = {**A, "repo": "a/a", "problem_statement": "it breaks"}
+    pool.fill(instance)
+    assert pool.wait_ready(instance)
+    env = SWEEnv(instance, tmp_path / "repos", tmp_path / "env", executor=executor, pool=pool)
+    first = executor.prepared[0]
+    assert "it breaks" in env.reset() and first.exists()
+    assert env.workspace is not None and pool.stats["warm"] == 1  # the prepared dir, not one made now
+    env.reset()  # a second episode: the first dir is handed back (removed), another taken
+    assert not first.exists() and pool.stats["removed"] == 1
+    env.close()
+    pool.close()
+    assert not any((tmp_path / "pool").iterdir()) and not (tmp_path / "env" / "episodes").exists()
