@@ -3,7 +3,7 @@ sections (`sections.read_sections`: keys, types and each section's fixed value s
 the domains run here: registry names (models, meshes, schedules, attention kernels, reward functions), the loss
 config, batch and mesh shapes, the agent's limits, and the files a run reads. Keys and values no trainer can run
 fail at load time, naming the key. `python -m swerl_jax.train`, the sampler server, `eval.run`, `eval.repair_score`,
-`agent.tts`, the sweep and `launch/plan.py` call it; the trainers take its result.
+`eval.tts`, the sweep and `launch/plan.py` call it; the trainers take its result.
 
     exp = resolve_config(config)                       # Experiment; TypeError / KeyError / ValueError name the key
     start_warnings(exp)                                # lines for settings that run but will not do what they seem

@@ -18,9 +18,9 @@ import sys
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
 from swerl_jax.data.paths import config_paths, user_path
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
-from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
 from swerl_jax.eval.predictions import chosen_instances, index_instances
 from swerl_jax.sampler import source as policy_source
+from swerl_jax.tasks.index_cutoff import MODES as CUTOFF_MODES
 
 BACKENDS = ("engine", "sampler", "openai", "oracle")
 
@@ -160,9 +160,9 @@ def main(argv: list[str] | None = None) -> dict:
                                  model_name=str(c.model_name), seed=int(c.seed))
     executor = None
     if settings.reproduction_tests > 0 or settings.regression:
-        from swerl_jax.eval import environments
-        from swerl_jax.eval.executors import LocalExecutor
         from swerl_jax.sandbox.bwrap import SandboxLimits
+        from swerl_jax.tasks import environments
+        from swerl_jax.tasks.executors import LocalExecutor
 
         executor = LocalExecutor(pathlib.Path(c.repos), out / "exec", environments.EnvironmentCache(),
                                  SandboxLimits(timeout_s=float(c.test_timeout_s),
