@@ -145,6 +145,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # where its clip acts: a run with one update per batch warns at start; see rl.max_staleness)
     c.rl.off_policy = "plain"
     c.rl.behav_weight_cap = 5.0  # decoupled: drop tokens with pi_prox / pi_behav above it (AReaL examples); 0: no cap
+    # Sampler/trainer mismatch correction, per token, on w = pi_trainer / pi_sampler (the trainer's params before the
+    # update; swerl_jax/rl/correction.py): off | tis (loss x min(w, cap)) | mis (loss x w, tokens with w > cap
+    # dropped). Under "decoupled" it replaces the behaviour weight. Logged: mismatch_ratio_mean/max, *_frac.
+    c.rl.mismatch_correction = "off"
+    c.rl.mismatch_cap = 2.0  # C > 1; read only when the correction is on
     c.rl.micro_batch_size = 0  # 0: the whole step's batch at once
     c.rl.update_epochs = 1  # optimizer updates on each step's batch (GRPO's mu; the paper: one per step)
     # Sequential optimizer updates per epoch, each on 1/n of the batch with the old and proximal log-probs fixed

@@ -127,6 +127,8 @@ class RLSection:
     old_logprobs: str = _choices("sampler", "recompute")
     off_policy: str = _choices("plain", "decoupled")
     behav_weight_cap: float
+    mismatch_correction: str = _choices("off", "tis", "mis")
+    mismatch_cap: float
     micro_batch_size: int
     update_epochs: int
     ppo_minibatches: int

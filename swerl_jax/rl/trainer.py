@@ -75,7 +75,7 @@ def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, c
                                        length=completion_len, positions=batch.get("score_positions"))
         loss, metrics = grpo_loss(logp, batch["old_logp"], batch.get("ref_logp"), batch["advantages"],
                                   batch["loss_mask"], loss_cfg, entropy=entropy, truncated=batch["truncated"],
-                                  prox_logp=batch.get("prox_logp"))
+                                  prox_logp=batch.get("prox_logp"), sampler_logp=batch["sampler_logp"])
         loss = minibatch.scale_loss(loss, batch)  # rl.ppo_minibatches > 1 only
         mismatch = logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"])
         metrics.update({mismatch_prefix + k: v for k, v in mismatch.items()})
@@ -238,8 +238,10 @@ class GRPOTrainer(TrainLoop):
         t0 = time.perf_counter()
         if str(rl.old_logprobs) == "recompute":
             batch_np["old_logp"] = self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len)
-        if self.loss_cfg.off_policy == "decoupled":  # the proximal policy: these params, before this update
-            batch_np["prox_logp"] = self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len)
+        # the proximal policy: these params, before this update (decoupled; the mismatch correction's trainer side)
+        if self.loss_cfg.off_policy == "decoupled" or self.loss_cfg.mismatch_correction != "off":
+            batch_np["prox_logp"] = (batch_np["old_logp"] if str(rl.old_logprobs) == "recompute" else
+                                     self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len))
         if self.reference is not None:
             batch_np["ref_logp"] = self._logprobs(self.reference, batch_np, prompt_len, completion_len)
         own_metrics = {} if self.kept is None else own_version_mismatch(  # k >= 1; keeps version step - 1

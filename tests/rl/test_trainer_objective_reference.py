@@ -68,6 +68,10 @@ CASES = [
                                          kl_estimator="k2", dual_clip=3.0, compact_filtering=True), "grpo", 3, 2, 2),
     ("decoupled-seq-mean-n1", dict(off_policy="decoupled", loss_agg="seq-mean-token-mean", compact_filtering=True,
                                    entropy_coef=0.02), "loo", 1, 2, 2),
+    # rl.mismatch_correction: weights of pi_prox / pi_sampler truncated (tis) or dropped (mis) at the cap
+    ("tis-plain-token-mean", dict(mismatch_correction="tis", mismatch_cap=1.2, kl_coef=0.05), "grpo", 2, 3, 2),
+    ("mis-decoupled-seq-mean", dict(off_policy="decoupled", mismatch_correction="mis", mismatch_cap=1.3,
+                                    loss_agg="seq-mean-token-mean"), "grpo", 2, 2, 1),
 ]
 
 
@@ -100,7 +104,11 @@ def ref_per_token(logp, ent, b, cfg):
     pg = jnp.maximum(-a * ratio, -a * jnp.clip(ratio, 1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high))
     if cfg.dual_clip:
         pg = jnp.where(a < 0, jnp.minimum(pg, -a * cfg.dual_clip), pg)
-    if cfg.off_policy == "decoupled":  # AReaL: w = pi_prox / pi_behav, a token over the cap weighs 0
+    if cfg.mismatch_correction != "off":  # w = pi_prox / pi_sampler (replaces decoupled's weight)
+        w = jnp.exp(jnp.clip(jnp.where(on, b["prox_logp"] - b["sampler_logp"], 0.0), -20, 20))
+        cap = cfg.mismatch_cap
+        pg = pg * (jnp.minimum(w, cap) if cfg.mismatch_correction == "tis" else jnp.where(w > cap, 0.0, w))
+    elif cfg.off_policy == "decoupled":  # AReaL: w = pi_prox / pi_behav, a token over the cap weighs 0
         w = jnp.exp(jnp.clip(jnp.where(on, b["prox_logp"] - b["old_logp"], 0.0), -20, 20))
         pg = pg * jnp.where((cfg.behav_weight_cap > 0) & (w > cfg.behav_weight_cap), 0.0, w)
     d = jnp.where(on, logp - b["ref_logp"], 0.0)
@@ -158,7 +166,7 @@ def make_batch(cfg, kind, params):
     batch = {"tokens": tokens, "attention_mask": np.ones((B, PL + C), bool), "loss_mask": mask, "old_logp": old,
              "sampler_logp": old, "advantages": adv.reshape(-1), "truncated": truncated,
              "ref_logp": logp + noise(0.2)}
-    if cfg.off_policy == "decoupled":  # the trainer's params before the update, padding included
+    if cfg.off_policy == "decoupled" or cfg.mismatch_correction != "off":  # the params before the update
         batch["prox_logp"] = logp
     return batch
 
