@@ -140,6 +140,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # True: compact-filtered (truncated) samples stay out of their group's advantage baseline (DeepSWE: masked
     # trajectories get no final reward); False: their real rewards count in the group mean/std (ours).
     c.rl.baseline_excludes_filtered = False
+    # DAPO's dynamic sampling: drop groups whose counted rewards are all equal (no gradient) and draw the next
+    # prompts until the step holds rl.prompts_per_step groups, at most this many draws per step (then filled with
+    # dropped groups); dynamic/* counts every draw and drop (swerl_jax/rl/dynamic.py). Off: one draw per step.
+    c.rl.dynamic_sampling = False
+    c.rl.dynamic_sampling_max_draws = 4
     c.rl.old_logprobs = "sampler"  # sampler | recompute
     # plain: ratio vs old log-probs | decoupled: AReaL's decoupled PPO (stale batches; with rl.ppo_minibatches > 1,
     # where its clip acts: a run with one update per batch warns at start; see rl.max_staleness)

@@ -41,6 +41,7 @@ from swerl_jax.agent.rollout import SYSTEM, ChatFormat, Reprefill, TurnGenerator
 from swerl_jax.agent.stream import EpisodeStream
 from swerl_jax.agent.tasks import AgentTasks
 from swerl_jax.config import rl_seed
+from swerl_jax.rl.collect import draw_seed
 from swerl_jax.rl.collector import Collector, Groups, Sampler, local_prompts
 from swerl_jax.rl.rollouts import Rollout, RolloutGroups, flatten_groups
 from swerl_jax.sampler.sessions import KeptKV
@@ -94,21 +95,25 @@ class AgentCollector(Collector):
         return Reprefill(sampler, self.tokenizer)
 
     def episodes(self, sampler: Sampler, instances: list[dict], samples: int, sampling: SamplingParams, step: int,
-                 version: int, tasks: AgentTasks) -> tuple[RolloutGroups, Any]:
-        """`samples` episodes of each instance with the sampler's policy `version`."""
+                 version: int, tasks: AgentTasks, draw: int = 0) -> tuple[RolloutGroups, Any]:
+        """`samples` episodes of each instance with the sampler's policy `version` (seeded by step's `draw`)."""
         envs = [[tasks.env(inst, self.config) for _ in range(samples)] for inst in instances]
         a = self.config.agent
         return run_episodes(envs, self.generator(sampler), self.chat, SYSTEM, sampling,
-                            max_context=int(a.max_context), seed=rl_seed(self.config), step=step,
+                            max_context=int(a.max_context), seed=draw_seed(rl_seed(self.config), draw), step=step,
                             policy_version=version, pool=self.pool, waves=int(a.waves))
 
     def _draw(self) -> list[dict]:
         return [self.tasks.instances[int(i)] for i in np.asarray(next(self.data_iter)).reshape(-1)]
 
-    def collect(self, sampler: Sampler, step: int, policy_version: int) -> Groups:
-        """Step `step`'s scored episodes [P][G]; an episode whose environment failed is `excluded`."""
+    def collect(self, sampler: Sampler, step: int, policy_version: int, draw: int = 0) -> Groups:
+        """Step `step`'s (extra draw `draw`'s) scored episodes [P][G]; an episode whose environment failed is
+        `excluded`."""
         stream_metrics: dict[str, float] = {}
         t0 = time.perf_counter()
+        if self.stream is not None and draw:
+            raise ValueError("rl.dynamic_sampling does not combine with agent.stream_ahead_batches > 0 (a streamed "
+                             "step takes the first groups to finish); set one of them off")
         if self.stream is not None:  # the first P groups of the stream to finish (draws inside, timed with it)
             t_data = 0.0
             rollouts, times, stream_metrics = self.stream.collect(
@@ -119,7 +124,7 @@ class AgentCollector(Collector):
             instances = self._draw()
             t_data = time.perf_counter() - t0
             rollouts, times = self.episodes(sampler, instances, self.num_samples, self.sampling, step,
-                                            policy_version, self.tasks)
+                                            policy_version, self.tasks, draw)
         excluded = np.zeros((len(rollouts), self.num_samples), bool)
         for p, group in enumerate(rollouts):
             for r in group:

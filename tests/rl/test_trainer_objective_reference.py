@@ -241,3 +241,34 @@ def test_trainer_updates_equal_float64_reference(monkeypatch, overrides, kind, n
         close(np.mean([float(m["loss"]) for m in metrics]), float(whole_loss), "mean minibatch loss vs whole batch")
         expected = {k: start[k] - LR * np.asarray(whole_grad[k]) for k in start}
         assert_params_close(final, expected, start, "accumulated minibatches vs whole-batch gradient")
+
+
+def test_trainer_updates_equal_float64_reference_on_a_dynamic_sampling_batch(monkeypatch):
+    """rl.dynamic_sampling: draw 0 is REWARDS (group 0 has no signal: dropped), draw 1 refills the batch with its
+    first signal group (its group 0 also has none); the trainer's update on the selected groups equals the float64
+    reference of the objective on exactly those rewards."""
+    from swerl_jax.rl.collector import Collector, Groups
+    from swerl_jax.rl.dynamic import DynamicSampling
+    from swerl_jax.rl.rollouts import Rollout
+
+    second = np.array([[0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.5], [0.3, 0.3, 0.9, 0.0]])
+
+    class TwoDraws(Collector):
+        completion_cap, data_iter = C, None
+
+        def collect(self, sampler, step, policy_version, draw=0):
+            rewards = (REWARDS, second)[draw]
+            return Groups.scored([[Rollout(prompt_id=f"{draw}-{p}", group=p, sample=s, prompt_tokens=np.zeros(1),
+                                           completion_tokens=np.zeros(1), sampler_logprobs=np.zeros(1),
+                                           finish_reason="stop", completion="", reward=float(rewards[p, s]))
+                                   for s in range(G)] for p in range(P)], G)
+
+    groups = DynamicSampling(TwoDraws(), P, max_draws=2).collect(None, 1, 0)
+    selected = np.stack([REWARDS[1], REWARDS[2], second[1]])  # by hand: the signal groups in draw order
+    np.testing.assert_array_equal(groups.rewards, selected)
+    assert groups.metrics["dynamic/groups_dropped"] == 2 and groups.metrics["dynamic/groups_discarded"] == 1
+    import sys
+
+    monkeypatch.setattr(sys.modules[__name__], "REWARDS", selected)  # the batch and the reference read it
+    test_trainer_updates_equal_float64_reference(monkeypatch, dict(clip_eps_high=0.28, compact_filtering=True), "grpo",
+                                                 2, 3, 2)  # DAPO: clip-high, overlong filtering, dynamic sampling
