@@ -28,7 +28,8 @@ exists: the loop above, bit for bit. rl.off_policy = "decoupled" adds the proxim
 the update) to step 3 and uses AReaL's decoupled objective (`objectives.decoupled_policy_loss`).
 
 Timings per step (`time/*`): the collector's (e.g. data, generate, reward_wait, reward_wall), logprobs, train,
-sync (publish), eval, step. They are the only metrics a resumed run does not repeat.
+sync (publish), eval, step; the trainer's and the sampler's idle fractions and generated tokens/s/device (`idle`).
+They are the only metrics a resumed run does not repeat.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from swerl_jax.resolve import ensure_resolved
 from swerl_jax.rl import minibatch
 from swerl_jax.rl.collect import InlineSampler
 from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
+from swerl_jax.rl.idle import TimedSampler, generated_tokens, sampler_device_count, step_time_metrics
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
 from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, joined_for_training, rollout_metrics
@@ -129,6 +131,8 @@ class GRPOTrainer(TrainLoop):
         # k >= 1: the params of the last k versions, to measure the sampler's numerics against each rollout's own
         self.kept = KeptVersions(self.max_staleness) if self.max_staleness > 0 else None
         self._position = None  # at k >= 1: the data position after the last trained step's draw
+        self._timed: TimedSampler | None = None  # time/sampler_idle_frac's spans (`rl.idle`)
+        self._devices = jax.local_device_count() + sampler_device_count(str(config.sampler.devices))
         self._logprob_fns: dict = {}
         self.is_main = sharding.is_main_process()
         self.save_rollouts = bool(config.logging.save_rollouts)
@@ -210,6 +214,7 @@ class GRPOTrainer(TrainLoop):
         if self.producer is None:
             groups = self.collector.collect(self.sampler, step, step - 1)
             version = step - 1
+            waited = time.perf_counter() - t_step  # the synchronous trainer waits for the whole collection
         else:
             item, waited, depth = self.producer.take(step)
             groups, version, self._position = item.groups, item.version, item.position
@@ -298,6 +303,8 @@ class GRPOTrainer(TrainLoop):
             t_eval = time.perf_counter() - t0
         metrics["time"] = {**groups.times, "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
                            "step_s": time.perf_counter() - t_step}
+        metrics["time"].update(step_time_metrics(self._timed, t_step, metrics["time"]["step_s"], waited,
+                                                 generated_tokens(rollouts), self._devices))  # idle, tokens/s
         if async_metrics:
             async_metrics["async/trainer_idle_frac"] = async_metrics["async/trainer_wait_s"] / max(
                 metrics["time"]["step_s"], 1e-9)
@@ -327,6 +334,8 @@ class GRPOTrainer(TrainLoop):
         """Start the sampler on the restored (or initial) params as policy version `start`; at k >= 1 start
         collecting ahead (the producer and the evaluator then share the sampler one request at a time)."""
         self._start_sampler(version=start)
+        if not (str(self.config.rl.task) == "agent" and str(self.config.agent.kv_cache) == "kept"):
+            self.sampler = self._timed = TimedSampler(self.sampler)  # kept K/V drives the engine around generate
         if self.max_staleness > 0:
             self.sampler = SerialSampler(self.sampler)
             self._position = self.collector.data_iter  # until the first step is taken
