@@ -134,6 +134,24 @@ class AgentCollector(Collector):
                                     "env_busy_s": times.env_busy_s, "reward_s": times.reward_s},
                              metrics=episode_metrics(flatten_groups(rollouts)) | stream_metrics)
 
+    def state_dict(self) -> dict:
+        """With the stream: the instance ids of the tasks in flight after the last collect (a resumed run starts
+        them again, `EpisodeStream.restart`: no drawn task is lost)."""
+        return {} if self.stream is None else {"stream_in_flight": [str(i["instance_id"])
+                                                                    for i in self.stream.in_flight()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Start the checkpoint's tasks in flight again (needs the stream on, as when it was saved)."""
+        ids = list(state.get("stream_in_flight", []))
+        if not ids:
+            return
+        by_id = {str(i["instance_id"]): i for i in self.tasks.instances}
+        if self.stream is None or any(i not in by_id for i in ids):
+            lacks = "no stream (agent.stream_ahead_batches=0)" if self.stream is None else "not all of them as tasks"
+            raise ValueError(f"the checkpoint has {len(ids)} agent tasks in flight to start again (first "
+                             f"{ids[0]!r}) but this run has {lacks}")
+        self.stream.restart([by_id[i] for i in ids])
+
     def credit(self, groups: Groups, advantages: np.ndarray) -> tuple[np.ndarray | None, dict[str, float]]:
         """agent.error_credit = "until_error": see `mask_after_first_error`; "episode": every model token."""
         if str(self.config.agent.error_credit) != "until_error":

@@ -106,6 +106,9 @@ class Collected:
     position: FrozenPosition | None  # the data iterator's state after this step's draw
     blocked_s: float  # the producer waited this long for version step - 1 - k
     collect_s: float  # and collected for this long
+    # the collector's state_dict right after this step's collection (e.g. the agent stream's tasks in flight): what
+    # the trainer checkpoints with this step, not the state of a collection further ahead
+    state: dict = dataclasses.field(default_factory=dict)
 
 
 def staleness(groups: Groups, step: int) -> tuple[float, int]:
@@ -147,7 +150,8 @@ class AheadProducer:
                 groups = self.collector.collect(self.sampler, t, version)
                 it = self.collector.data_iter
                 position = FrozenPosition(it.get_state()) if hasattr(it, "get_state") else None
-                item = Collected(t, version, groups, position, blocked, time.perf_counter() - t0)
+                item = Collected(t, version, groups, position, blocked, time.perf_counter() - t0,
+                                 self.collector.state_dict())
                 with self._cond:
                     self._ready[t] = item
                     self._cond.notify_all()

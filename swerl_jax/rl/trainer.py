@@ -130,7 +130,8 @@ class GRPOTrainer(TrainLoop):
         self.producer: AheadProducer | None = None
         # k >= 1: the params of the last k versions, to measure the sampler's numerics against each rollout's own
         self.kept = KeptVersions(self.max_staleness) if self.max_staleness > 0 else None
-        self._position = None  # at k >= 1: the data position after the last trained step's draw
+        self._position, self._state = None, {}  # at k >= 1: the data position and collector state after the last
+        # trained step's collection (the producer's are ahead)
         self._timed: TimedSampler | None = None  # time/sampler_idle_frac's spans (`rl.idle`)
         self._devices = jax.local_device_count() + sampler_device_count(str(config.sampler.devices))
         self._logprob_fns: dict = {}
@@ -217,7 +218,7 @@ class GRPOTrainer(TrainLoop):
             waited = time.perf_counter() - t_step  # the synchronous trainer waits for the whole collection
         else:
             item, waited, depth = self.producer.take(step)
-            groups, version, self._position = item.groups, item.version, item.position
+            groups, version, self._position, self._state = item.groups, item.version, item.position, item.state
             mean_age, max_age = staleness(groups, step)
             async_metrics = {"staleness_mean": mean_age, "staleness_max": max_age, "async/queue_depth": depth,
                              "async/trainer_wait_s": waited, "async/producer_blocked_s": item.blocked_s,
@@ -322,8 +323,9 @@ class GRPOTrainer(TrainLoop):
     # --- the loop (swerl_jax.runs.loop.TrainLoop) -----------------------------------------------------------------
 
     def host_state(self) -> dict:
-        """The collector's state (e.g. the reward service's counters), checkpointed with each step."""
-        return self.collector.state_dict()
+        """The collector's state (e.g. the reward service's counters), checkpointed with each step; at k >= 1 as
+        it was after the last trained step's collection."""
+        return self._state if self.producer is not None else self.collector.state_dict()
 
     def load_host_state(self, state: dict) -> None:
         """Restore the collector's state from a checkpoint."""
@@ -338,7 +340,7 @@ class GRPOTrainer(TrainLoop):
             self.sampler = self._timed = TimedSampler(self.sampler)  # kept K/V drives the engine around generate
         if self.max_staleness > 0:
             self.sampler = SerialSampler(self.sampler)
-            self._position = self.collector.data_iter  # until the first step is taken
+            self._position, self._state = self.collector.data_iter, self.collector.state_dict()  # until step 1
             self.producer = AheadProducer(self.collector, self.sampler, max_staleness=self.max_staleness,
                                           first_step=start + 1, last_step=self.num_steps, published=start)
 
