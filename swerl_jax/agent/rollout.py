@@ -128,6 +128,7 @@ class Conversation:
     tokens: list[int] = dataclasses.field(default_factory=list)
     mask: list[float] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)  # per token: the sampling version (-1: observation)
     done: bool = False
     termination: str | None = None
     policy_version: int = -1  # of the newest model turn
@@ -146,8 +147,10 @@ class Conversation:
         in the ledger, copied: the transcript (`add`) is checked against it."""
         self.ledger.append((np.array(ids, np.int32), None if logprobs is None else np.array(logprobs, np.float32)))
 
-    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
-        """Append a model turn (with its behaviour log-probs) or, with `logprobs` None, an observation."""
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, version: int = -1) -> None:
+        """Append a model turn (with its behaviour log-probs and the policy version that sampled it) or, with
+        `logprobs` None, an observation."""
+        self.versions += [int(version) if logprobs is not None else -1] * len(ids)
         self.tokens += [int(t) for t in ids]
         self.mask += [1.0 if logprobs is not None else 0.0] * len(ids)
         self.logprobs += list(map(float, logprobs)) if logprobs is not None else [0.0] * len(ids)
@@ -234,7 +237,7 @@ def run_episodes(envs: Sequence[Sequence[SWEEnv]], generator: TurnGenerator, cha
 def add_turn(c: Conversation, completion: Completion) -> None:
     """Append a model turn: its tokens, their behaviour log-probs and the policy version that sampled it."""
     c.receive(completion.tokens, completion.logprobs)  # the ledger: exactly what the sampler returned
-    c.add(completion.tokens, completion.logprobs)
+    c.add(completion.tokens, completion.logprobs, completion.policy_version)
     c.policy_version = completion.policy_version
     if c.first_version < 0:
         c.first_version = completion.policy_version
@@ -331,4 +334,5 @@ def to_rollout(c: Conversation, chat: ChatFormat, scored: tuple[float, dict]) ->
         completion=chat.tokenizer.decode(tokens.tolist(), skip_special_tokens=False) if len(tokens) else "",
         policy_version=c.first_version if c.first_version >= 0 else c.policy_version, reward=reward,
         reward_info=info,
-        token_mask=np.asarray(c.mask, np.float32), termination=c.termination)
+        token_mask=np.asarray(c.mask, np.float32), termination=c.termination,
+        token_versions=np.asarray(c.versions, np.int32))

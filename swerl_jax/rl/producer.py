@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grain
+import numpy as np
 
 from swerl_jax.rl.collector import Collector, Groups, Sampler
 from swerl_jax.sampler.types import Completion, SamplingParams
@@ -109,6 +110,19 @@ class Collected:
     # the collector's state_dict right after this step's collection (e.g. the agent stream's tasks in flight): what
     # the trainer checkpoints with this step, not the state of a collection further ahead
     state: dict = dataclasses.field(default_factory=dict)
+
+
+def token_staleness(groups: Groups, step: int) -> tuple[float, int]:
+    """(mean, max) over the model's tokens of (step - 1) - the policy version that sampled each one (a partial
+    rollout's tokens span versions: `Rollout.token_versions`; else every token is its rollout's version)."""
+    ages = []
+    for r in (r for group in groups.rollouts for r in group):
+        versions = (np.full(len(r.completion_tokens), r.policy_version) if r.token_versions is None
+                    else np.asarray(r.token_versions))
+        model = versions >= 0 if r.token_mask is None else (np.asarray(r.token_mask) > 0) & (versions >= 0)
+        ages.append(step - 1 - versions[model])
+    ages = np.concatenate(ages) if ages else np.zeros(0)
+    return (float(ages.mean()), int(ages.max())) if ages.size else (0.0, 0)
 
 
 def staleness(groups: Groups, step: int) -> tuple[float, int]:

@@ -52,7 +52,7 @@ from swerl_jax.rl.collect import InlineSampler
 from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
 from swerl_jax.rl.idle import TimedSampler, generated_tokens, sampler_device_count, step_time_metrics
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
-from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness
+from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness, token_staleness
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, joined_for_training, rollout_metrics
 from swerl_jax.rl.versions import KeptVersions, own_version_mismatch
 from swerl_jax.runs.affinity import device_env, fleet_placement
@@ -219,8 +219,9 @@ class GRPOTrainer(TrainLoop):
         else:
             item, waited, depth = self.producer.take(step)
             groups, version, self._position, self._state = item.groups, item.version, item.position, item.state
-            mean_age, max_age = staleness(groups, step)
-            async_metrics = {"staleness_mean": mean_age, "staleness_max": max_age, "async/queue_depth": depth,
+            (mean_age, max_age), (token_age, token_max) = staleness(groups, step), token_staleness(groups, step)
+            async_metrics = {"staleness_mean": mean_age, "staleness_max": max_age, "staleness_token_mean": token_age,
+                             "staleness_token_max": token_max, "async/queue_depth": depth,
                              "async/trainer_wait_s": waited, "async/producer_blocked_s": item.blocked_s,
                              "async/producer_collect_s": item.collect_s,
                              "async/producer_idle_frac": item.blocked_s / max(item.blocked_s + item.collect_s,

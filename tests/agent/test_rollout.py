@@ -131,11 +131,11 @@ def test_a_retokenised_turn_breaks_token_in_token_out_and_is_named(tasks, chat, 
 
     tok, add = chat.tokenizer, Conversation.add
 
-    def retokenising_add(self, ids, logprobs):
+    def retokenising_add(self, ids, logprobs, version=-1):
         if logprobs is not None:  # a model turn: re-tokenised from its decoded text
             ids = tok.encode(tok.decode(list(ids), skip_special_tokens=True), add_special_tokens=False)
             logprobs = list(logprobs)[:len(ids)]
-        add(self, ids, logprobs)
+        add(self, ids, logprobs, version)
 
     monkeypatch.setattr(Conversation, "add", retokenising_add)
     with pytest.raises(TokenIntegrityError, match=r"episode '.*' sample 0: its training row .* first difference at "

@@ -188,3 +188,25 @@ def test_a_resumed_stream_starts_the_tasks_in_flight_again_and_loses_no_task():
     with pytest.raises(RuntimeError, match="restart\\(\\) is for a fresh stream"):
         first.groups = [object()]
         first.restart([])
+
+
+def test_each_token_records_its_version_and_staleness_is_bounded_and_reported_per_token():
+    """Partial rollouts (issue 59 item 2, between agent turns): task 3's episodes ran their first turn under
+    version 0 and their second under version 1; each model token records the version that sampled it (observations
+    -1), the joined training row keeps that alignment, and the per-token staleness of every step is within k = 1."""
+    from swerl_jax.rl.producer import token_staleness
+    from swerl_jax.rl.rollouts import joined_for_training
+
+    out, _, _ = _run(3)
+    t3 = out[1][0][0]
+    for r in t3:
+        model = r.token_mask.astype(bool)
+        assert r.token_versions[model].tolist() == [0] * 3 + [1] * 3 and (r.token_versions[~model] == -1).all()
+        joined = joined_for_training([[r]])[0][0][0]
+        moved = len(r.prompt_tokens) - 1
+        assert (joined.token_versions[:moved] == -1).all() and (joined.token_versions[moved:] == r.token_versions).all()
+    # step 2: t3's tokens are 1 and 0 versions old (mean 0.5 over its 12 model tokens), t4's 0 (one turn, 6 tokens)
+    mean, most = token_staleness(Groups.scored(out[1][0], 2), 2)
+    assert (mean, most) == (6 / 18, 1)
+    for step, (groups, _) in enumerate(out, start=1):
+        assert token_staleness(Groups.scored(groups, 2), step)[1] <= 1
