@@ -112,6 +112,17 @@ class Collected:
     state: dict = dataclasses.field(default_factory=dict)
 
 
+def taken_metrics(item: Collected, waited_s: float, depth: int, step: int) -> dict[str, float]:
+    """The metrics of step `step` taken from the producer after `waited_s` with `depth` steps ready: staleness per
+    sample and per token, the queue depth, the trainer's wait, the producer's blocked and collect time and its idle
+    fraction (blocked / (blocked + collect))."""
+    (mean_age, max_age), (token_age, token_max) = staleness(item.groups, step), token_staleness(item.groups, step)
+    return {"staleness_mean": mean_age, "staleness_max": max_age, "staleness_token_mean": token_age,
+            "staleness_token_max": token_max, "async/queue_depth": depth, "async/trainer_wait_s": waited_s,
+            "async/producer_blocked_s": item.blocked_s, "async/producer_collect_s": item.collect_s,
+            "async/producer_idle_frac": item.blocked_s / max(item.blocked_s + item.collect_s, 1e-9)}
+
+
 def token_staleness(groups: Groups, step: int) -> tuple[float, int]:
     """(mean, max) over the model's tokens of (step - 1) - the policy version that sampled each one (a partial
     rollout's tokens span versions: `Rollout.token_versions`; else every token is its rollout's version)."""

@@ -28,8 +28,7 @@ exists: the loop above, bit for bit. rl.off_policy = "decoupled" adds the proxim
 the update) to step 3 and uses AReaL's decoupled objective (`objectives.decoupled_policy_loss`).
 
 Timings per step (`time/*`): the collector's (e.g. data, generate, reward_wait, reward_wall), logprobs, train,
-sync (publish), eval, step; the trainer's and the sampler's idle fractions and generated tokens/s/device (`idle`).
-They are the only metrics a resumed run does not repeat.
+sync (publish), eval, step, idle fractions, tokens/s (`rl.idle`): the only metrics a resumed run does not repeat.
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ from swerl_jax.rl.collect import InlineSampler
 from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
 from swerl_jax.rl.idle import TimedSampler, generated_tokens, sampler_device_count, step_time_metrics
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
-from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness, token_staleness
+from swerl_jax.rl.producer import AheadProducer, SerialSampler, taken_metrics
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, joined_for_training, rollout_metrics
 from swerl_jax.rl.versions import KeptVersions, own_version_mismatch
 from swerl_jax.runs.affinity import device_env, fleet_placement
@@ -130,8 +129,7 @@ class GRPOTrainer(TrainLoop):
         self.producer: AheadProducer | None = None
         # k >= 1: the params of the last k versions, to measure the sampler's numerics against each rollout's own
         self.kept = KeptVersions(self.max_staleness) if self.max_staleness > 0 else None
-        self._position, self._state = None, {}  # at k >= 1: the data position and collector state after the last
-        # trained step's collection (the producer's are ahead)
+        self._position, self._state = None, {}  # k >= 1: data position, collector state of the last trained step
         self._timed: TimedSampler | None = None  # time/sampler_idle_frac's spans (`rl.idle`)
         self._devices = jax.local_device_count() + sampler_device_count(str(config.sampler.devices))
         self._logprob_fns: dict = {}
@@ -219,13 +217,7 @@ class GRPOTrainer(TrainLoop):
         else:
             item, waited, depth = self.producer.take(step)
             groups, version, self._position, self._state = item.groups, item.version, item.position, item.state
-            (mean_age, max_age), (token_age, token_max) = staleness(groups, step), token_staleness(groups, step)
-            async_metrics = {"staleness_mean": mean_age, "staleness_max": max_age, "staleness_token_mean": token_age,
-                             "staleness_token_max": token_max, "async/queue_depth": depth,
-                             "async/trainer_wait_s": waited, "async/producer_blocked_s": item.blocked_s,
-                             "async/producer_collect_s": item.collect_s,
-                             "async/producer_idle_frac": item.blocked_s / max(item.blocked_s + item.collect_s,
-                                                                              1e-9)}
+            async_metrics = taken_metrics(item, waited, depth, step)
         rewards = groups.rewards  # [P, G]
         # DeepSWE (rl.compact_filtering and rl.baseline_excludes_filtered): truncated samples leave the baselines
         valid = groups.baseline_mask(exclude_truncated=bool(rl.compact_filtering and rl.baseline_excludes_filtered))
@@ -307,10 +299,8 @@ class GRPOTrainer(TrainLoop):
                            "step_s": time.perf_counter() - t_step}
         metrics["time"].update(step_time_metrics(self._timed, t_step, metrics["time"]["step_s"], waited,
                                                  generated_tokens(rollouts), self._devices))  # idle, tokens/s
-        if async_metrics:
-            async_metrics["async/trainer_idle_frac"] = async_metrics["async/trainer_wait_s"] / max(
-                metrics["time"]["step_s"], 1e-9)
-            metrics.update(async_metrics)
+        if async_metrics:  # async/trainer_idle_frac: time/trainer_idle_frac under its k >= 1 name
+            metrics.update(async_metrics, **{"async/trainer_idle_frac": metrics["time"]["trainer_idle_frac"]})
         if t_eval is not None:
             metrics["time"]["eval_s"] = t_eval
         rows = [r.to_json(step, advantage=advantages[p, r.sample])
@@ -324,8 +314,7 @@ class GRPOTrainer(TrainLoop):
     # --- the loop (swerl_jax.runs.loop.TrainLoop) -----------------------------------------------------------------
 
     def host_state(self) -> dict:
-        """The collector's state (e.g. the reward service's counters), checkpointed with each step; at k >= 1 as
-        it was after the last trained step's collection."""
+        """The collector's state (e.g. reward counters) checkpointed with each step; k >= 1: the trained step's."""
         return self._state if self.producer is not None else self.collector.state_dict()
 
     def load_host_state(self, state: dict) -> None:
