@@ -272,7 +272,7 @@ def test_no_config_section_is_read_with_a_default_outside_the_config_module():
 
 # ------------------------------------------------------------------- the ablation sweeps (experiments/ablations/)
 
-ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp", "staleness", "async_grpo", "testbed"]
+ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp", "staleness", "async_grpo", "dynamic_sampling", "testbed"]
 # (file, variant): the paper-scale file and its CPU and testbed variants; testbed.py is the testbed alone
 ABLATION_RUNS = [(n, a) for n in ABLATIONS if n != "testbed" for a in (None, "cpu", "testbed")] + [("testbed", None)]
 
