@@ -3,7 +3,8 @@ answer, scored by the SWE-RL reward. The paper reports it greedy (base 12.2% for
 RL 95.6 / 34.8; discrete-reward RL 94.2 / 29.0).
 
     python -m swerl_jax.eval.repair_score --config=experiments/tiny_cpu.py --records FILE --out DIR \\
-        [--weights WORKDIR/policy [--version N]] [--samples 1] [--temperature 0]
+        [--weights WORKDIR/policy [--version N]] [--samples 1] [--temperature 0] \\
+        [--limit N] [--instance_ids ID,ID,... | --instance_ids @FILE]
 
     format_rate  share of answers that are well formed (reward != -1)
     score        100 x the mean reward with malformed answers counted 0 (the paper's base model: 12.2% format,
@@ -18,6 +19,11 @@ does not fit `data.max_prompt_len` or cannot be built are skipped and counted by
 them). `DIR/repair.jsonl` gets one row per answer, `DIR/summary.json` the figures, `DIR/repair_settings.json` the
 flags and config that made them, and the last line printed is the summary. A DIR holding results of other settings
 is refused; the same command again starts over.
+
+A subset: `--instance_ids` scores only the named records (comma-separated, or `@FILE` with one id per line; an id
+the records do not hold is an error naming it), `--limit N` the first N records (after `--instance_ids`). Both are
+in repair_settings.json and summary.json (`selected`), so a subset's score is never read as the whole file's.
+A progress bar (stderr) counts records prompted, prompts answered and answers scored.
 """
 
 from __future__ import annotations
@@ -36,15 +42,18 @@ import numpy as np
 from swerl_jax.data.paths import blocking_file, expand_record_paths, user_path, user_record_spec
 from swerl_jax.data.prompts import prompt_or_reason
 from swerl_jax.data.records import ErrorCounter, read_records
+from swerl_jax.data.select import select_records
 from swerl_jax.data.synthetic import config_records
 from swerl_jax.reward import get_reward_fn
 from swerl_jax.reward.functions import reward_pair
+from swerl_jax.runs.progress import StageBar
 from swerl_jax.sampler.types import SamplingParams, sampling_params
 
 log = logging.getLogger(__name__)
 
-# prompts (token ids) -> for each prompt, its answers (texts)
-Generate = Callable[[list[np.ndarray]], list[list[str]]]
+# prompts (token ids) -> for each prompt, its answers (texts). `engine_generate` and `client_generate` also take
+# `progress=` (called with the number of prompts answered, as they come back): `repair_score(progress=True)` uses it
+Generate = Callable[..., list[list[str]]]
 
 
 @dataclasses.dataclass
@@ -80,12 +89,16 @@ class RepairScore:
 
 def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_prompt_len: int,
                  prompt_style: str = "swe_rl", reward_kind: str = "continuous",
-                 rows_out: list[dict] | None = None) -> RepairScore:
+                 rows_out: list[dict] | None = None, progress: bool = False) -> RepairScore:
     """Prompt every record, generate, score each answer with the reward `reward_kind`; `rows_out` collects one
-    dict per answer (instance_id, sample, reward, format_error, answer)."""
+    dict per answer (instance_id, sample, reward, format_error, answer). `progress`: a tqdm bar on stderr through
+    the stages (prompting, generating: `generate` is then called with `progress=`, scoring, hidden tests)."""
     reward_fn = get_reward_fn(reward_kind)
+    bar = StageBar(progress, "repair_score")
     prompts, kept, skipped = [], [], {}
+    bar.stage("prompting", len(records), "record")
     for record in records:
+        bar.update(1)
         prompt, reason, detail = prompt_or_reason(record, tokenizer, max_prompt_len, prompt_style,
                                                   too_long="prompt longer than data.max_prompt_len")
         if prompt is None:  # counted with its reason, never raised (issue 57 item 1); the first of each is named
@@ -96,8 +109,14 @@ def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_pro
         prompts.append(np.asarray(prompt.ids, np.int32))
         kept.append(record)
     rewards, rows, executed = [], [], []
-    for record, answers in zip(kept, generate(prompts) if prompts else [], strict=True):
+    answered: list[list[str]] = []
+    if prompts:
+        bar.stage("generating", len(prompts), "prompt")
+        answered = generate(prompts, progress=bar.update) if progress else generate(prompts)
+    bar.stage("scoring", sum(map(len, answered)), "answer")
+    for record, answers in zip(kept, answered, strict=True):
         for sample, answer in enumerate(answers):
+            bar.update(1)
             reward, info = reward_pair(reward_fn(record["code_context"], record["oracle_new_content"], answer),
                                        f"eval.reward_kind {reward_kind!r}")
             rewards.append(float(reward))
@@ -105,7 +124,10 @@ def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_pro
                          "format_error": info.get("reason") if reward == -1.0 else None, "answer": answer})
             if "hidden_tests" in record:
                 executed.append((len(rows) - 1, record, answer))
+    if executed:
+        bar.stage(f"hidden tests of {len(executed)} answers (one sandbox batch)", None, "batch")
     resolved_rate = _execute(executed, rows) if executed else None
+    bar.close()
     if rows_out is not None:
         rows_out.extend(rows)
     r = np.asarray(rewards, np.float64)
@@ -177,20 +199,31 @@ def engine_generate(engine, sampling: SamplingParams, num_samples: int, seed: in
     """A `Generate` over an in-process `SamplingEngine`, in chunks of at most `max_batch` rows."""
     per_call = max(1, engine.max_batch // num_samples)
 
-    def generate(prompts: list[np.ndarray]) -> list[list[str]]:
+    def generate(prompts: list[np.ndarray], progress: Callable[[int], None] | None = None) -> list[list[str]]:
         out = []
         for start in range(0, len(prompts), per_call):
             groups = engine.generate(prompts[start:start + per_call], sampling, num_samples, seed + start)
             out += [[c.text or "" for c in group] for group in groups]
+            if progress is not None:
+                progress(len(groups))
         return out
 
     return generate
 
 
 def client_generate(client, tokenizer, sampling: SamplingParams, num_samples: int, seed: int = 0) -> Generate:
-    """A `Generate` over a running sampler server (`SamplerClient`); texts decoded with the run's tokenizer."""
-    def generate(prompts: list[np.ndarray]) -> list[list[str]]:
-        groups = client.generate([p.tolist() for p in prompts], sampling, num_samples=num_samples, seed=seed)
+    """A `Generate` over a running sampler server (`SamplerClient`); texts decoded with the run's tokenizer.
+    With `progress=`, the prompts go in requests of the server's batch (`prompt_offset` keeps each prompt's
+    random keys, so the answers are the one request's) and each request's prompts are counted as it returns."""
+    def generate(prompts: list[np.ndarray], progress: Callable[[int], None] | None = None) -> list[list[str]]:
+        rows = [p.tolist() for p in prompts]
+        per_call = len(rows) if progress is None else max(1, int(client.ping()["max_batch"]) // num_samples)
+        groups = []
+        for start in range(0, len(rows), per_call):
+            groups += client.generate(rows[start:start + per_call], sampling, num_samples=num_samples, seed=seed,
+                                      prompt_offset=start)
+            if progress is not None:
+                progress(len(rows[start:start + per_call]))
         return [[c.text if c.text is not None else tokenizer.decode(c.tokens, skip_special_tokens=True)
                  for c in group] for group in groups]
 
@@ -217,6 +250,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max_new_tokens", type=int, default=0, help="default: sampler.max_new_tokens")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--instance_ids", default="", help="score only these records: comma-separated instance ids, or "
+                   "@FILE with one per line (each must be in --records)")
+    p.add_argument("--limit", type=int, default=0, help="score only the first N records (after --instance_ids; "
+                   "0: all)")
+    p.add_argument("--no_progress", action="store_true", help="no progress bar")
     return p
 
 
@@ -270,7 +308,7 @@ def main(argv: list[str] | None = None) -> RepairScore:
         raise ValueError(f"--samples {args.samples}: must be >= 1")
     out = pathlib.Path(args.out)
     config_file, sep, config_arg = config_file_arg(args.config).partition(":")  # the file, however typed
-    settings = {**{f"--{k}": v for k, v in sorted(vars(args).items()) if k not in ("config", "out")},
+    settings = {**{f"--{k}": v for k, v in sorted(vars(args).items()) if k not in ("config", "out", "no_progress")},
                 "--config": os.path.abspath(config_file) + sep + config_arg, "config": json.loads(config.to_json())}
     check_out_dir(out, settings)  # before anything loads: results of other settings are never overwritten
     config = resolve_config(config, check_files=True)
@@ -286,6 +324,10 @@ def main(argv: list[str] | None = None) -> RepairScore:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in invalid.counts.most_common())
         print(f"skipped {invalid.total} invalid records of {invalid.total + len(records)} ({reasons}); first: "
               f"{invalid.messages[0]}", flush=True)
+    held = len(records)
+    records = select_records(records, args.instance_ids, args.limit, args.records)
+    if len(records) < held:
+        print(f"scoring {len(records)} of the {held} records (--instance_ids / --limit)", flush=True)
     tokenizer = tokenizer_for(config.model)
     sampling = SamplingParams(temperature=args.temperature, top_p=config.sampler.top_p, top_k=config.sampler.top_k,
                               max_new_tokens=args.max_new_tokens or config.sampler.max_new_tokens).validate()
@@ -299,7 +341,7 @@ def main(argv: list[str] | None = None) -> RepairScore:
     rows: list[dict] = []
     try:
         result = repair_score(records, generate, tokenizer, config.data.max_prompt_len, config.data.prompt_style,
-                              config.eval.reward_kind, rows)
+                              config.eval.reward_kind, rows, progress=not args.no_progress)
     except SamplerError as err:  # the server named by --address: one line, not a traceback
         raise ValueError(f"--address {args.address}: {err}") from None
     if result.scored == 0:  # a score of 0.0 over nothing is not a number to report
@@ -315,7 +357,8 @@ def main(argv: list[str] | None = None) -> RepairScore:
                "config": args.config, "config_overrides": {k: v for k, v in overrides}, "records_files": record_files,
                "weights": args.weights,
                "policy_version": policy_version, "evaluated": evaluated, "format_errors": malformed,
-               "invalid_records": dict(invalid.counts)}
+               "invalid_records": dict(invalid.counts),
+               "selected": {"instance_ids": args.instance_ids, "limit": args.limit, "of_records": held}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"evaluated: {evaluated['what']}", flush=True)
     print(result.line(), flush=True)
