@@ -64,7 +64,8 @@ def test_split_cli_writes_both_sides_and_never_overwrites(tmp_path, capsys):
     heldout = list(read_records(tmp_path / "heldout.array_record"))
     expect = split_records(RECORDS, 0.3, 4)
     assert (train, heldout) == expect
-    assert f"split 40 records by instance (seed 4, held-out fraction 0.3): {len(train)} train" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"split 40 records by instance (seed 4, held-out fraction 0.3): {len(train)} train" in printed
     before = (tmp_path / "train.jsonl").read_text()
     assert data_main(args) == 2  # one line, nothing overwritten
     assert "error: --out-train " in capsys.readouterr().err and (tmp_path / "train.jsonl").read_text() == before
