@@ -11,6 +11,7 @@ draws nothing and costs nothing, so library callers (tests, the trainer's evalua
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 
@@ -21,10 +22,27 @@ class StageBar:
         """`file`: where the bar draws (tqdm's default, stderr, when None)."""
         self.desc = desc
         self._bar = None
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
         if on:
             from tqdm import tqdm
 
             self._bar = tqdm(desc=desc, dynamic_ncols=True, mininterval=0.5, file=file)
+
+    def tick(self, every_s: float = 1.0) -> None:
+        """Redraw the bar every `every_s` seconds until `close`, so a stage with nothing to count (a Beam run)
+        still shows its elapsed time."""
+        if self._bar is None or self._ticker is not None:
+            return
+
+        def run() -> None:
+            while not self._stop.wait(every_s):
+                bar = self._bar
+                if bar is not None:
+                    bar.refresh()
+
+        self._ticker = threading.Thread(target=run, name="stage-bar-ticker", daemon=True)
+        self._ticker.start()
 
     @property
     def on(self) -> bool:
@@ -36,6 +54,8 @@ class StageBar:
         if self._bar is not None:
             self._bar.reset(total=total)
             self._bar.unit = unit
+            # nothing to count: the stage's name and its elapsed time only (not "0it [00:09, ?it/s]")
+            self._bar.bar_format = "{desc} [{elapsed}]" if total is None else None
             self._bar.set_description(f"{self.desc}: {name}", refresh=True)
 
     def update(self, n: int = 1) -> None:
@@ -57,6 +77,10 @@ class StageBar:
 
     def close(self) -> None:
         """Close the bar (once)."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
         if self._bar is not None:
             self._bar.close()
             self._bar = None
