@@ -39,8 +39,9 @@ def run_curation(
     With ``verbose`` a bar (stderr) names each stage as it runs, with its elapsed time; Beam's INFO lines are left
     out of stderr unless ``beam_info`` (`swerl_jax.curate.quiet`; warnings and errors always pass).
     """
-    with quiet.info_filtered_stderr(on=not beam_info) as real_stderr:
-        bar = StageBar(verbose, "curate", file=os.fdopen(os.dup(real_stderr), "w"))
+    with quiet.info_filtered_stderr(on=not beam_info) as real_stderr, \
+            os.fdopen(os.dup(real_stderr), "w") as bar_file:  # the bar skips the line filter
+        bar = StageBar(verbose, "curate", file=bar_file)
         bar.tick()
         try:
             funnel = _run(clones_dir, out_dir, config, event_files, issue_files, beam_args, bar)

@@ -140,9 +140,12 @@ class MetricsWriter:
             self._bar = tqdm(total=total_steps, initial=kept, desc=desc, unit="step", dynamic_ncols=True,
                              file=progress_file or sys.stderr, smoothing=0.1)
             self._desc = desc
-            self._stop = threading.Event()  # the bar is redrawn every second, so its elapsed time moves in a
-            self._ticker = threading.Thread(target=self._tick, name="metrics-bar", daemon=True)  # long step
-            self._ticker.start()
+            # on a terminal the bar is redrawn every second, so its elapsed time moves in a long step (a log file
+            # gets a line per stage instead of one per second)
+            self._stop = threading.Event()
+            self._ticker = threading.Thread(target=self._tick, name="metrics-bar", daemon=True)
+            if _is_tty(self._bar.fp):
+                self._ticker.start()
 
     def _tick(self) -> None:
         while not self._stop.wait(1.0):
@@ -245,7 +248,8 @@ class MetricsWriter:
             self._tb = None
         if self._bar is not None:
             self._stop.set()
-            self._ticker.join()
+            if self._ticker.is_alive():
+                self._ticker.join()
             self._bar.close()
             self._bar = None
 
@@ -254,6 +258,15 @@ class MetricsWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _is_tty(stream: Any) -> bool:
+    """Whether `stream` (or the stream tqdm wraps) is a terminal."""
+    stream = getattr(stream, "stream", stream)
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _json_default(value: Any) -> Any:

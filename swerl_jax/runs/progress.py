@@ -31,8 +31,11 @@ class StageBar:
 
     def tick(self, every_s: float = 1.0) -> None:
         """Redraw the bar every `every_s` seconds until `close`, so a stage with nothing to count (a Beam run)
-        still shows its elapsed time."""
+        still shows its elapsed time; only on a terminal (a log file gets a line per stage, not one per second)."""
         if self._bar is None or self._ticker is not None:
+            return
+        stream = getattr(self._bar.fp, "stream", self._bar.fp)
+        if not getattr(stream, "isatty", lambda: False)():
             return
 
         def run() -> None:
