@@ -7,6 +7,10 @@ machine's builder makes (not conda) and the interpreter it needs is here
 A lack only a build or a test run shows (a compiler, the package index, the tests' network) is still found by the
 harness; any other problem here is left to it too, so this check never skips an instance the harness would grade.
 A missing clone is left to the pipeline, which fails on it before generating (no prediction, retried on a re-run).
+
+`split_by_empty_grading` (`precheck=grade_empty`) finds the rest too: it grades the empty patch of each instance
+first, as the harness would (the environment built, the tests run), and skips those the grading finds out of reach
+(psf/requests: its tests need the network). It costs one grading per instance; its result is never the model's.
 """
 
 from __future__ import annotations
@@ -43,4 +47,21 @@ def split_reachable(instances: list[dict], repos_dir: pathlib.Path, scratch: pat
             kept.append(instance)
         else:
             far[instance["instance_id"]] = lack
+    return kept, far
+
+
+def split_by_empty_grading(instances: list[dict], executor, log_root: pathlib.Path
+                           ) -> tuple[list[dict], dict[str, reach.OutOfReach]]:
+    """(the instances whose empty patch `executor` grades within reach, in order; {instance_id: why} of those it
+    finds out of reach). Logs under `log_root/<id>`; every other result (resolved, unresolved, an error) keeps the
+    instance: only the lack of this machine skips it."""
+    kept, far = [], {}
+    for instance in instances:
+        log_dir = log_root / instance["instance_id"]
+        log_dir.mkdir(parents=True, exist_ok=True)
+        result = executor.evaluate(instance, "", log_dir)
+        if result.get("status") == reach.STATUS:
+            far[instance["instance_id"]] = reach.OutOfReach(str(result.get("reason", "")), str(result.get("fix", "")))
+        else:
+            kept.append(instance)
     return kept, far

@@ -5,7 +5,8 @@ failures are kept there as empty patches (with `empty_patch_reason`), an instanc
 prediction and is tried again. OUT/summary.json names what was evaluated and counts every instance asked about per
 outcome; the last line is `resolved N/M (...)` over all M of them (no prediction, empty patch, error: unresolved).
 With `grade`, an instance the harness could not grade on this machine whatever its patch (its environment needs
-conda or an interpreter this machine lacks: `eval/precheck.py`) is skipped before anything is generated, named
+conda or an interpreter this machine lacks: `eval/precheck.py`; with `precheck=grade_empty` also what grading its
+empty patch first finds: tests that need the network, a compiler) is skipped before anything is generated, named
 with its reason and fix, and counted out of reach (not in the rate), as the harness counts it.
 """
 
@@ -27,6 +28,7 @@ from swerl_jax.eval.predictions import chosen_instances, index_instances
 from swerl_jax.sampler import source as policy_source
 
 BACKENDS = ("engine", "sampler", "openai", "oracle")
+PRECHECKS = ("static", "grade_empty", "off")  # eval/precheck.py
 
 
 def build_chat(c, instances: list[dict], evaluated: dict):
@@ -59,6 +61,17 @@ def build_chat(c, instances: list[dict], evaluated: dict):
     engine = policy_source.open_engine(policy, policy_source_of(c), evaluated)
     return backends.EngineChat(tokenizer, int(c.max_new_tokens), int(c.max_prompt_len), engine=engine,
                                **common), count
+
+
+def local_executor(c, out: pathlib.Path):
+    """The sandboxed executor the pipeline's tests (and `precheck=grade_empty`) run in, writing under `out`."""
+    from swerl_jax.eval import environments
+    from swerl_jax.eval.executors import LocalExecutor
+    from swerl_jax.sandbox.bwrap import SandboxLimits
+
+    return LocalExecutor(pathlib.Path(c.repos), out, environments.EnvironmentCache(),
+                         SandboxLimits(timeout_s=float(c.test_timeout_s), cpu_seconds=int(c.test_timeout_s) + 60),
+                         index_cutoff=str(c.index_cutoff))
 
 
 def policy_source_of(c) -> policy_source.PolicySource:
@@ -139,6 +152,10 @@ def main(argv: list[str] | None = None) -> dict:
         close = difflib.get_close_matches(str(c.backend), BACKENDS, n=1)
         raise ValueError(f"backend={c.backend!r} is not one of {BACKENDS}"
                          + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if c.precheck not in PRECHECKS:
+        close = difflib.get_close_matches(str(c.precheck), PRECHECKS, n=1)
+        raise ValueError(f"precheck={c.precheck!r} is not one of {PRECHECKS}"
+                         + (f" (did you mean {close[0]!r}?)" if close else ""))
     if c.index_cutoff not in CUTOFF_MODES:  # before anything is written: the harness would refuse it only later
         close = difflib.get_close_matches(str(c.index_cutoff), CUTOFF_MODES, n=1)
         raise ValueError(f"index_cutoff={c.index_cutoff!r} is not one of {CUTOFF_MODES}"
@@ -153,8 +170,14 @@ def main(argv: list[str] | None = None) -> dict:
     check_out_dir(out, c)
     asked = [inst["instance_id"] for inst in instances]
     far: dict[str, str] = {}
-    if c.grade:  # never generate for an instance the harness cannot grade here (issue 57 item 7)
+    if c.grade and c.precheck != "off":  # never generate for an instance the harness cannot grade here (issue 57)
         instances, lacks = precheck.split_reachable(instances, pathlib.Path(c.repos), out / "repos")
+        if c.precheck == "grade_empty" and instances:
+            print(f"agentless: grading the empty patch of {len(instances)} instances first (precheck=grade_empty)",
+                  flush=True)
+            instances, more = precheck.split_by_empty_grading(instances, local_executor(c, out / "precheck"),
+                                                              out / "precheck" / "logs")
+            lacks.update(more)
         far = {iid: reach.line(lack.reason, lack.fix) for iid, lack in lacks.items()}
         named = {iid: {"reason": lack.reason, "fix": lack.fix} for iid, lack in lacks.items()}
         for text in reach.report_lines({"out_of_reach": named}):
@@ -170,16 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
                                  max_input_tokens=int(a.max_input_tokens), thinking=bool(a.thinking),
                                  reproduction_tests=int(a.reproduction_tests), regression=bool(a.regression),
                                  model_name=str(c.model_name), seed=int(c.seed))
-    executor = None
-    if settings.reproduction_tests > 0 or settings.regression:
-        from swerl_jax.eval import environments
-        from swerl_jax.eval.executors import LocalExecutor
-        from swerl_jax.sandbox.bwrap import SandboxLimits
-
-        executor = LocalExecutor(pathlib.Path(c.repos), out / "exec", environments.EnvironmentCache(),
-                                 SandboxLimits(timeout_s=float(c.test_timeout_s),
-                                                cpu_seconds=int(c.test_timeout_s) + 60),
-                                 index_cutoff=str(c.index_cutoff))
+    executor = local_executor(c, out / "exec") if settings.reproduction_tests > 0 or settings.regression else None
     made = run_instances(instances, pathlib.Path(c.repos), out, chat, count_tokens, settings, executor,
                          progress=not args.no_progress)
     reachable = [inst["instance_id"] for inst in instances]
