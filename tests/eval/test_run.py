@@ -143,7 +143,7 @@ def mixed_run(shared_data, tmp_path, monkeypatch, ids="pallets__flask-4045,palle
         "evaluate": lambda self, inst, patch, log_dir: dict(graded[inst["instance_id"]])})())
     argv = ["--config", "experiments/eval_agentless_mini.py:cpu", "--out", str(tmp_path / "out"), "--no-progress",
             "--config.backend=oracle", "--config.agentless.regression=false",
-            "--config.agentless.reproduction_tests=0", f"--config.instance_ids={ids}",
+            "--config.agentless.reproduction_tests=0", f"--config.instance_ids={ids}", "--config.precheck=static",
             f"--config.instances={tmp_path / 'instances.json'}", f"--config.repos={repos or shared_data / 'repos'}"]
     return argv
 
