@@ -11,10 +11,17 @@ and trains `--steps` GRPO steps with the same prompts and samples per step. Vari
   k2-pinned     rl.max_staleness=2
   k2-stream     k = 2, agent episodes streamed across steps (agent.stream_ahead_batches=1: a step trains on the
                 first groups to finish; agent configs only)
+  k1-stream     k = 1 with partial rollouts (the stream: an episode in flight continues under each newer policy
+                between its turns, each token keeping its version; agent configs only), against k1-pinned
 
-and prints the mean seconds per step over steps 3..N (1-2 compile), the trainer's idle fraction (waiting for a
-batch), the producer's idle fraction (held by the bound), the staleness, the reward, and each variant's speed-up
-over k0-any and k0-pinned.
+and prints the mean seconds per step over steps 3..N (1-2 compile), episodes (samples) trained per hour, the
+trainer's idle fraction (waiting for a batch: time/trainer_idle_frac), the sampler's (no generate call running:
+time/sampler_idle_frac), the producer's (held by the bound), generated tokens/s per device, the staleness, the
+reward, and each variant's speed-up over k0-any and k0-pinned. Partial rollouts against k = 1 without them
+(issue 59), side by side in one run:
+
+    .venv/bin/python benchmarks/async_rl.py --config=experiments/agent_tiny_cpu.py --steps=8 \
+        --variants=k1-pinned,k1-stream --set=--config.sampler.mode=process --set=--config.agent.kv_cache=reprefill
 
     .venv/bin/python benchmarks/async_rl.py --config=experiments/tiny_cpu.py --steps=10
     .venv/bin/python benchmarks/async_rl.py --config=experiments/agent_tiny_cpu.py --steps=8 \
@@ -42,6 +49,7 @@ VARIANTS = {
     "k1-decoupled": PINNED + ["--config.rl.max_staleness=1", "--config.rl.off_policy=decoupled"],
     "k2-pinned": PINNED + ["--config.rl.max_staleness=2"],
     "k2-stream": PINNED + ["--config.rl.max_staleness=2", "--config.agent.stream_ahead_batches=1"],
+    "k1-stream": PINNED + ["--config.rl.max_staleness=1", "--config.agent.stream_ahead_batches=1"],
 }
 
 
@@ -59,12 +67,15 @@ def run_variant(name: str, config: str, steps: int, root: pathlib.Path, sft_from
     return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-def summarize(rows: list[dict]) -> dict[str, float]:
+def summarize(rows: list[dict], episodes_per_step: int) -> dict[str, float]:
     """Means over steps 3..N of the step time and the async figures."""
     warm = [r for r in rows if r["step"] >= 3] or rows
     mean = lambda key, default=0.0: statistics.mean(r.get(key, default) for r in warm)  # noqa: E731
     return {"step_s": mean("time/step_s"), "train_s": mean("time/train_s"), "generate_s": mean("time/generate_s"),
-            "trainer_idle": mean("async/trainer_idle_frac", float("nan")),
+            "episodes_h": 3600 * episodes_per_step / mean("time/step_s"),
+            "trainer_idle": mean("time/trainer_idle_frac", float("nan")),
+            "sampler_idle": mean("time/sampler_idle_frac", float("nan")),
+            "tokens_s_dev": mean("time/generated_tokens_per_s_per_device", float("nan")),
             "producer_idle": mean("async/producer_idle_frac", float("nan")),
             "staleness": mean("staleness_mean"), "reward": statistics.mean(r["reward_mean"] for r in rows)}
 
@@ -83,27 +94,30 @@ def main() -> None:
     root = pathlib.Path(args.keep or tempfile.mkdtemp(prefix="async_rl_"))
     names = args.variants.split(",")
     if "agent" not in pathlib.Path(args.config).stem and "--variants" not in " ".join(sys.argv):
-        names.remove("k2-stream")  # streams agent episodes: not a variant of a repair config
+        names = [n for n in names if not n.endswith("-stream")]  # agent episodes: not variants of a repair config
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"--variants: unknown {unknown}; known: {', '.join(VARIANTS)}")
     results, sft = {}, None
     try:
         for name in names:
-            results[name] = summarize(run_variant(name, args.config, args.steps, root, sft, args.set))
+            rows = run_variant(name, args.config, args.steps, root, sft, args.set)
+            rl = json.loads((root / name / "config.json").read_text())["rl"]
+            results[name] = summarize(rows, int(rl["prompts_per_step"]) * int(rl["num_samples"]))
             sft = sft or root / name
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     print(f"\n{args.config} {' '.join(args.set)}: {args.steps} GRPO steps, means over steps 3..{args.steps}; "
           f"{os.cpu_count()} cores")
-    head = ("variant", "s/step", "train_s", "gen_s", "trainer idle", "producer idle", "staleness", "reward",
-            "vs k0-any", "vs k0-pinned")
+    head = ("variant", "s/step", "episodes/h", "train_s", "gen_s", "trainer idle", "sampler idle", "producer idle",
+            "tok/s/dev", "staleness", "reward", "vs k0-any", "vs k0-pinned")
     print("".join(f"{h:>14}" for h in head))
     for name, r in results.items():
         ratios = [results[b]["step_s"] / r["step_s"] if b in results else float("nan") for b in ("k0-any", "k0-pinned")]
-        cells = (name, f"{r['step_s']:.2f}", f"{r['train_s']:.2f}", f"{r['generate_s']:.2f}",
-                 f"{r['trainer_idle']:.0%}", f"{r['producer_idle']:.0%}", f"{r['staleness']:.2f}",
+        cells = (name, f"{r['step_s']:.2f}", f"{r['episodes_h']:.0f}", f"{r['train_s']:.2f}", f"{r['generate_s']:.2f}",
+                 f"{r['trainer_idle']:.0%}", f"{r['sampler_idle']:.0%}", f"{r['producer_idle']:.0%}",
+                 f"{r['tokens_s_dev']:.1f}", f"{r['staleness']:.2f}",
                  f"{r['reward']:+.3f}", f"{ratios[0]:.2f}x", f"{ratios[1]:.2f}x")
         print("".join(f"{c:>14}" for c in cells))
 

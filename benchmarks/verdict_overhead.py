@@ -19,7 +19,7 @@ import statistics
 import tempfile
 import time
 
-from swerl_jax.eval import environments, executors
+from swerl_jax.tasks import environments, executors
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -1,5 +1,5 @@
-"""Test-time scaling of an agent policy: `python -m swerl_jax.agent.tts --config=experiments/agent_tts.py[:arg]
---out DIR [--config.KEY=VALUE ...]` (swerl_jax/agent/tts.py; selectors and report in swerl_jax/agent/scaling.py).
+"""Test-time scaling of an agent policy: `python -m swerl_jax.eval.tts --config=experiments/agent_tts.py[:arg]
+--out DIR [--config.KEY=VALUE ...]` (swerl_jax/eval/tts.py; selectors and report in swerl_jax/eval/scaling.py).
 
 Default arg: DeepSWE's setting (Qwen3-32B agent, K=16 trajectories per SWE-bench Verified instance, 100 turns at
 64k context at test time; hybrid = execution-free verifier + execution-based tests). Unpublished here and ours:

@@ -140,11 +140,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # True: compact-filtered (truncated) samples stay out of their group's advantage baseline (DeepSWE: masked
     # trajectories get no final reward); False: their real rewards count in the group mean/std (ours).
     c.rl.baseline_excludes_filtered = False
+    # DAPO's dynamic sampling: drop groups whose counted rewards are all equal (no gradient) and draw the next
+    # prompts until the step holds rl.prompts_per_step groups, at most this many draws per step (then filled with
+    # dropped groups); dynamic/* counts every draw and drop (swerl_jax/rl/dynamic.py). Off: one draw per step.
+    c.rl.dynamic_sampling = False
+    c.rl.dynamic_sampling_max_draws = 4
     c.rl.old_logprobs = "sampler"  # sampler | recompute
     # plain: ratio vs old log-probs | decoupled: AReaL's decoupled PPO (stale batches; with rl.ppo_minibatches > 1,
     # where its clip acts: a run with one update per batch warns at start; see rl.max_staleness)
     c.rl.off_policy = "plain"
     c.rl.behav_weight_cap = 5.0  # decoupled: drop tokens with pi_prox / pi_behav above it (AReaL examples); 0: no cap
+    # Sampler/trainer mismatch correction, per token, on w = pi_trainer / pi_sampler (the trainer's params before the
+    # update; swerl_jax/rl/correction.py): off | tis (loss x min(w, cap)) | mis (loss x w, tokens with w > cap
+    # dropped). Under "decoupled" it replaces the behaviour weight. Logged: mismatch_ratio_mean/max, *_frac.
+    c.rl.mismatch_correction = "off"
+    c.rl.mismatch_cap = 2.0  # C > 1; read only when the correction is on
     c.rl.micro_batch_size = 0  # 0: the whole step's batch at once
     c.rl.update_epochs = 1  # optimizer updates on each step's batch (GRPO's mu; the paper: one per step)
     # Sequential optimizer updates per epoch, each on 1/n of the batch with the old and proximal log-probs fixed

@@ -3,7 +3,7 @@ sections (`sections.read_sections`: keys, types and each section's fixed value s
 the domains run here: registry names (models, meshes, schedules, attention kernels, reward functions), the loss
 config, batch and mesh shapes, the agent's limits, and the files a run reads. Keys and values no trainer can run
 fail at load time, naming the key. `python -m swerl_jax.train`, the sampler server, `eval.run`, `eval.repair_score`,
-`agent.tts`, the sweep and `launch/plan.py` call it; the trainers take its result.
+`eval.tts`, the sweep and `launch/plan.py` call it; the trainers take its result.
 
     exp = resolve_config(config)                       # Experiment; TypeError / KeyError / ValueError name the key
     start_warnings(exp)                                # lines for settings that run but will not do what they seem
@@ -174,6 +174,10 @@ def _check_staleness(config: Any) -> None:
         raise ValueError(f"agent.stream_ahead_batches={ahead}: must be >= 0, and streaming episodes across steps "
                          f"needs rl.task='agent', rl.max_staleness >= 1 (a carried episode is a version older; got "
                          f"{k}) and agent.waves=1 (the stream runs every live episode in one wave)")
+    if bool(rl.dynamic_sampling) and (int(rl.dynamic_sampling_max_draws) < 1 or ahead > 0):
+        raise ValueError(f"rl.dynamic_sampling needs rl.dynamic_sampling_max_draws >= 1 (got "
+                         f"{int(rl.dynamic_sampling_max_draws)}) and agent.stream_ahead_batches=0 (got {ahead}: a "
+                         "streamed step takes the first groups to finish, not a batch to refill)")
     if k > 0 and str(rl.task) == "agent" and str(config.agent.kv_cache) == "kept":
         raise ValueError(f"agent.kv_cache='kept' with rl.max_staleness={k}: kept K/V drives the trainer's inline "
                          "engine directly, which the trainer updates while the producer collects; set "

@@ -124,9 +124,13 @@ class RLSection:
     compact_filtering: bool
     seq_mean_rows: str = _choices("active", "all")
     baseline_excludes_filtered: bool
+    dynamic_sampling: bool
+    dynamic_sampling_max_draws: int
     old_logprobs: str = _choices("sampler", "recompute")
     off_policy: str = _choices("plain", "decoupled")
     behav_weight_cap: float
+    mismatch_correction: str = _choices("off", "tis", "mis")
+    mismatch_cap: float
     micro_batch_size: int
     update_epochs: int
     ppo_minibatches: int

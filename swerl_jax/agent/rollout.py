@@ -4,7 +4,9 @@ One step runs P instances x G samples as P x G conversations (a GRPO group per i
 ids: the chat-templated task (the row's prompt), then turn by turn the model's sampled tokens (loss mask 1, their
 sampler log-probs kept) and the observation's tokens (the chat template's user turn and the next assistant header:
 loss mask 0). The model's own tokens are exactly the ones it sampled, so the trainer's log-probs of the row are the
-sampler's (the GRPO ratio starts at 1); nothing is re-tokenised from text.
+sampler's (the GRPO ratio starts at 1); nothing is re-tokenised from text. That is checked, not assumed: each
+conversation keeps a ledger of the ids as they arrived (the sampler's completion, the observation's ids), and
+`to_rollout` raises `TokenIntegrityError` unless the training row is exactly the ledger (ids, mask, log-probs).
 
 Turns are generated in waves (`waves` > 1 splits the groups): while one wave's environments step in the thread
 pool (sandboxed bash, edits, search), the next wave generates, so environment time hides behind generation. An
@@ -68,6 +70,12 @@ class ChatFormat:
                                                         (self.observation_close, True)]), np.int32)
 
 
+class TokenIntegrityError(RuntimeError):
+    """An episode's training row is not exactly the ids the sampler returned plus the observation ids appended
+    (token-in-token-out broken, e.g. a turn re-tokenised from its text): the policy would train on ids it never
+    sampled, so the step stops and names the episode and the first differing token."""
+
+
 class TurnGenerator(Protocol):
     """How turns are sampled: a group's first turn (one prompt, G samples) and later turns (one per context)."""
 
@@ -120,19 +128,29 @@ class Conversation:
     tokens: list[int] = dataclasses.field(default_factory=list)
     mask: list[float] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)  # per token: the sampling version (-1: observation)
     done: bool = False
     termination: str | None = None
     policy_version: int = -1  # of the newest model turn
     first_version: int = -1  # of the first model turn: an episode spanning versions counts by its oldest
     error: str | None = None
     first_error_end: int | None = None  # len(tokens) after the model turn whose tool call failed first
+    # (ids, sampler log-probs or None for an observation) as they arrived: what `check_token_integrity` compares
+    ledger: list[tuple[np.ndarray, np.ndarray | None]] = dataclasses.field(default_factory=list)
 
     def context(self) -> np.ndarray:
         """The prompt and every token after it: what the next turn continues."""
         return np.concatenate([self.prompt, np.asarray(self.tokens, np.int32)])
 
-    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
-        """Append a model turn (with its behaviour log-probs) or, with `logprobs` None, an observation."""
+    def receive(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
+        """Record ids where they arrive (a sampler's completion with its log-probs, or an observation with None)
+        in the ledger, copied: the transcript (`add`) is checked against it."""
+        self.ledger.append((np.array(ids, np.int32), None if logprobs is None else np.array(logprobs, np.float32)))
+
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, version: int = -1) -> None:
+        """Append a model turn (with its behaviour log-probs and the policy version that sampled it) or, with
+        `logprobs` None, an observation."""
+        self.versions += [int(version) if logprobs is not None else -1] * len(ids)
         self.tokens += [int(t) for t in ids]
         self.mask += [1.0 if logprobs is not None else 0.0] * len(ids)
         self.logprobs += list(map(float, logprobs)) if logprobs is not None else [0.0] * len(ids)
@@ -218,7 +236,8 @@ def run_episodes(envs: Sequence[Sequence[SWEEnv]], generator: TurnGenerator, cha
 
 def add_turn(c: Conversation, completion: Completion) -> None:
     """Append a model turn: its tokens, their behaviour log-probs and the policy version that sampled it."""
-    c.add(completion.tokens, completion.logprobs)
+    c.receive(completion.tokens, completion.logprobs)  # the ledger: exactly what the sampler returned
+    c.add(completion.tokens, completion.logprobs, completion.policy_version)
     c.policy_version = completion.policy_version
     if c.first_version < 0:
         c.first_version = completion.policy_version
@@ -257,6 +276,7 @@ def apply_steps(futures: list[concurrent.futures.Future], chat: ChatFormat, max_
             c.env.end("max_context")
             c.done, c.termination = True, "max_context"
             continue
+        c.receive(ids, None)
         c.add(ids, None)
 
 
@@ -274,8 +294,34 @@ def score_episode(c: Conversation) -> tuple[float, dict]:
     return float(reward), {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool)) or v is None}
 
 
+def check_token_integrity(c: Conversation) -> None:
+    """Raise `TokenIntegrityError` unless `c`'s transcript is exactly its ledger: the same ids, loss mask 1 on the
+    sampler's and 0 on the observations', and the sampler's own log-probs on its tokens."""
+    where = f"episode {c.env.instance.get('instance_id')!r} sample {c.sample}"
+    want = np.concatenate([s for s, _ in c.ledger] or [np.zeros(0, np.int32)])
+    got = np.asarray(c.tokens, np.int32)
+    n = min(len(got), len(want))
+    differ = np.flatnonzero(got[:n] != want[:n])
+    if len(got) != len(want) or len(differ):
+        i = int(differ[0]) if len(differ) else n
+        raise TokenIntegrityError(
+            f"{where}: its training row ({len(got)} ids) is not the {len(want)} ids the sampler returned and the "
+            f"observations appended; first difference at token {i} (row {got[i:i + 4].tolist()}, received "
+            f"{want[i:i + 4].tolist()}): a turn was re-tokenised")
+    mask = np.concatenate([np.full(len(s), float(lp is not None), np.float32) for s, lp in c.ledger]
+                          or [np.zeros(0, np.float32)])
+    logprobs = np.concatenate([lp if lp is not None else np.zeros(len(s), np.float32) for s, lp in c.ledger]
+                              or [np.zeros(0, np.float32)])
+    if not (np.array_equal(np.asarray(c.mask, np.float32), mask)
+            and np.array_equal(np.asarray(c.logprobs, np.float32), logprobs)):
+        raise TokenIntegrityError(f"{where}: its loss mask or behaviour log-probs are not the sampler's (mask 1 and "
+                                  "its log-probs on exactly the sampled ids, 0 on the observations)")
+
+
 def to_rollout(c: Conversation, chat: ChatFormat, scored: tuple[float, dict]) -> Rollout:
-    """The scored episode as a GRPO row source; its `policy_version` is its first model turn's (its oldest)."""
+    """The scored episode as a GRPO row source; its `policy_version` is its first model turn's (its oldest).
+    Raises `TokenIntegrityError` when the row is not the ids the sampler and the observations gave."""
+    check_token_integrity(c)
     reward, info = scored
     stats = c.env.stats
     info = {**info, "turns": stats.turns, "tool_errors": stats.tool_errors, "env_s": round(stats.env_seconds, 3),
@@ -288,4 +334,5 @@ def to_rollout(c: Conversation, chat: ChatFormat, scored: tuple[float, dict]) ->
         completion=chat.tokenizer.decode(tokens.tolist(), skip_special_tokens=False) if len(tokens) else "",
         policy_version=c.first_version if c.first_version >= 0 else c.policy_version, reward=reward,
         reward_info=info,
-        token_mask=np.asarray(c.mask, np.float32), termination=c.termination)
+        token_mask=np.asarray(c.mask, np.float32), termination=c.termination,
+        token_versions=np.asarray(c.versions, np.int32))

@@ -23,10 +23,11 @@ its first model turn's, so `staleness` counts an episode by its oldest tokens: a
 Seeds: request r of a collect (r = 2 x turn + 0 for first turns, + 1 for next turns) uses
 `rollout_seed(seed, step, r)`, so given the versions served a run collects the same episodes.
 
-Resume: the episodes in flight are not checkpointed. A run resumed from step s starts an empty stream, and the
-tasks of the groups in flight at s are not retried (the data position is past them); the steps after s are
-exact in their data only up to that (documented in the README; streaming is refused at rl.max_staleness = 0,
-whose resume is exact).
+Resume loses no prompt: the episodes in flight are not checkpointed, but their tasks are (`in_flight`, taken
+after each collect and saved with that step's checkpoint). A run resumed from step s starts those tasks again
+first (`restart`: their episodes regenerated from the first turn, counted in `agent/stream_regenerated_groups`)
+and then draws from the checkpointed data position, which is past them. So every task drawn up to the last step
+is trained exactly once, or dropped for staleness and counted (streaming is refused at rl.max_staleness = 0).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class StreamGroup:
     """One task's G episodes in flight."""
 
     convs: list[Conversation]
+    instance: dict  # the task: what a resumed run starts again if the group was in flight at its checkpoint
     started_step: int  # the step whose collection started it
     started_version: int  # the min_policy_version its first turn was asked for
     turns: int = 0  # model turns generated so far
@@ -93,6 +95,7 @@ class EpisodeStream:
         self.max_context, self.seed, self.pool = int(max_context), int(seed), pool
         self.min_turn_tokens = int(min_turn_tokens)
         self.groups: list[StreamGroup] = []
+        self._restart: list[dict] = []  # a resumed run's tasks that were in flight at its checkpoint
         self._batch = 0  # P, from the first batch drawn
         self._finished = 0
 
@@ -114,14 +117,17 @@ class EpisodeStream:
     def _top_up(self, draw: Callable[[], Sequence[dict]], make_envs: Callable[[dict], list[SWEEnv]], step: int,
                 version: int, times: EpisodeTimes) -> None:
         new: list[StreamGroup] = []
-        while not self._batch or len(self.groups) + len(new) < (1 + self.ahead) * self._batch:
-            instances = list(draw())
+        restarted, self._restart = self._restart, []  # before any draw: the data position is past them
+        while restarted or not self._batch or len(self.groups) + len(new) < (1 + self.ahead) * self._batch:
+            instances = restarted or list(draw())
             if not instances:
                 raise ValueError("the agent task iterator gave an empty batch")
-            self._batch = self._batch or len(instances)
+            if not restarted:
+                self._batch = self._batch or len(instances)
+            restarted = []
             for inst in instances:
                 convs = [Conversation(env, -1, g) for g, env in enumerate(make_envs(inst))]
-                new.append(StreamGroup(convs, step, version))
+                new.append(StreamGroup(convs, inst, step, version))
         flat = [c for g in new for c in g.convs]
         t0 = time.perf_counter()
         tasks = list(self.pool.map(reset_episode, flat))
@@ -176,6 +182,7 @@ class EpisodeStream:
         """Step `step`'s P = len(draw()) groups, the first to finish, scored [P][G] (see the module docstring);
         `version` is the newest published policy, `min_version` the oldest a trained token may come from."""
         times = EpisodeTimes()
+        regenerated = len(self._restart)
         dropped = self._drop_stale(min_version)
         self._top_up(draw, make_envs, step, version, times)  # P: the size of the iterator's batches
         batch = self._batch
@@ -201,11 +208,23 @@ class EpisodeStream:
                 c.group = p
             out.append([to_rollout(c, self.chat, scored[flat.index(c)]) for c in g.convs])
         spans = [len({c.first_version, c.policy_version}) for c in flat if c.first_version >= 0]
-        metrics = {"agent/stream_dropped_groups": float(dropped),
+        metrics = {"agent/stream_dropped_groups": float(dropped), "agent/stream_regenerated_groups": float(regenerated),
                    "agent/stream_carried_groups": float(sum(g.started_step < step for g in ready)),
                    "agent/stream_inflight_groups": float(len(self.groups)),
                    "agent/stream_multi_version_frac": float(np.mean([s > 1 for s in spans])) if spans else 0.0}
         return out, times, metrics
+
+    def in_flight(self) -> list[dict]:
+        """The tasks of the groups in flight (running, or finished and waiting for a step), in start order: what
+        a run resumed from the step just collected must start again (`restart`)."""
+        return self._restart + [g.instance for g in self.groups]
+
+    def restart(self, instances: Sequence[dict]) -> None:
+        """Start `instances` again, before anything is drawn, at the next `collect` (a resumed run: the tasks in
+        flight at its checkpoint; their episodes are regenerated from the first turn)."""
+        if self.groups:
+            raise RuntimeError("agent stream: restart() is for a fresh stream (a resumed run), this one has groups")
+        self._restart = list(instances)
 
     def close(self) -> None:
         """Close the environments of every episode still in flight."""

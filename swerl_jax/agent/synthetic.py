@@ -23,11 +23,11 @@ import sys
 import uuid
 
 from swerl_jax.data.synthetic import synthetic_records
-from swerl_jax.eval.executors import checkout, fresh_workdir
 from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits
 from swerl_jax.sandbox.hostgit import host_git
 from swerl_jax.sandbox.verdict import IDLE_S, driver_command, driver_inputs, read_records, verdict
 from swerl_jax.sandbox.workdirs import remove_tree
+from swerl_jax.tasks.executors import checkout, fresh_workdir
 
 # The issue's test per bug kind (`m` is the module, {noun} its noun); each fails on the bug and passes on the fix.
 _ISSUE_TESTS = {

@@ -37,8 +37,8 @@ class AgentTasks:
         work_root = workdir / "episodes" / ("eval" if heldout else "train")
         if str(a.instances) and not heldout:
             from swerl_jax.data.swebench import load_instances
-            from swerl_jax.eval.environments import EnvironmentCache
-            from swerl_jax.eval.executors import LocalExecutor
+            from swerl_jax.tasks.environments import EnvironmentCache
+            from swerl_jax.tasks.executors import LocalExecutor
 
             instances = load_instances(str(a.instances))
             if int(d.rl_num_records) > 0:

@@ -41,6 +41,7 @@ from swerl_jax.agent.rollout import SYSTEM, ChatFormat, Reprefill, TurnGenerator
 from swerl_jax.agent.stream import EpisodeStream
 from swerl_jax.agent.tasks import AgentTasks
 from swerl_jax.config import rl_seed
+from swerl_jax.rl.collect import draw_seed
 from swerl_jax.rl.collector import Collector, Groups, Sampler, local_prompts
 from swerl_jax.rl.rollouts import Rollout, RolloutGroups, flatten_groups
 from swerl_jax.sampler.sessions import KeptKV
@@ -94,21 +95,25 @@ class AgentCollector(Collector):
         return Reprefill(sampler, self.tokenizer)
 
     def episodes(self, sampler: Sampler, instances: list[dict], samples: int, sampling: SamplingParams, step: int,
-                 version: int, tasks: AgentTasks) -> tuple[RolloutGroups, Any]:
-        """`samples` episodes of each instance with the sampler's policy `version`."""
+                 version: int, tasks: AgentTasks, draw: int = 0) -> tuple[RolloutGroups, Any]:
+        """`samples` episodes of each instance with the sampler's policy `version` (seeded by step's `draw`)."""
         envs = [[tasks.env(inst, self.config) for _ in range(samples)] for inst in instances]
         a = self.config.agent
         return run_episodes(envs, self.generator(sampler), self.chat, SYSTEM, sampling,
-                            max_context=int(a.max_context), seed=rl_seed(self.config), step=step,
+                            max_context=int(a.max_context), seed=draw_seed(rl_seed(self.config), draw), step=step,
                             policy_version=version, pool=self.pool, waves=int(a.waves))
 
     def _draw(self) -> list[dict]:
         return [self.tasks.instances[int(i)] for i in np.asarray(next(self.data_iter)).reshape(-1)]
 
-    def collect(self, sampler: Sampler, step: int, policy_version: int) -> Groups:
-        """Step `step`'s scored episodes [P][G]; an episode whose environment failed is `excluded`."""
+    def collect(self, sampler: Sampler, step: int, policy_version: int, draw: int = 0) -> Groups:
+        """Step `step`'s (extra draw `draw`'s) scored episodes [P][G]; an episode whose environment failed is
+        `excluded`."""
         stream_metrics: dict[str, float] = {}
         t0 = time.perf_counter()
+        if self.stream is not None and draw:
+            raise ValueError("rl.dynamic_sampling does not combine with agent.stream_ahead_batches > 0 (a streamed "
+                             "step takes the first groups to finish); set one of them off")
         if self.stream is not None:  # the first P groups of the stream to finish (draws inside, timed with it)
             t_data = 0.0
             rollouts, times, stream_metrics = self.stream.collect(
@@ -119,7 +124,7 @@ class AgentCollector(Collector):
             instances = self._draw()
             t_data = time.perf_counter() - t0
             rollouts, times = self.episodes(sampler, instances, self.num_samples, self.sampling, step,
-                                            policy_version, self.tasks)
+                                            policy_version, self.tasks, draw)
         excluded = np.zeros((len(rollouts), self.num_samples), bool)
         for p, group in enumerate(rollouts):
             for r in group:
@@ -128,6 +133,24 @@ class AgentCollector(Collector):
                              times={"data_s": t_data, "generate_s": times.generate_s, "env_wait_s": times.env_wait_s,
                                     "env_busy_s": times.env_busy_s, "reward_s": times.reward_s},
                              metrics=episode_metrics(flatten_groups(rollouts)) | stream_metrics)
+
+    def state_dict(self) -> dict:
+        """With the stream: the instance ids of the tasks in flight after the last collect (a resumed run starts
+        them again, `EpisodeStream.restart`: no drawn task is lost)."""
+        return {} if self.stream is None else {"stream_in_flight": [str(i["instance_id"])
+                                                                    for i in self.stream.in_flight()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Start the checkpoint's tasks in flight again (needs the stream on, as when it was saved)."""
+        ids = list(state.get("stream_in_flight", []))
+        if not ids:
+            return
+        by_id = {str(i["instance_id"]): i for i in self.tasks.instances}
+        if self.stream is None or any(i not in by_id for i in ids):
+            lacks = "no stream (agent.stream_ahead_batches=0)" if self.stream is None else "not all of them as tasks"
+            raise ValueError(f"the checkpoint has {len(ids)} agent tasks in flight to start again (first "
+                             f"{ids[0]!r}) but this run has {lacks}")
+        self.stream.restart([by_id[i] for i in ids])
 
     def credit(self, groups: Groups, advantages: np.ndarray) -> tuple[np.ndarray | None, dict[str, float]]:
         """agent.error_credit = "until_error": see `mask_after_first_error`; "episode": every model token."""

@@ -131,7 +131,7 @@ def config_records(data, n: int, seed: int, families: str = "") -> list[dict]:
     """`n` synthetic records of seed `seed` from the generator `data.generator` names (a `data.*` config section):
     "synthetic" (`synthetic_records` over data.synthetic_repos) or "testbed" (`swerl_jax.testbed.tasks`, the
     families `families` names, else data.testbed_families; empty: every family). The training records and the
-    held-out ones (`eval.repair_score.heldout_records`, another seed) both come from here."""
+    held-out ones (`rl.heldout.heldout_records`, another seed) both come from here."""
     if str(data.generator) == "testbed":
         names = parse_families(families, "eval.families") if str(families).strip() else parse_families(
             str(data.testbed_families), "data.testbed_families")

@@ -18,8 +18,9 @@ import json
 import pathlib
 
 from swerl_jax.cli import run_cli
-from swerl_jax.eval import harness, predictions, reach
-from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
+from swerl_jax.eval import harness, predictions
+from swerl_jax.tasks import reach
+from swerl_jax.tasks.index_cutoff import MODES as CUTOFF_MODES
 
 # Test-log signs that a test needed the network the sandbox does not give (results graded before reach.py).
 NETWORK_SIGNS = reach.NETWORK_SIGNS

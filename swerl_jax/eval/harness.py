@@ -33,13 +33,14 @@ import traceback
 from tqdm import tqdm
 
 from swerl_jax.data.paths import user_path
-from swerl_jax.eval import environments, outcomes, reach
-from swerl_jax.eval.executors import DockerExecutor, Executor, LocalExecutor
-from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
+from swerl_jax.eval import outcomes
 from swerl_jax.eval.predictions import PREDICTION_FIELDS, index_instances, load_predictions, safe_id
-from swerl_jax.eval.verdicts import VERDICTS
 from swerl_jax.reward.test_infra import test_infra_paths
 from swerl_jax.sandbox.bwrap import SandboxLimits, bwrap_path
+from swerl_jax.tasks import environments, reach
+from swerl_jax.tasks.executors import DockerExecutor, Executor, LocalExecutor
+from swerl_jax.tasks.index_cutoff import MODES as CUTOFF_MODES
+from swerl_jax.tasks.verdicts import VERDICTS
 
 # Bump when grading, patching or the sandbox changes what a result means: every stored result is then re-graded.
 HARNESS_VERSION = 5  # 4: history-free checkouts, the seccomp filter, a finished pytest session is no crash;

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pathlib
 import subprocess
 
-from swerl_jax.eval import environments, reach, specs
+from swerl_jax.tasks import environments, reach, specs
 
 
 def out_of_reach(instance: dict, repos_dir: pathlib.Path, scratch: pathlib.Path) -> reach.OutOfReach | None:

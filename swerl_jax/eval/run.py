@@ -21,11 +21,12 @@ import sys
 
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
 from swerl_jax.data.paths import config_paths, user_path
-from swerl_jax.eval import precheck, reach
+from swerl_jax.eval import precheck
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
-from swerl_jax.eval.index_cutoff import MODES as CUTOFF_MODES
 from swerl_jax.eval.predictions import chosen_instances, index_instances
 from swerl_jax.sampler import source as policy_source
+from swerl_jax.tasks import reach
+from swerl_jax.tasks.index_cutoff import MODES as CUTOFF_MODES
 
 BACKENDS = ("engine", "sampler", "openai", "oracle")
 PRECHECKS = ("static", "grade_empty", "off")  # eval/precheck.py
@@ -65,9 +66,9 @@ def build_chat(c, instances: list[dict], evaluated: dict):
 
 def local_executor(c, out: pathlib.Path):
     """The sandboxed executor the pipeline's tests (and `precheck=grade_empty`) run in, writing under `out`."""
-    from swerl_jax.eval import environments
-    from swerl_jax.eval.executors import LocalExecutor
     from swerl_jax.sandbox.bwrap import SandboxLimits
+    from swerl_jax.tasks import environments
+    from swerl_jax.tasks.executors import LocalExecutor
 
     return LocalExecutor(pathlib.Path(c.repos), out, environments.EnvironmentCache(),
                          SandboxLimits(timeout_s=float(c.test_timeout_s), cpu_seconds=int(c.test_timeout_s) + 60),

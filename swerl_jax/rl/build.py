@@ -17,10 +17,11 @@ import pathlib
 from typing import Any
 
 from swerl_jax import sharding
-from swerl_jax.eval.repair_score import heldout_records, repair_score, write_answer_rows
 from swerl_jax.resolve import ensure_resolved
 from swerl_jax.rl.collect import RepairCollector
-from swerl_jax.rl.collector import Collector, Evaluator, Sampler
+from swerl_jax.rl.collector import Collector, Evaluator, Sampler, local_prompts
+from swerl_jax.rl.dynamic import DynamicSampling
+from swerl_jax.rl.heldout import heldout_records, repair_score, write_answer_rows
 from swerl_jax.rl.trainer import GRPOTrainer
 from swerl_jax.sampler.types import sampling_params
 from swerl_jax.tokenizer import tokenizer_for
@@ -34,7 +35,7 @@ class RepairEvaluator:
     comparison of two runs on the same held-out tasks needs."""
 
     def __init__(self, config: Any, records: list[dict], rows_dir: pathlib.Path | None = None) -> None:
-        """Evaluate on `records` (`eval.repair_score.heldout_records`: records the run never trains on)."""
+        """Evaluate on `records` (`rl.heldout.heldout_records`: records the run never trains on)."""
         self.config, self.records, self.rows_dir = config, records, rows_dir
         self.greedy = dataclasses.replace(sampling_params(config), temperature=0.0)
 
@@ -78,7 +79,11 @@ def build_grpo_trainer(config: Any, workdir: str | pathlib.Path, initial_params:
     `initial_params` (e.g. the SFT stage's) replace model.hf_dir."""
     config = ensure_resolved(config)  # a bad key fails here, before a worker starts or anything compiles
     collector, evaluator = build_collector(config, workdir)
+    rl = config.rl
     try:
+        if bool(rl.dynamic_sampling):  # fill each step with groups that carry a signal (DAPO)
+            collector = DynamicSampling(collector, local_prompts(config), int(rl.dynamic_sampling_max_draws),
+                                        exclude_truncated=bool(rl.compact_filtering and rl.baseline_excludes_filtered))
         return GRPOTrainer(config, workdir, collector, evaluator, initial_params=initial_params)
     except BaseException:
         collector.close()

@@ -117,6 +117,14 @@ def rollout_seed(seed: int, step: int, request: int) -> int:
     return int((int(seed) * 1_000_003 + int(step) * 7_919 + int(request) * 104_729) % (2**31 - 1))
 
 
+def draw_seed(seed: int, draw: int) -> int:
+    """The seed of a step's extra draw `draw` (`rl.dynamic_sampling`): `seed` itself for draw 0 (so a run without
+    extra draws is unchanged), else a well-mixed non-negative int32 of (seed, draw)."""
+    if draw == 0:
+        return int(seed)
+    return int(np.random.SeedSequence([int(seed) % 2**32, int(draw)]).generate_state(1)[0] % (2**31 - 1))
+
+
 def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: SamplingParams, num_samples: int,
                      step: int, seed: int, policy_version: int, prompts_per_request: int = 0,
                      hang_guard_s: float | None = None, progress: live.Report | None = None
@@ -215,15 +223,16 @@ class RepairCollector(Collector):
         self.reward_service = RewardService(num_workers=int(r.num_workers), timeout_s=float(r.timeout_s),
                                             fallback_reward=float(r.fallback_reward), kind=str(r.kind))
 
-    def collect(self, sampler: Sampler, step: int, policy_version: int) -> Groups:
-        """Step `step`'s scored answers [P][G], with time/data_s, generate_s, reward_wall_s, reward_wait_s,
-        reward_hidden_frac, the loader's metrics and the reward service's counters."""
+    def collect(self, sampler: Sampler, step: int, policy_version: int, draw: int = 0) -> Groups:
+        """Step `step`'s (extra draw `draw`'s) scored answers [P][G], with time/data_s, generate_s, reward_wall_s,
+        reward_wait_s, reward_hidden_frac, the loader's metrics and the reward service's counters."""
         t0 = time.perf_counter()
         batch = next(self.data_iter)
         t_data = time.perf_counter() - t0
         # Groups are numbered within this process (its prompts); only process 0 writes rollout files.
         rollouts, times = collect_rollouts(
-            sampler, self.reward_service, batch, self.sampling, self.num_samples, step, rl_seed(self.config),
+            sampler, self.reward_service, batch, self.sampling, self.num_samples, step,
+            draw_seed(rl_seed(self.config), draw),
             policy_version=policy_version, prompts_per_request=int(self.config.sampler.prompts_per_request),
             progress=self.progress)
         failed = first_reward_failure(flatten_groups(rollouts))

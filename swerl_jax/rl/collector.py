@@ -11,7 +11,8 @@ environments, the sampler turn by turn); a test's scripted collector hands over 
 from `Groups.rewards` and packs the rows (`rollouts.build_train_batch`); it does not know which collector it has.
 
 The contract:
-  - `collect` returns every (prompt, sample) of the step exactly once, scored: `Groups.rewards` [P, G] is final
+  - `collect` returns every (prompt, sample) of the step exactly once, scored (with `draw=d` > 0, the step's
+    extra draw d: the next prompts, another seed; `rl.dynamic`): `Groups.rewards` [P, G] is final
     and the `Rollout`s are not changed afterwards by anyone (advantages and loss masks travel as arrays);
   - `data_iter` is the collector's checkpointed position in its data (the loop saves and restores it with each
     step, so a resumed run collects what an uninterrupted one would); `state_dict` / `load_state_dict` are
@@ -91,8 +92,10 @@ class Collector(Protocol):
     data_iter: Any
     completion_cap: int
 
-    def collect(self, sampler: Sampler, step: int, policy_version: int) -> Groups:
-        """Step `step`'s (1-based) groups, sampled from `sampler` at policy `policy_version` or newer."""
+    def collect(self, sampler: Sampler, step: int, policy_version: int, draw: int = 0) -> Groups:
+        """Step `step`'s (1-based) groups, sampled from `sampler` at policy `policy_version` or newer. `draw` > 0:
+        the step's extra draw (`rl.dynamic.DynamicSampling`): the next prompts, sampled with another seed
+        (`rl.collect.draw_seed`); draw 0 is the step's usual collection."""
         ...
 
     def credit(self, groups: Groups, advantages: np.ndarray) -> tuple[np.ndarray | None, dict[str, float]]:

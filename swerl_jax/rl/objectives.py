@@ -13,6 +13,8 @@ Formulas (DESIGN.md, "Reference facts"):
                dual clip (A < 0): min(that, -A c)
   decoupled    w * (policy loss with r = exp(logp - prox_logp)), w = exp(prox_logp - old_logp) (no gradient),
                w = 0 where w > cap (rl.off_policy="decoupled"; old_logp: the behaviour policy's)
+  mismatch     times min(w, cap) (tis) or w [w <= cap] (mis), w = exp(prox_logp - sampler_logp) (no gradient;
+               rl.mismatch_correction; under decoupled it replaces the behaviour weight: `rl.correction`)
   aggregation  token-mean, seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm (token sum / norm)
 """
 
@@ -33,6 +35,11 @@ from swerl_jax.rl.advantages import (  # noqa: F401  (re-exported: the advantage
     register_advantage,
     register_in,
     zero_variance_groups,
+)
+from swerl_jax.rl.correction import (  # noqa: F401  (logprob_mismatch re-exported: the measured half)
+    check_mismatch_correction,
+    logprob_mismatch,
+    mismatch_weight,
 )
 from swerl_jax.rl.kl import KL_ESTIMATORS, kl_penalty, register_kl  # noqa: F401  (re-exported: the KL term)
 
@@ -219,24 +226,6 @@ def aggregation_weight(mask: Array, mode: str, rows: str = "active") -> Array:
     return (mask.sum(axis=-1) > 0).sum(dtype=jnp.float32)
 
 
-def logprob_mismatch(sampler_logp: Array, trainer_logp: Array, mask: Array) -> dict[str, Array]:
-    """How far the sampler's log-probs are from the trainer's for the same tokens (numerics, stale weights).
-
-    Returns token-means over the mask: logprob_abs_diff, logprob_max_abs_diff (max), logprob_kl_k3 (the k3
-    estimate of KL(sampler || trainer) from the sampler's tokens, >= 0) and the mean importance ratio
-    exp(trainer - sampler).
-    """
-    mask = mask.astype(jnp.float32)
-    on = mask > 0
-    d = jnp.where(on, trainer_logp - sampler_logp, 0.0)
-    return {
-        "logprob_abs_diff": masked_mean(jnp.abs(d), mask),
-        "logprob_max_abs_diff": jnp.max(jnp.abs(d)),
-        "logprob_kl_k3": masked_mean(jnp.exp(d) - d - 1.0, mask),
-        "logprob_ratio_mean": masked_mean(jnp.exp(d), mask),
-    }
-
-
 def negative_advantage_weight_max(per_token: Array, advantages: Array, mask: Array) -> Array:
     """The largest factor w with loss = -A w over the masked-in tokens of negative advantage (0 if none).
 
@@ -260,7 +249,8 @@ def compact_filter_mask(mask: Array, truncated: Array) -> Array:
 class GRPOLossConfig:
     """The `rl` fields the loss reads (hashable, so it can be a static jit argument). No defaults (an experiment's
     come from `experiments/base.py` through `from_config`, so the loss and the config cannot disagree), except the
-    two off-policy fields, which default to the synchronous loop's loss (plain, no cap) so direct callers keep it."""
+    off-policy and mismatch fields, which default to the synchronous loop's loss (plain, no cap, no correction) so
+    direct callers keep it."""
 
     clip_eps_low: float
     clip_eps_high: float
@@ -274,6 +264,8 @@ class GRPOLossConfig:
     seq_mean_rows: str
     off_policy: str = "plain"
     behav_weight_cap: float = 0.0
+    mismatch_correction: str = "off"
+    mismatch_cap: float = 0.0
 
     @classmethod
     def from_config(cls, config: Any) -> GRPOLossConfig:
@@ -289,7 +281,8 @@ class GRPOLossConfig:
                   dual_clip=float(rl.dual_clip), kl_coef=float(rl.kl_coef), kl_estimator=str(rl.kl_estimator),
                   loss_agg=str(rl.loss_agg), loss_norm=norm, entropy_coef=float(rl.entropy_coef),
                   compact_filtering=bool(rl.compact_filtering), seq_mean_rows=str(rl.seq_mean_rows),
-                  off_policy=str(rl.off_policy), behav_weight_cap=float(rl.behav_weight_cap))
+                  off_policy=str(rl.off_policy), behav_weight_cap=float(rl.behav_weight_cap),
+                  mismatch_correction=str(rl.mismatch_correction), mismatch_cap=float(rl.mismatch_cap))
         cfg.validate()
         return cfg
 
@@ -316,6 +309,7 @@ class GRPOLossConfig:
             raise ValueError(f"rl.off_policy must be one of {OFF_POLICY}, got {self.off_policy!r}")
         if self.behav_weight_cap < 0 or 0 < self.behav_weight_cap <= 1:
             raise ValueError(f"rl.behav_weight_cap must be 0 (no cap) or > 1, got {self.behav_weight_cap}")
+        check_mismatch_correction(self.mismatch_correction, self.mismatch_cap)
 
     @property
     def needs_reference(self) -> bool:
@@ -325,13 +319,15 @@ class GRPOLossConfig:
 
 def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: Array, mask: Array,
               cfg: GRPOLossConfig | Any, entropy: Array | None = None, truncated: Array | None = None,
-              prox_logp: Array | None = None) -> tuple[Array, dict[str, Array]]:
+              prox_logp: Array | None = None, sampler_logp: Array | None = None
+              ) -> tuple[Array, dict[str, Array]]:
     """The GRPO objective: clipped surrogate + beta * KL(pi || ref) - entropy_coef * entropy, aggregated.
 
     Args:
       logp, old_logp: [B, T] sampled tokens' log-probs under the current / behaviour policy.
       prox_logp: [B, T] under the proximal policy (no gradient), needed by rl.off_policy="decoupled"; "plain"
-        ignores it (its ratio is against old_logp, whatever the trainer passed as that).
+        ignores it (its ratio is against old_logp, whatever the trainer passed as that) unless a mismatch
+        correction is on. sampler_logp: [B, T] the sampler's, needed (with prox_logp) by rl.mismatch_correction.
       ref_logp: [B, T] under the reference policy, or None (required when cfg.kl_coef > 0).
       cfg: a GRPOLossConfig (hashable: a static jit argument), or a config converted by `from_config`.
       advantages: [B] or [B, T]. mask: [B, T] completion-token mask.
@@ -339,10 +335,10 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
       truncated: [B] bool, completions that hit max_new_tokens (masked out when cfg.compact_filtering).
 
     Returns (scalar loss, metrics): pg_loss, kl, entropy (token-means), the policy-loss metrics (decoupled: on the
-    proximal ratio, plus the behav_* ones), neg_adv_weight_max (`negative_advantage_weight_max`), num_tokens,
-    num_seqs, loss_weight (`aggregation_weight`, for exact micro-batch accumulation) and filtered_frac. Under
-    `accumulate_gradients(weight_key="loss_weight", reduction=minibatch.metric_reduction)` the loss and every metric are
-    the whole batch's however it is split into micro-batches.
+    proximal ratio, plus the behav_* ones; with a mismatch correction `mismatch_weight`'s instead),
+    neg_adv_weight_max (`negative_advantage_weight_max`), num_tokens, num_seqs, loss_weight (`aggregation_weight`,
+    for exact micro-batch accumulation) and filtered_frac. Under `accumulate_gradients(weight_key="loss_weight",
+    reduction=minibatch.metric_reduction)` the loss and every metric are the whole batch's however it is split.
     """
     if not isinstance(cfg, GRPOLossConfig):  # a root config or its `rl` section
         cfg = GRPOLossConfig.from_config(cfg)
@@ -354,7 +350,19 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
         if truncated is None:
             raise ValueError("rl.compact_filtering=True needs the `truncated` flags of the completions")
         mask = compact_filter_mask(mask, truncated)
-    if cfg.off_policy == "decoupled":
+    correct = cfg.mismatch_correction != "off"
+    if correct and (prox_logp is None or sampler_logp is None):
+        raise ValueError(f"rl.mismatch_correction={cfg.mismatch_correction!r} needs the trainer's (prox_logp) and "
+                         "the sampler's (sampler_logp) log-probs")
+    if correct:  # the correction weight; under decoupled it replaces the behaviour weight (the same ratio)
+        base = jax.lax.stop_gradient(prox_logp) if cfg.off_policy == "decoupled" else old_logp
+        pg, pg_metrics = policy_loss(logp, base, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high,
+                                     cfg.dual_clip)
+        weight, mismatch_metrics = mismatch_weight(prox_logp, sampler_logp, mask, cfg.mismatch_correction,
+                                                   cfg.mismatch_cap)
+        pg = pg * weight
+        pg_metrics.update(mismatch_metrics)
+    elif cfg.off_policy == "decoupled":
         if prox_logp is None:
             raise ValueError("rl.off_policy='decoupled' needs the proximal policy's log-probs (prox_logp); "
                              "old_logp is the behaviour policy's")

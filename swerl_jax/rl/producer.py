@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grain
+import numpy as np
 
 from swerl_jax.rl.collector import Collector, Groups, Sampler
 from swerl_jax.sampler.types import Completion, SamplingParams
@@ -110,6 +111,33 @@ class Collected:
     position: FrozenPosition | None  # the data iterator's state after this step's draw
     blocked_s: float  # the producer waited this long for version step - 1 - k
     collect_s: float  # and collected for this long
+    # the collector's state_dict right after this step's collection (e.g. the agent stream's tasks in flight): what
+    # the trainer checkpoints with this step, not the state of a collection further ahead
+    state: dict = dataclasses.field(default_factory=dict)
+
+
+def taken_metrics(item: Collected, waited_s: float, depth: int, step: int) -> dict[str, float]:
+    """The metrics of step `step` taken from the producer after `waited_s` with `depth` steps ready: staleness per
+    sample and per token, the queue depth, the trainer's wait, the producer's blocked and collect time and its idle
+    fraction (blocked / (blocked + collect))."""
+    (mean_age, max_age), (token_age, token_max) = staleness(item.groups, step), token_staleness(item.groups, step)
+    return {"staleness_mean": mean_age, "staleness_max": max_age, "staleness_token_mean": token_age,
+            "staleness_token_max": token_max, "async/queue_depth": depth, "async/trainer_wait_s": waited_s,
+            "async/producer_blocked_s": item.blocked_s, "async/producer_collect_s": item.collect_s,
+            "async/producer_idle_frac": item.blocked_s / max(item.blocked_s + item.collect_s, 1e-9)}
+
+
+def token_staleness(groups: Groups, step: int) -> tuple[float, int]:
+    """(mean, max) over the model's tokens of (step - 1) - the policy version that sampled each one (a partial
+    rollout's tokens span versions: `Rollout.token_versions`; else every token is its rollout's version)."""
+    ages = []
+    for r in (r for group in groups.rollouts for r in group):
+        versions = (np.full(len(r.completion_tokens), r.policy_version) if r.token_versions is None
+                    else np.asarray(r.token_versions))
+        model = versions >= 0 if r.token_mask is None else (np.asarray(r.token_mask) > 0) & (versions >= 0)
+        ages.append(step - 1 - versions[model])
+    ages = np.concatenate(ages) if ages else np.zeros(0)
+    return (float(ages.mean()), int(ages.max())) if ages.size else (0.0, 0)
 
 
 def staleness(groups: Groups, step: int) -> tuple[float, int]:
@@ -151,7 +179,8 @@ class AheadProducer:
                 groups = self.collector.collect(self.sampler, t, version)
                 it = self.collector.data_iter
                 position = FrozenPosition(it.get_state()) if hasattr(it, "get_state") else None
-                item = Collected(t, version, groups, position, blocked, time.perf_counter() - t0)
+                item = Collected(t, version, groups, position, blocked, time.perf_counter() - t0,
+                                 self.collector.state_dict())
                 with self._cond:
                     self._ready[t] = item
                     self._cond.notify_all()

@@ -37,6 +37,9 @@ class Rollout:
     # and how the episode ended (finish | max_turns | max_context | timeout | env_error).
     token_mask: np.ndarray | None = None
     termination: str | None = None
+    # Per completion token, the policy version that sampled it (-1 on observations); None: all `policy_version`.
+    # An episode continued under newer policies (a partial rollout, `agent.stream`) spans versions.
+    token_versions: np.ndarray | None = None
 
     @property
     def truncated(self) -> bool:
@@ -110,7 +113,9 @@ def joined_for_training(groups: RolloutGroups, credit_end: np.ndarray | None = N
                 r, prompt_tokens=np.asarray(r.prompt_tokens[:1]),
                 completion_tokens=np.concatenate([np.asarray(r.prompt_tokens[1:]), r.completion_tokens]),
                 sampler_logprobs=np.concatenate([np.zeros(moved, np.float32), r.sampler_logprobs]),
-                token_mask=np.concatenate([np.zeros(moved, np.float32), r.token_mask])))
+                token_mask=np.concatenate([np.zeros(moved, np.float32), r.token_mask]),
+                token_versions=None if r.token_versions is None else np.concatenate(
+                    [np.full(moved, -1, np.int32), r.token_versions])))
             if shifted is not None:
                 shifted[p, r.sample] += moved
         out.append(row)

@@ -28,7 +28,7 @@ exists: the loop above, bit for bit. rl.off_policy = "decoupled" adds the proxim
 the update) to step 3 and uses AReaL's decoupled objective (`objectives.decoupled_policy_loss`).
 
 Timings per step (`time/*`): the collector's (e.g. data, generate, reward_wait, reward_wall), logprobs, train,
-sync (publish), eval, step. They are the only metrics a resumed run does not repeat.
+sync (publish), eval, step, idle fractions, tokens/s (`rl.idle`): the only metrics a resumed run does not repeat.
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ from swerl_jax.resolve import ensure_resolved
 from swerl_jax.rl import minibatch
 from swerl_jax.rl.collect import InlineSampler
 from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
+from swerl_jax.rl.idle import TimedSampler, generated_tokens, sampler_device_count, step_time_metrics
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
-from swerl_jax.rl.producer import AheadProducer, SerialSampler, staleness
+from swerl_jax.rl.producer import AheadProducer, SerialSampler, taken_metrics
 from swerl_jax.rl.rollouts import build_train_batch, flatten_groups, joined_for_training, rollout_metrics
 from swerl_jax.rl.versions import KeptVersions, own_version_mismatch
 from swerl_jax.runs.affinity import device_env, fleet_placement
@@ -75,7 +76,7 @@ def make_rl_loss(model_config: Any, loss_cfg: GRPOLossConfig, prompt_len: int, c
                                        length=completion_len, positions=batch.get("score_positions"))
         loss, metrics = grpo_loss(logp, batch["old_logp"], batch.get("ref_logp"), batch["advantages"],
                                   batch["loss_mask"], loss_cfg, entropy=entropy, truncated=batch["truncated"],
-                                  prox_logp=batch.get("prox_logp"))
+                                  prox_logp=batch.get("prox_logp"), sampler_logp=batch["sampler_logp"])
         loss = minibatch.scale_loss(loss, batch)  # rl.ppo_minibatches > 1 only
         mismatch = logprob_mismatch(batch["sampler_logp"], jax.lax.stop_gradient(logp), batch["loss_mask"])
         metrics.update({mismatch_prefix + k: v for k, v in mismatch.items()})
@@ -128,7 +129,9 @@ class GRPOTrainer(TrainLoop):
         self.producer: AheadProducer | None = None
         # k >= 1: the params of the last k versions, to measure the sampler's numerics against each rollout's own
         self.kept = KeptVersions(self.max_staleness) if self.max_staleness > 0 else None
-        self._position = None  # at k >= 1: the data position after the last trained step's draw
+        self._position, self._state = None, {}  # k >= 1: data position, collector state of the last trained step
+        self._timed: TimedSampler | None = None  # time/sampler_idle_frac's spans (`rl.idle`)
+        self._devices = jax.local_device_count() + sampler_device_count(str(config.sampler.devices))
         self._logprob_fns: dict = {}
         self.is_main = sharding.is_main_process()
         self.save_rollouts = bool(config.logging.save_rollouts)
@@ -211,15 +214,11 @@ class GRPOTrainer(TrainLoop):
             self.report(f"step {step}: collecting rollouts")
             groups = self.collector.collect(self.sampler, step, step - 1)
             version = step - 1
+            waited = time.perf_counter() - t_step  # the synchronous trainer waits for the whole collection
         else:
             item, waited, depth = self.producer.take(step)
-            groups, version, self._position = item.groups, item.version, item.position
-            mean_age, max_age = staleness(groups, step)
-            async_metrics = {"staleness_mean": mean_age, "staleness_max": max_age, "async/queue_depth": depth,
-                             "async/trainer_wait_s": waited, "async/producer_blocked_s": item.blocked_s,
-                             "async/producer_collect_s": item.collect_s,
-                             "async/producer_idle_frac": item.blocked_s / max(item.blocked_s + item.collect_s,
-                                                                              1e-9)}
+            groups, version, self._position, self._state = item.groups, item.version, item.position, item.state
+            async_metrics = taken_metrics(item, waited, depth, step)
         rewards = groups.rewards  # [P, G]
         # DeepSWE (rl.compact_filtering and rl.baseline_excludes_filtered): truncated samples leave the baselines
         valid = groups.baseline_mask(exclude_truncated=bool(rl.compact_filtering and rl.baseline_excludes_filtered))
@@ -240,8 +239,10 @@ class GRPOTrainer(TrainLoop):
         self.report(f"step {step}: log-probs of {len(rollouts)} rollouts")
         if str(rl.old_logprobs) == "recompute":
             batch_np["old_logp"] = self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len)
-        if self.loss_cfg.off_policy == "decoupled":  # the proximal policy: these params, before this update
-            batch_np["prox_logp"] = self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len)
+        # the proximal policy: these params, before this update (decoupled; the mismatch correction's trainer side)
+        if self.loss_cfg.off_policy == "decoupled" or self.loss_cfg.mismatch_correction != "off":
+            batch_np["prox_logp"] = (batch_np["old_logp"] if str(rl.old_logprobs) == "recompute" else
+                                     self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len))
         if self.reference is not None:
             batch_np["ref_logp"] = self._logprobs(self.reference, batch_np, prompt_len, completion_len)
         own_metrics = {} if self.kept is None else own_version_mismatch(  # k >= 1; keeps version step - 1
@@ -302,10 +303,10 @@ class GRPOTrainer(TrainLoop):
             t_eval = time.perf_counter() - t0
         metrics["time"] = {**groups.times, "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
                            "step_s": time.perf_counter() - t_step}
-        if async_metrics:
-            async_metrics["async/trainer_idle_frac"] = async_metrics["async/trainer_wait_s"] / max(
-                metrics["time"]["step_s"], 1e-9)
-            metrics.update(async_metrics)
+        metrics["time"].update(step_time_metrics(self._timed, t_step, metrics["time"]["step_s"], waited,
+                                                 generated_tokens(rollouts), self._devices))  # idle, tokens/s
+        if async_metrics:  # async/trainer_idle_frac: time/trainer_idle_frac under its k >= 1 name
+            metrics.update(async_metrics, **{"async/trainer_idle_frac": metrics["time"]["trainer_idle_frac"]})
         if t_eval is not None:
             metrics["time"]["eval_s"] = t_eval
         rows = [r.to_json(step, advantage=advantages[p, r.sample])
@@ -319,8 +320,8 @@ class GRPOTrainer(TrainLoop):
     # --- the loop (swerl_jax.runs.loop.TrainLoop) -----------------------------------------------------------------
 
     def host_state(self) -> dict:
-        """The collector's state (e.g. the reward service's counters), checkpointed with each step."""
-        return self.collector.state_dict()
+        """The collector's state (e.g. reward counters) checkpointed with each step; k >= 1: the trained step's."""
+        return self._state if self.producer is not None else self.collector.state_dict()
 
     def load_host_state(self, state: dict) -> None:
         """Restore the collector's state from a checkpoint."""
@@ -332,11 +333,13 @@ class GRPOTrainer(TrainLoop):
         collecting ahead (the producer and the evaluator then share the sampler one request at a time)."""
         self.report("starting the sampler")
         self._start_sampler(version=start)
+        if not (str(self.config.rl.task) == "agent" and str(self.config.agent.kv_cache) == "kept"):
+            self.sampler = self._timed = TimedSampler(self.sampler)  # kept K/V drives the engine around generate
         if self.max_staleness == 0 and hasattr(self.collector, "progress"):  # live lines from inside the collection
             self.collector.progress = lambda text: self.report(f"step {self.step_in_flight}: {text}")
         if self.max_staleness > 0:
             self.sampler = SerialSampler(self.sampler)
-            self._position = self.collector.data_iter  # until the first step is taken
+            self._position, self._state = self.collector.data_iter, self.collector.state_dict()  # until step 1
             self.producer = AheadProducer(self.collector, self.sampler, max_staleness=self.max_staleness,
                                           first_step=start + 1, last_step=self.num_steps, published=start)
 

@@ -1,6 +1,6 @@
 """Which policy an evaluation samples from, named before anything loads, and the engine or client that samples it.
 
-The three evaluation entry points (`eval run`, `eval.repair_score`, `agent.tts`) score one of: a published policy
+The three evaluation entry points (`eval run`, `eval.repair_score`, `eval.tts`) score one of: a published policy
 version (`weights` = RUN/policy, `version` or the newest), a Hugging Face directory (`model.hf_dir`), a running
 sampler server (`address`), or, only when asked, the config's seeded random init. `describe` checks the choice and
 says what it is (every report carries that dict); `open_engine` / `open_client` give the sampler for it and check

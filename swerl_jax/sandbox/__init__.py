@@ -14,7 +14,7 @@ tests) and agentic RL all run model-written code through it:
 - `checkouts`: the one way a repository reaches a sandbox, a checkout of a base commit holding its reachable set
   alone (no later commit: they hold the fix), verified (`history_free_checkout`, `verify_history_free`).
 
-The harness's executors and environment cache (`eval/executors.py`, `eval/environments.py`) stay with the harness:
-they grade SWE-bench instances through this package and import the harness's specs and log parsers, which this
-package must not (it sits below both evaluation and the agent).
+The executors and environment cache (`tasks/executors.py`, `tasks/environments.py`) live in `swerl_jax.tasks`:
+they grade SWE-bench instances through this package and import SWE-bench's specs and log parsers, which this
+package must not (it sits below the tasks, evaluation and the agent).
 """

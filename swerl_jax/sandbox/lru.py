@@ -1,7 +1,7 @@
 """Host caches of folders kept under a byte bound, least recently used first out.
 
 Two caches grow with every instance a run touches: the history-free stores (`checkouts`, one per base commit) and
-the dependency environments (`eval.environments`, one per instance date under an index cut-off). A Lite run left
+the dependency environments (`tasks.environments`, one per instance date under an index cut-off). A Lite run left
 14 GB of the first and 9.6 GB of the second, and the first filled this machine's disk. Both keep the same layout:
 a cached folder `D` has a sibling lock file `D.lock`, whose mtime is D's last use (a user touches it), and
 `D.bytes`, D's allocated size written once when D was made. A folder is removed only under its lock, taken

@@ -122,3 +122,45 @@ def test_hidden_tests_never_enter_the_work_dir_and_grade_the_diff(tasks, tmp_pat
     # "log" named the grading log in the host folder close() removes
     named = [v for v in info.values() if isinstance(v, str) and v.startswith(str(tmp_path))]
     assert "log" not in info and all(os.path.exists(v) for v in named), info
+
+
+def test_a_retokenised_turn_breaks_token_in_token_out_and_is_named(tasks, chat, tmp_path, monkeypatch):
+    """A transcript that takes a model turn through its text (decode, then encode: the end-of-turn token the model
+    sampled is lost) no longer holds the ids the sampler returned: the episode's row is refused, named."""
+    from swerl_jax.agent.rollout import Conversation, TokenIntegrityError
+
+    tok, add = chat.tokenizer, Conversation.add
+
+    def retokenising_add(self, ids, logprobs, version=-1):
+        if logprobs is not None:  # a model turn: re-tokenised from its decoded text
+            ids = tok.encode(tok.decode(list(ids), skip_special_tokens=True), add_special_tokens=False)
+            logprobs = list(logprobs)[:len(ids)]
+        add(self, ids, logprobs, version)
+
+    monkeypatch.setattr(Conversation, "add", retokenising_add)
+    with pytest.raises(TokenIntegrityError, match=r"episode '.*' sample 0: its training row .* first difference at "
+                                                  r"token \d+ .* re-tokenised"):
+        _episodes(tasks, chat, tmp_path, gold_actions)
+
+
+def test_the_token_integrity_check_compares_ids_mask_and_log_probs():
+    import types
+
+    from swerl_jax.agent.rollout import Conversation, TokenIntegrityError, check_token_integrity
+
+    c = Conversation(types.SimpleNamespace(instance={"instance_id": "t-1"}), 0, 2)
+    for ids, lp in (([5, 6], [-0.5, -0.25]), ([7, 8, 9], None), ([10], [-1.0])):
+        c.receive(ids, lp)
+        c.add(ids, lp)
+    check_token_integrity(c)  # the transcript is the ledger
+    assert c.mask == [1, 1, 0, 0, 0, 1] and c.logprobs == [-0.5, -0.25, 0, 0, 0, -1.0]
+    c.logprobs[5] = -0.9  # a log-prob that is not the sampler's
+    with pytest.raises(TokenIntegrityError, match="episode 't-1' sample 2: its loss mask or behaviour log-probs"):
+        check_token_integrity(c)
+    c.logprobs[5] = -1.0
+    c.tokens.append(11)  # an id nobody returned
+    c.mask.append(0.0)
+    c.logprobs.append(0.0)
+    with pytest.raises(TokenIntegrityError, match=r"\(7 ids\) is not the 6 ids .* token 6 \(row \[11\], "
+                                                  r"received \[\]\)"):
+        check_token_integrity(c)

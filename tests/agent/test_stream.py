@@ -135,3 +135,78 @@ def test_at_staleness_0_a_carried_group_is_always_dropped():
     with pytest.raises(ValueError, match="stream_ahead_batches=0"):
         EpisodeStream(None, SYSTEM, SamplingParams(), num_samples=2, ahead_batches=0, max_context=8, seed=0,
                       pool=None)
+
+
+def test_a_resumed_stream_starts_the_tasks_in_flight_again_and_loses_no_task():
+    """Issue 59 item 6 at the stream: steps 1-2, then a fresh stream (a resumed run) told the tasks in flight after
+    step 2 and drawing from the position after step 2's draws, steps 3-4. Every task drawn is trained exactly once
+    or is still in flight at the end; the restarted ones are regenerated from their first turn and counted."""
+    tokenizer = load_tokenizer("testbed")
+    chat, closed = ChatFormat(tokenizer), []
+    batches = [[{"instance_id": f"t{i}", "turns": TURNS[i]}, {"instance_id": f"t{i + 1}", "turns": TURNS[i + 1]}]
+               for i in range(0, len(TURNS), 2)]
+    drawn = []  # the data position: how many batches were drawn
+
+    def draw():
+        drawn.append(batches[len(drawn)])
+        return drawn[-1]
+
+    gen = VersionedGenerator(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    trained, metrics = [], []
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        def stream():
+            return EpisodeStream(chat, SYSTEM, SamplingParams(max_new_tokens=8), num_samples=2, ahead_batches=1,
+                                 max_context=512, seed=3, pool=pool)
+
+        first = stream()
+        for step in (1, 2, 3):  # step 3 is collected, then the run is killed before it is checkpointed
+            gen.version = step - 1
+            groups, _, m = first.collect(gen, draw, lambda inst: [CountingEnv(inst, closed) for _ in range(2)],
+                                         step, step - 1, min_version=0)
+            if step == 2:
+                checkpoint = ([i["instance_id"] for i in first.in_flight()], len(drawn))
+            if step < 3:
+                trained += [g[0].prompt_id for g in groups]
+        first.close()
+        in_flight, position = checkpoint
+        assert in_flight == ["t0", "t5"]  # the slow task 0 runs; 5 finished and waits for a step
+        del drawn[position:]  # the resumed run's iterator: the checkpoint's position
+        resumed = stream()
+        resumed.restart([i for b in batches for i in b if i["instance_id"] in in_flight])
+        assert [i["instance_id"] for i in resumed.in_flight()] == in_flight  # a checkpoint now would keep them
+        for step in (3, 4):
+            gen.version = step - 1
+            groups, _, m = resumed.collect(gen, draw, lambda inst: [CountingEnv(inst, closed) for _ in range(2)],
+                                           step, step - 1, min_version=0)
+            trained += [g[0].prompt_id for g in groups]
+            metrics.append(m)
+        left = [i["instance_id"] for i in resumed.in_flight()]
+        resumed.close()
+    assert metrics[0]["agent/stream_regenerated_groups"] == 2 and metrics[1]["agent/stream_regenerated_groups"] == 0
+    every = [i["instance_id"] for b in drawn for i in b]
+    assert sorted(trained + left) == sorted(every) and len(set(trained)) == len(trained) == 8  # exactly once
+    with pytest.raises(RuntimeError, match="restart\\(\\) is for a fresh stream"):
+        first.groups = [object()]
+        first.restart([])
+
+
+def test_each_token_records_its_version_and_staleness_is_bounded_and_reported_per_token():
+    """Partial rollouts (issue 59 item 2, between agent turns): task 3's episodes ran their first turn under
+    version 0 and their second under version 1; each model token records the version that sampled it (observations
+    -1), the joined training row keeps that alignment, and the per-token staleness of every step is within k = 1."""
+    from swerl_jax.rl.producer import token_staleness
+    from swerl_jax.rl.rollouts import joined_for_training
+
+    out, _, _ = _run(3)
+    t3 = out[1][0][0]
+    for r in t3:
+        model = r.token_mask.astype(bool)
+        assert r.token_versions[model].tolist() == [0] * 3 + [1] * 3 and (r.token_versions[~model] == -1).all()
+        joined = joined_for_training([[r]])[0][0][0]
+        moved = len(r.prompt_tokens) - 1
+        assert (joined.token_versions[:moved] == -1).all() and (joined.token_versions[moved:] == r.token_versions).all()
+    # step 2: t3's tokens are 1 and 0 versions old (mean 0.5 over its 12 model tokens), t4's 0 (one turn, 6 tokens)
+    mean, most = token_staleness(Groups.scored(out[1][0], 2), 2)
+    assert (mean, most) == (6 / 18, 1)
+    for step, (groups, _) in enumerate(out, start=1):
+        assert token_staleness(Groups.scored(groups, 2), step)[1] <= 1

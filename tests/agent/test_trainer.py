@@ -90,3 +90,36 @@ def test_agent_tiny_cpu_short_runs_sft_then_grpo_end_to_end(agent_tiny_cpu_short
     assert len(rows) == 8 and resolved[0] > 0
     assert np.mean(resolved[-3:]) > np.mean(resolved[:2]), resolved
     assert abs(rows[0]["logprob_abs_diff"]) < 1e-4  # kept-K/V sampler vs trainer on the model's tokens
+
+
+def test_the_stream_tasks_in_flight_round_trip_through_the_checkpointed_state():
+    """Issue 59 item 6: the agent collector's checkpointed state names the stream's tasks in flight; loading it
+    restarts exactly those tasks; a checkpoint with tasks in flight and no stream (or unknown ids) is one line."""
+    import types
+
+    from swerl_jax.agent.trainer import AgentCollector
+
+    class Stream:
+        def __init__(self, flight):
+            self.flight, self.restarted = flight, None
+
+        def in_flight(self):
+            return self.flight
+
+        def restart(self, instances):
+            self.restarted = instances
+
+    tasks = [{"instance_id": f"t{i}"} for i in range(4)]
+    saved = object.__new__(AgentCollector)  # only the stream and the task set matter here
+    saved.stream, saved.tasks = Stream([tasks[2], tasks[0]]), types.SimpleNamespace(instances=tasks)
+    state = saved.state_dict()
+    assert state == {"stream_in_flight": ["t2", "t0"]}
+    resumed = object.__new__(AgentCollector)
+    resumed.stream, resumed.tasks = Stream([]), types.SimpleNamespace(instances=tasks)
+    resumed.load_state_dict(state)
+    assert resumed.stream.restarted == [tasks[2], tasks[0]]
+    resumed.stream = None
+    with pytest.raises(ValueError, match=r"2 agent tasks in flight to start again \(first 't2'\) but this run "
+                                         r"has no stream"):
+        resumed.load_state_dict(state)
+    resumed.load_state_dict({})  # nothing in flight: nothing to do

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from swerl_jax.eval import environments, harness
+from swerl_jax.eval import harness
+from swerl_jax.tasks import environments
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")]

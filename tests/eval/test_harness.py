@@ -209,7 +209,7 @@ def test_a_pretty_printed_object_keyed_by_id_and_a_byte_order_mark_are_read(tmp_
 
 def test_a_crashed_test_runner_is_an_error_not_unresolved():
     """Held-out check: --memory-gb 0.05 made pytest crash (INTERNALERROR> MemoryError) and gold read unresolved."""
-    from swerl_jax.eval import grading, specs
+    from swerl_jax.tasks import grading, specs
 
     consts = specs.constants()
     log = (f"{consts.START_TEST_OUTPUT}\nINTERNALERROR> MemoryError\n{consts.END_TEST_OUTPUT}\n")
@@ -332,8 +332,8 @@ def test_empty_patches_out_of_reach_are_counted_once(tmp_path, monkeypatch, caps
 @pytest.mark.parametrize("value", ["logs", "", "PLUGIN"])
 def test_a_bad_verdict_is_refused_naming_the_flag_and_the_choices(value, capsys):
     """--verdict (issue 56) takes log or plugin; anything else is one argparse line naming the flag and both."""
-    from swerl_jax.eval.executors import LocalExecutor
     from swerl_jax.eval.harness import build_parser
+    from swerl_jax.tasks.executors import LocalExecutor
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--instances", "i", "--predictions", "p", "--repos", "r", "--out", "o",

@@ -15,6 +15,7 @@ from swerl_jax.data.targets import oracle_solution
 from swerl_jax.eval import repair_score as rs
 from swerl_jax.model.config import get_model_config
 from swerl_jax.model.llama import init_params
+from swerl_jax.rl import heldout
 from swerl_jax.sampler import weights
 from swerl_jax.tokenizer import load_tokenizer
 from tests.eval.fake_runs import STEP, small_run
@@ -31,11 +32,11 @@ def _scripted(answers_per_record):
 
 def test_gold_answers_score_100_and_malformed_score_0():
     rows: list = []
-    gold = rs.repair_score(RECORDS, _scripted(lambda i: [oracle_solution(RECORDS[i])]), load_tokenizer(), 1024,
+    gold = heldout.repair_score(RECORDS, _scripted(lambda i: [oracle_solution(RECORDS[i])]), load_tokenizer(), 1024,
                            rows_out=rows)
     assert (gold.format_rate, gold.score, gold.mean_reward, gold.exact_rate) == (1.0, 100.0, 1.0, 1.0)
     assert gold.scored == gold.answers == 4 and [r["reward"] for r in rows] == [1.0] * 4
-    bad = rs.repair_score(RECORDS, _scripted(lambda i: ["no tags at all"]), load_tokenizer(), 1024)
+    bad = heldout.repair_score(RECORDS, _scripted(lambda i: ["no tags at all"]), load_tokenizer(), 1024)
     assert (bad.format_rate, bad.score, bad.mean_reward, bad.exact_rate) == (0.0, 0.0, -1.0, 0.0)
 
 
@@ -52,7 +53,7 @@ def test_mixed_answers_by_hand():
         return [f"<think>t</think>\n<solution>\n```python\n### {path}\n<<<<<<< SEARCH\n{line}\n=======\n"
                 f"{line}  # touched\n>>>>>>> REPLACE\n```\n</solution>"]
     rows: list = []
-    got = rs.repair_score(RECORDS, _scripted(answers), load_tokenizer(), 1024, rows_out=rows)
+    got = heldout.repair_score(RECORDS, _scripted(answers), load_tokenizer(), 1024, rows_out=rows)
     r = [row["reward"] for row in rows]
     assert r[0] == 1.0 and r[1] == -1.0 and all(0.0 <= x < 1.0 for x in r[2:])
     assert got.format_rate == 0.75 and got.exact_rate == 0.25
@@ -76,17 +77,17 @@ def test_testbed_records_get_the_execution_resolved_rate_from_their_hidden_tests
         return [f"<think>t</think>\n<solution>\n```python\n### {path}\n<<<<<<< SEARCH\n{line}\n=======\n"
                 f"{line}  # touched\n>>>>>>> REPLACE\n```\n</solution>", oracle_solution(tasks[i])]
     rows: list = []
-    got = rs.repair_score(tasks, _scripted(answers), load_tokenizer(), 1024, "compact", rows_out=rows)
+    got = heldout.repair_score(tasks, _scripted(answers), load_tokenizer(), 1024, "compact", rows_out=rows)
     assert [r["resolved"] for r in rows] == [True, False, False, True, False, True]
     assert [r["test_status"] for r in rows][:3] == ["resolved", "malformed", "failed"]
     assert got.resolved_rate == 0.5 and got.metrics()["eval/resolved_rate"] == 0.5
     assert "resolved 50.0%" in got.line()
-    plain = rs.repair_score(RECORDS, _scripted(lambda i: [oracle_solution(RECORDS[i])]), load_tokenizer(), 1024)
+    plain = heldout.repair_score(RECORDS, _scripted(lambda i: [oracle_solution(RECORDS[i])]), load_tokenizer(), 1024)
     assert plain.resolved_rate is None and "eval/resolved_rate" not in plain.metrics()
 
 
 def test_prompts_over_budget_are_skipped_and_counted():
-    got = rs.repair_score(RECORDS, _scripted(lambda i: [oracle_solution(RECORDS[i])]), load_tokenizer(), 8)
+    got = heldout.repair_score(RECORDS, _scripted(lambda i: [oracle_solution(RECORDS[i])]), load_tokenizer(), 8)
     assert got.scored == 0 and got.skipped == {"prompt longer than data.max_prompt_len": 4}
 
 
@@ -308,14 +309,15 @@ def test_records_that_cannot_be_prompted_are_skipped_with_their_reason(shared_da
     from tests.data.test_prompts import appended_at_end_record
 
     records = [*RECORDS[:2], appended_at_end_record(shared_data)]  # the last raised IndexError (issue 57 item 1)
-    got = rs.repair_score(records, _scripted(lambda i: [oracle_solution(records[i])]), load_tokenizer(), 1024)
+    got = heldout.repair_score(records, _scripted(lambda i: [oracle_solution(records[i])]), load_tokenizer(), 1024)
     assert got.scored == 3 and got.skipped == {} and got.exact_rate == 1.0
-    short = rs.repair_score(records, _scripted(lambda i: [oracle_solution(records[i])]), load_tokenizer(), 200)
+    short = heldout.repair_score(records, _scripted(lambda i: [oracle_solution(records[i])]), load_tokenizer(), 200)
     assert short.scored < 3 and "skipped" in short.line() and "data.max_prompt_len" in short.line()
     real = prompts.build_prompt
     monkeypatch.setattr(prompts, "build_prompt",
                         lambda r, *a, **k: [][0] if r is records[0] else real(r, *a, **k))
-    broken = rs.repair_score(records, _scripted(lambda i: [oracle_solution(records[i + 1])]), load_tokenizer(), 1024)
+    broken = heldout.repair_score(records, _scripted(lambda i: [oracle_solution(records[i + 1])]), load_tokenizer(),
+                                  1024)
     assert broken.scored == 2 and broken.skipped == {"prompt could not be built (IndexError)": 1}
     assert "skipped 1: prompt could not be built (IndexError)" in broken.line()
 

@@ -244,7 +244,7 @@ def test_an_instance_out_of_reach_is_skipped_before_generating_and_named(shared_
     shows each instance's stage."""
     import json
 
-    from swerl_jax.eval import environments
+    from swerl_jax.tasks import environments
 
     plan = environments.EnvironmentCache.plan
 

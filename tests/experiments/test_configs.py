@@ -23,7 +23,7 @@ EXPERIMENTS = [("tiny_cpu", None), ("tiny_cpu", "short"), ("smollm2_cpu", None),
                ("agent_tiny_cpu", "short"),
                ("deepswe_agent", None), ("testbed_cpu", None), ("testbed_cpu", "heldout_families"),
                ("testbed_gpu", None), ("testbed_gpu", "smoke"), ("base", None)]
-# evaluation configs (`python -m swerl_jax.eval run --config=...`, `python -m swerl_jax.agent.tts --config=...`): not
+# evaluation configs (`python -m swerl_jax.eval run --config=...`, `python -m swerl_jax.eval.tts --config=...`): not
 # training runs, they name the policy's file
 EVAL_EXPERIMENTS = [("eval_agentless_mini", None), ("eval_agentless_mini", "cpu"), ("agent_tts", None),
                     ("agent_tts", "cpu"), ("agent_tts", "tiny")]
@@ -68,7 +68,7 @@ def test_unknown_variant_is_refused_listing_the_valid_ones(name, bad):
 
 def test_testbed_trains_and_evaluates_on_the_families_it_names_and_a_typo_is_named():
     from swerl_jax.data.loader import source_from_config
-    from swerl_jax.eval.repair_score import heldout_records
+    from swerl_jax.rl.heldout import heldout_records
 
     c = _load("testbed_cpu", "heldout_families")
     c.data.synthetic_num_records, c.eval.num_records = 40, 12
@@ -272,7 +272,7 @@ def test_no_config_section_is_read_with_a_default_outside_the_config_module():
 
 # ------------------------------------------------------------------- the ablation sweeps (experiments/ablations/)
 
-ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp", "staleness", "async_grpo", "testbed"]
+ABLATIONS = ["reward_kind", "rl_vs_sft", "grpo_pp", "staleness", "async_grpo", "dynamic_sampling", "testbed"]
 # (file, variant): the paper-scale file and its CPU and testbed variants; testbed.py is the testbed alone
 ABLATION_RUNS = [(n, a) for n in ABLATIONS if n != "testbed" for a in (None, "cpu", "testbed")] + [("testbed", None)]
 

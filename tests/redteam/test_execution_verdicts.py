@@ -13,11 +13,11 @@ import pytest
 from swerl_jax.agent.actions import format_action
 from swerl_jax.agent.env import SWEEnv
 from swerl_jax.agent.trainer import episode_metrics
-from swerl_jax.eval import grading
 from swerl_jax.eval.agentless import tests_gen
-from swerl_jax.eval.environments import EnvironmentCache
-from swerl_jax.eval.executors import LocalExecutor
 from swerl_jax.reward import test_infra
+from swerl_jax.tasks import grading
+from swerl_jax.tasks.environments import EnvironmentCache
+from swerl_jax.tasks.executors import LocalExecutor
 from tests.redteam.flask_attacks import ATTACKS, HELD_OUT
 
 pytestmark = [pytest.mark.slow,

@@ -10,9 +10,10 @@ import threading
 
 import pytest
 
-from swerl_jax.eval import environments, harness, predictions
-from swerl_jax.eval.executors import LocalExecutor, checkout
+from swerl_jax.eval import harness, predictions
 from swerl_jax.sandbox.bwrap import SandboxLimits
+from swerl_jax.tasks import environments
+from swerl_jax.tasks.executors import LocalExecutor, checkout
 
 
 class RecordingExecutor:

@@ -25,9 +25,9 @@ import pytest
 
 from swerl_jax.agent.env import SWEEnv
 from swerl_jax.agent.synthetic import SyntheticTasks
-from swerl_jax.eval import environments
-from swerl_jax.eval.executors import LocalExecutor
 from swerl_jax.sandbox.bwrap import SandboxLimits
+from swerl_jax.tasks import environments
+from swerl_jax.tasks.executors import LocalExecutor
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (make install-dev)")
 LIMITS = SandboxLimits(memory_bytes=1 << 30, cpu_seconds=60, processes=64, timeout_s=60, file_bytes=64 << 20,
@@ -171,10 +171,10 @@ def test_no_other_code_materialises_a_repository_for_a_sandbox():
     refs were the source's); the two clones left are the host's own (a bundle unpacked bare, a scratch copy that
     writes a synthetic task's gold patch), never shown to a sandbox."""
     package = pathlib.Path(__file__).resolve().parents[2] / "swerl_jax"
-    allowed = {("eval/environments.py", '"clone", "-q", "--bare"'), ("agent/synthetic.py", '"clone", "-q", str(repo)'),
+    allowed = {("tasks/environments.py", '"clone", "-q", "--bare"'), ("agent/synthetic.py", '"clone", "-q", str(repo)'),
                ("sandbox/seccomp.py", 'for call in ("unshare", "clone"):')}  # the clone(2) system call, not git
     found = []
-    for path in sorted(p for layer in ("eval", "agent", "sandbox") for p in (package / layer).rglob("*.py")):
+    for path in sorted(p for layer in ("eval", "tasks", "agent", "sandbox") for p in (package / layer).rglob("*.py")):
         rel = path.relative_to(package).as_posix()
         if rel == "sandbox/checkouts.py":
             continue

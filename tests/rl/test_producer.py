@@ -174,6 +174,9 @@ class CountingCollector(Collector):
                     for g in range(2)]
         return Groups.scored(rollouts, 4)
 
+    def state_dict(self) -> dict:
+        return {"collected": len(self.asked)}  # e.g. the agent stream's tasks in flight after the last collect
+
 
 def test_trainer_at_k1_trains_stale_batches_with_the_decoupled_loss_and_checkpoints_its_own_position(tmp_path):
     import json
@@ -204,8 +207,11 @@ def test_trainer_at_k1_trains_stale_batches_with_the_decoupled_loss_and_checkpoi
         fresh = CountingCollector()
         trainer = GRPOTrainer(c, tmp_path, fresh)
         try:
-            trainer.checkpointer.restore(step, trainer.policy.abstract_state(), data_iterator=fresh.data_iter)
+            restored = trainer.checkpointer.restore(step, trainer.policy.abstract_state(),
+                                                    data_iterator=fresh.data_iter)
             assert next(fresh.data_iter) == step
+            # and the collector's state as it was after step s's collection, not after one further ahead
+            assert {k: v for k, v in restored.host_state.items() if k == "collected"} == {"collected": step}
         finally:
             trainer.close()
 

@@ -229,3 +229,14 @@ def test_async_k1_plumbing_end_to_end(tmp_path):
         if versions.min() < step - 1:  # a stale batch: the trainer moved (lr 1e-2) beyond the sampler's numerics
             assert r["stale_logprob_abs_diff"] > 10 * r["logprob_abs_diff"]
     assert stale_steps >= 1
+
+
+def test_idle_fractions_and_generated_tokens_per_second_are_logged(runs):
+    """The synchronous step's trainer waits for the whole collection, in which the (timed, inline) sampler runs:
+    its busy share cannot exceed the trainer's idle one; both are fractions; tokens per second count the answers."""
+    for name in ("plain", "switches"):
+        for r in runs[name][0]:
+            trainer_idle, sampler_idle = r["time/trainer_idle_frac"], r["time/sampler_idle_frac"]
+            assert 0 < trainer_idle < 1 and 0 < sampler_idle < 1, r
+            assert 1 - sampler_idle <= trainer_idle + 1e-9
+            assert r["time/generated_tokens_per_s_per_device"] > 0

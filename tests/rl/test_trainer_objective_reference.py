@@ -68,6 +68,10 @@ CASES = [
                                          kl_estimator="k2", dual_clip=3.0, compact_filtering=True), "grpo", 3, 2, 2),
     ("decoupled-seq-mean-n1", dict(off_policy="decoupled", loss_agg="seq-mean-token-mean", compact_filtering=True,
                                    entropy_coef=0.02), "loo", 1, 2, 2),
+    # rl.mismatch_correction: weights of pi_prox / pi_sampler truncated (tis) or dropped (mis) at the cap
+    ("tis-plain-token-mean", dict(mismatch_correction="tis", mismatch_cap=1.2, kl_coef=0.05), "grpo", 2, 3, 2),
+    ("mis-decoupled-seq-mean", dict(off_policy="decoupled", mismatch_correction="mis", mismatch_cap=1.3,
+                                    loss_agg="seq-mean-token-mean"), "grpo", 2, 2, 1),
 ]
 
 
@@ -100,7 +104,11 @@ def ref_per_token(logp, ent, b, cfg):
     pg = jnp.maximum(-a * ratio, -a * jnp.clip(ratio, 1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high))
     if cfg.dual_clip:
         pg = jnp.where(a < 0, jnp.minimum(pg, -a * cfg.dual_clip), pg)
-    if cfg.off_policy == "decoupled":  # AReaL: w = pi_prox / pi_behav, a token over the cap weighs 0
+    if cfg.mismatch_correction != "off":  # w = pi_prox / pi_sampler (replaces decoupled's weight)
+        w = jnp.exp(jnp.clip(jnp.where(on, b["prox_logp"] - b["sampler_logp"], 0.0), -20, 20))
+        cap = cfg.mismatch_cap
+        pg = pg * (jnp.minimum(w, cap) if cfg.mismatch_correction == "tis" else jnp.where(w > cap, 0.0, w))
+    elif cfg.off_policy == "decoupled":  # AReaL: w = pi_prox / pi_behav, a token over the cap weighs 0
         w = jnp.exp(jnp.clip(jnp.where(on, b["prox_logp"] - b["old_logp"], 0.0), -20, 20))
         pg = pg * jnp.where((cfg.behav_weight_cap > 0) & (w > cfg.behav_weight_cap), 0.0, w)
     d = jnp.where(on, logp - b["ref_logp"], 0.0)
@@ -158,7 +166,7 @@ def make_batch(cfg, kind, params):
     batch = {"tokens": tokens, "attention_mask": np.ones((B, PL + C), bool), "loss_mask": mask, "old_logp": old,
              "sampler_logp": old, "advantages": adv.reshape(-1), "truncated": truncated,
              "ref_logp": logp + noise(0.2)}
-    if cfg.off_policy == "decoupled":  # the trainer's params before the update, padding included
+    if cfg.off_policy == "decoupled" or cfg.mismatch_correction != "off":  # the params before the update
         batch["prox_logp"] = logp
     return batch
 
@@ -233,3 +241,34 @@ def test_trainer_updates_equal_float64_reference(monkeypatch, overrides, kind, n
         close(np.mean([float(m["loss"]) for m in metrics]), float(whole_loss), "mean minibatch loss vs whole batch")
         expected = {k: start[k] - LR * np.asarray(whole_grad[k]) for k in start}
         assert_params_close(final, expected, start, "accumulated minibatches vs whole-batch gradient")
+
+
+def test_trainer_updates_equal_float64_reference_on_a_dynamic_sampling_batch(monkeypatch):
+    """rl.dynamic_sampling: draw 0 is REWARDS (group 0 has no signal: dropped), draw 1 refills the batch with its
+    first signal group (its group 0 also has none); the trainer's update on the selected groups equals the float64
+    reference of the objective on exactly those rewards."""
+    from swerl_jax.rl.collector import Collector, Groups
+    from swerl_jax.rl.dynamic import DynamicSampling
+    from swerl_jax.rl.rollouts import Rollout
+
+    second = np.array([[0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.5], [0.3, 0.3, 0.9, 0.0]])
+
+    class TwoDraws(Collector):
+        completion_cap, data_iter = C, None
+
+        def collect(self, sampler, step, policy_version, draw=0):
+            rewards = (REWARDS, second)[draw]
+            return Groups.scored([[Rollout(prompt_id=f"{draw}-{p}", group=p, sample=s, prompt_tokens=np.zeros(1),
+                                           completion_tokens=np.zeros(1), sampler_logprobs=np.zeros(1),
+                                           finish_reason="stop", completion="", reward=float(rewards[p, s]))
+                                   for s in range(G)] for p in range(P)], G)
+
+    groups = DynamicSampling(TwoDraws(), P, max_draws=2).collect(None, 1, 0)
+    selected = np.stack([REWARDS[1], REWARDS[2], second[1]])  # by hand: the signal groups in draw order
+    np.testing.assert_array_equal(groups.rewards, selected)
+    assert groups.metrics["dynamic/groups_dropped"] == 2 and groups.metrics["dynamic/groups_discarded"] == 1
+    import sys
+
+    monkeypatch.setattr(sys.modules[__name__], "REWARDS", selected)  # the batch and the reference read it
+    test_trainer_updates_equal_float64_reference(monkeypatch, dict(clip_eps_high=0.28, compact_filtering=True), "grpo",
+                                                 2, 3, 2)  # DAPO: clip-high, overlong filtering, dynamic sampling

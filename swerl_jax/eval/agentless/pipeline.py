@@ -18,12 +18,12 @@ import traceback
 from collections.abc import Callable
 
 from swerl_jax.answer import ANSWER_END, ANSWER_START
-from swerl_jax.eval import environments, grading
 from swerl_jax.eval.agentless import localize, normalize, repair, rerank, tests_gen
 from swerl_jax.eval.agentless.backends import Chat
-from swerl_jax.eval.executors import ScriptExecutor
 from swerl_jax.eval.structure import file_contents, repo_structure
 from swerl_jax.runs.progress import StageBar
+from swerl_jax.tasks import environments, grading
+from swerl_jax.tasks.executors import ScriptExecutor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +123,7 @@ def empty_prediction(instance_id: str, settings: AgentlessSettings, reason: str)
 def patch_test_results(instance: dict, samples: list[dict], chat: Chat, settings: AgentlessSettings,
                        executor: ScriptExecutor, log_dir: pathlib.Path, traj: dict) -> dict[str, dict]:
     """{patch: Sample fields} from running the kept reproduction scripts and the selected regression tests (also
-    the agent's execution-based verifier, `swerl_jax.agent.scaling`); `traj` gets the scripts and outcomes."""
+    the agent's execution-based verifier, `swerl_jax.eval.scaling`); `traj` gets the scripts and outcomes."""
     scripts: list[str] = []
     if settings.reproduction_tests > 0:
         answers = chat([_user(tests_gen.REPRODUCTION.format(problem_statement=instance["problem_statement"]))]

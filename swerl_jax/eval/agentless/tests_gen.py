@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from swerl_jax.eval import grading, specs
+from swerl_jax.tasks import grading, specs
 
 REPRODUCTION = """We are currently solving the following issue within our repository. Here is the issue text:
 --- BEGIN ISSUE ---

@@ -1,8 +1,8 @@
 """Reproduction-script and regression-selection answers, and reading a check run's output."""
 
 
-from swerl_jax.eval import specs
 from swerl_jax.eval.agentless import tests_gen
+from swerl_jax.tasks import specs
 
 
 def test_reproduction_outcome_is_the_first_marker_printed():

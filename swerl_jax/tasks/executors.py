@@ -14,14 +14,14 @@ import time
 import uuid
 from typing import Protocol, runtime_checkable
 
-from swerl_jax.eval import environments, grading, reach, specs
-from swerl_jax.eval import index_cutoff as cutoffs
-from swerl_jax.eval.patching import APPLY_CHAIN, apply_patch
-from swerl_jax.eval.verdicts import VERDICTS, runs_pytest, swebench_ids, verdict_status
 from swerl_jax.sandbox.bwrap import INPUTS_DIR, Sandbox, SandboxLimits
 from swerl_jax.sandbox.checkouts import CheckoutError, history_free_checkout
 from swerl_jax.sandbox.pytest_verdict import PLUGIN_DIGEST, PluginRun
 from swerl_jax.sandbox.workdirs import remove_tree
+from swerl_jax.tasks import environments, grading, reach, specs
+from swerl_jax.tasks import index_cutoff as cutoffs
+from swerl_jax.tasks.patching import APPLY_CHAIN, apply_patch
+from swerl_jax.tasks.verdicts import VERDICTS, runs_pytest, swebench_ids, verdict_status
 
 
 def fresh_workdir(out_dir: pathlib.Path, instance_id: str) -> pathlib.Path:
@@ -112,7 +112,7 @@ class LocalExecutor:
         """limits bound the patch and test steps; the install step gets setup_timeout_s (it may download).
         verdict: what decides `status` (both come from the same run; `plugin_verdict` is always reported): "log",
         pytest's log by SWE-bench's parsers (official, but printed results pass); "plugin", the trusted plugin's
-        record (`sandbox/pytest_verdict.py`, `eval/verdicts.py`) for RL rewards and labels (pytest runs only).
+        record (`sandbox/pytest_verdict.py`, `tasks/verdicts.py`) for RL rewards and labels (pytest runs only).
         index_cutoff: "created_at" resolves unpinned requirements (env build and install) against the index as of
         the instance's created_at (index_cutoff.py); "images", as of 2024-06-27 (the official images' build day)
         for every instance; "off", against today's."""

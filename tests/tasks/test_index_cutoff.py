@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from swerl_jax.eval import index_cutoff
+from swerl_jax.tasks import index_cutoff
 
 PAGE = {"meta": {"api-version": "1.1"}, "files": [
     {"filename": "docutils-0.16.tar.gz", "url": "https://files.example/docutils-0.16.tar.gz",

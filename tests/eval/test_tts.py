@@ -1,4 +1,4 @@
-"""`python -m swerl_jax.agent.tts` end to end on the suite's tiny setting (`experiments/agent_tts.py:tiny`: the demo's
+"""`python -m swerl_jax.eval.tts` end to end on the suite's tiny setting (`experiments/agent_tts.py:tiny`: the demo's
 7M model, untrained, on held-out synthetic tasks): trajectories graded by the harness, the execution-based verifier,
 the execution-free verifier trained with the SFT trainer, the selectors and the report. The rates are ~0 for an
 untrained policy; what is checked is that every stage ran and the report agrees with the trajectories."""
@@ -20,7 +20,7 @@ def test_tts_command_runs_every_stage_and_reports(agent_tts_tiny_run):
            "PYTHONPATH": str(REPO_ROOT), "JAX_COMPILATION_CACHE_DIR": str(JAX_CACHE)}
     out_dir, stdout = agent_tts_tiny_run  # the command below, run in the background (tests/conftest.py)
     stderr = (out_dir.parent / "stderr.txt").read_text()
-    cmd = [sys.executable, "-m", "swerl_jax.agent.tts", "--config=experiments/agent_tts.py:tiny", f"--out={out_dir}",
+    cmd = [sys.executable, "-m", "swerl_jax.eval.tts", "--config=experiments/agent_tts.py:tiny", f"--out={out_dir}",
            *TTS_TINY_FLAGS]
     report = json.loads((out_dir / "report.json").read_text())
     trajectories = [json.loads(line) for line in (out_dir / "trajectories.jsonl").read_text().splitlines()]
@@ -57,7 +57,7 @@ def test_relative_weights_of_another_model_are_one_line_from_outside_the_clone(t
     are one line naming both before the --out folder is made (they reached Orbax, which refuses relative paths)."""
     import pytest
 
-    from swerl_jax.agent import tts
+    from swerl_jax.eval import tts
     from swerl_jax.model.convert import CheckpointError
     from tests.eval.fake_runs import small_run
 
@@ -76,7 +76,7 @@ def test_out_under_a_file_is_one_line_naming_out_before_anything_starts(tmp_path
     '.../metrics.jsonl/tasks/eval/repos'" (not naming --out), as train and repair_score no longer do."""
     import pytest
 
-    from swerl_jax.agent import tts
+    from swerl_jax.eval import tts
 
     (tmp_path / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(FileExistsError, match=rf"^--out {tmp_path / 'metrics.jsonl'}/o: {tmp_path / 'metrics.jsonl'}"
@@ -87,8 +87,8 @@ def test_out_under_a_file_is_one_line_naming_out_before_anything_starts(tmp_path
 
 
 def test_a_batch_line_names_whose_episodes_it_counts():
-    from swerl_jax.agent.scaling import Trajectory
-    from swerl_jax.agent.tts import batch_line
+    from swerl_jax.eval.scaling import Trajectory
+    from swerl_jax.eval.tts import batch_line
 
     batch = [[Trajectory("task-0", k, "patch", True, "finish", 3, "...") for k in range(2)]]
     assert batch_line("", 0, batch, 1) == "    instances 1-1 of 1: 2/2 episodes resolved"

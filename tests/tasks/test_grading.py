@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from swerl_jax.eval import grading, specs
+from swerl_jax.tasks import grading, specs
 
 START, END = specs.constants().START_TEST_OUTPUT, specs.constants().END_TEST_OUTPUT
 INSTANCE = {"instance_id": "pallets__flask-1", "repo": "pallets/flask",

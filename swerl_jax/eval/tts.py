@@ -1,5 +1,5 @@
-"""`python -m swerl_jax.agent.tts --config=experiments/agent_tts.py[:cpu|:tiny] --out DIR [--config.KEY=VALUE ...]`:
-test-time scaling of an agent policy end to end (see `agent.scaling` for the selectors and the report).
+"""`python -m swerl_jax.eval.tts --config=experiments/agent_tts.py[:cpu|:tiny] --out DIR [--config.KEY=VALUE ...]`:
+test-time scaling of an agent policy end to end (see `eval.scaling` for the selectors and the report).
 
 1. K trajectories of each instance with the policy (kept-K/V multi-turn generation, sandboxed environments), each
    graded by the harness -> OUT/trajectories.jsonl.
@@ -21,13 +21,14 @@ import pathlib
 import sys
 from typing import Any
 
-from swerl_jax.agent import scaling, verifier
+from swerl_jax.agent import verifier
 from swerl_jax.agent.env import SWEEnv
 from swerl_jax.agent.rollout import SYSTEM, ChatFormat, run_episodes
 from swerl_jax.agent.sft import Scripted, gold_actions
 from swerl_jax.agent.synthetic import SyntheticTasks
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
 from swerl_jax.data.paths import blocking_file, config_paths, user_path
+from swerl_jax.eval import scaling
 from swerl_jax.eval.agentless.backends import EngineChat
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings
 from swerl_jax.resolve import resolve_config
@@ -115,9 +116,9 @@ def _instances(c: Any, out: pathlib.Path) -> tuple[list[dict], pathlib.Path, Any
     if str(c.instances) == "synthetic":
         tasks = SyntheticTasks(out / "tasks" / "eval", int(c.synthetic_tasks), int(c.seed) + 1000)
         return tasks.instances, tasks.root / "repos", tasks.executor(out / "grade")
-    from swerl_jax.eval import environments
-    from swerl_jax.eval.executors import LocalExecutor
     from swerl_jax.eval.predictions import chosen_instances, index_instances
+    from swerl_jax.tasks import environments
+    from swerl_jax.tasks.executors import LocalExecutor
 
     chosen = chosen_instances(index_instances(pathlib.Path(str(c.instances))), c.instance_ids, str(c.instances))
     limits = SandboxLimits(timeout_s=float(c.test_timeout_s), cpu_seconds=int(c.test_timeout_s) + 60)
@@ -162,7 +163,7 @@ def say(line: str) -> None:
 def main(argv: list[str] | None = None) -> dict:
     """CLI entry point; returns the report."""
     # the whole docstring, as written: its first line is only the usage (held-out check of issue 46, item 7)
-    p = argparse.ArgumentParser(prog="python -m swerl_jax.agent.tts", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.eval.tts", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="experiments/agent_tts.py[:cpu|:tiny]")
     p.add_argument("--out", required=True, help="directory for trajectories, verifier, report")
@@ -256,4 +257,4 @@ def main(argv: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     from swerl_jax.cli import run_cli
 
-    run_cli("python -m swerl_jax.agent.tts", main, resume="run the same command again")
+    run_cli("python -m swerl_jax.eval.tts", main, resume="run the same command again")

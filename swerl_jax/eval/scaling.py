@@ -1,6 +1,6 @@
 """Test-time scaling for the agent: K trajectories per instance, three selectors, DeepSWE's pass@1 / pass@K / best@K.
 
-    python -m swerl_jax.agent.scaling --config=experiments/agent_tts.py[:cpu] --out DIR [--config.KEY=VALUE ...]
+    python -m swerl_jax.eval.scaling --config=experiments/agent_tts.py[:cpu] --out DIR [--config.KEY=VALUE ...]
 
 DeepSWE samples K trajectories per instance and picks one with an execution-based verifier (model-written tests),
 an execution-free verifier (a model scoring the trajectory) or both (hybrid: 59.0% best@16 on SWE-bench Verified

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from swerl_jax.eval import environments
+from swerl_jax.tasks import environments
 
 
 def test_missing_python_names_the_version(monkeypatch, tmp_path):
@@ -98,7 +98,7 @@ def test_versions_with_identical_specs_share_one_env(shared_data, tmp_path):
 
 def test_what_the_machine_lacks_is_out_of_reach_with_the_fix(monkeypatch, tmp_path):
     """Issue 49.3: a missing interpreter, a conda spec, a compiler or the index: named, with the fix."""
-    from swerl_jax.eval import reach
+    from swerl_jax.tasks import reach
 
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -1,6 +1,6 @@
 """Test-time scaling: pass@k against enumeration, the selectors on known labels, the execution-based verifier on a real
 synthetic task (a reproduction script run in the sandbox on each trajectory's patch), the execution-free verifier's
-prompt budget, SFT and scores. The whole `agent.tts` command: tests/agent/test_tts.py."""
+prompt budget, SFT and scores. The whole `eval.tts` command: tests/eval/test_tts.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from experiments import tiny_cpu
-from swerl_jax.agent import scaling, verifier
+from swerl_jax.agent import verifier
 from swerl_jax.agent.synthetic import SyntheticTasks
+from swerl_jax.eval import scaling
 from swerl_jax.eval.agentless import rerank
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings
 from swerl_jax.tokenizer import tokenizer_for

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from swerl_jax.eval import specs
+from swerl_jax.tasks import specs
 
 
 def test_list(instance: dict, key: str) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from swerl_jax.eval import specs
+from swerl_jax.tasks import specs
 
 VERDICTS = ("log", "plugin")
 

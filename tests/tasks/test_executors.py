@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from swerl_jax.eval import executors, specs
-from swerl_jax.eval import index_cutoff as cutoffs
+from swerl_jax.tasks import executors, specs
+from swerl_jax.tasks import index_cutoff as cutoffs
 
 
 def test_eval_script_follows_the_official_order(shared_data):
@@ -43,7 +43,7 @@ def test_docker_executor_refuses_clearly_without_docker(tmp_path, monkeypatch):
 
 def test_a_repository_not_in_repos_is_out_of_reach_with_the_fix(tmp_path):
     """Issue 49.3: django/scikit-learn/matplotlib are not on this machine: say so, and what would fix it."""
-    from swerl_jax.eval import environments
+    from swerl_jax.tasks import environments
 
     local = executors.LocalExecutor(tmp_path / "repos", tmp_path / "out", environments.EnvironmentCache(tmp_path / "e"))
     (tmp_path / "log").mkdir()
@@ -58,7 +58,7 @@ def test_a_repository_not_in_repos_is_out_of_reach_with_the_fix(tmp_path):
 def test_the_index_cutoff_is_part_of_a_result_key_and_off_keeps_todays(tmp_path):
     """Issue 49.1: a result graded against today's index is not reused for the dated one, and the reverse; off
     keeps today's fingerprint, so stored results of today stay valid."""
-    from swerl_jax.eval import environments
+    from swerl_jax.tasks import environments
 
     def local(mode):
         return executors.LocalExecutor(tmp_path, tmp_path / "out", environments.EnvironmentCache(tmp_path),

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from swerl_jax.eval import specs
+from swerl_jax.tasks import specs
 
 
 def test_package_registered_by_another_thread_first():
@@ -16,7 +16,7 @@ def test_package_registered_by_another_thread_first():
         "import importlib.util, sys, types\n"
         "root = importlib.util.find_spec('swebench').submodule_search_locations[0]\n"
         "bare = types.ModuleType('swebench'); bare.__path__ = [root]; sys.modules['swebench'] = bare\n"
-        "from swerl_jax.eval import specs\n"
+        "from swerl_jax.tasks import specs\n"
         "print(specs.env_spec('pallets/flask', '2.0')['python'])\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -26,7 +26,7 @@ def test_package_registered_by_another_thread_first():
 
 def test_concurrent_first_use_from_worker_threads():
     code = (
-        "import concurrent.futures as f; from swerl_jax.eval import specs\n"
+        "import concurrent.futures as f; from swerl_jax.tasks import specs\n"
         "with f.ThreadPoolExecutor(8) as pool:\n"
         "    rows = pool.map(lambda _: specs.env_spec('pallets/flask', '2.0'), range(8))\n"
         "    print(sorted({r['python'] for r in rows}))\n"

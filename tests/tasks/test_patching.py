@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from swerl_jax.eval.patching import apply_patch
 from swerl_jax.sandbox.bwrap import Sandbox, SandboxLimits
+from swerl_jax.tasks.patching import apply_patch
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (make install-dev)")
 ORIGINAL = "".join(f"line {i}\n" for i in range(1, 21))

@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from swerl_jax.eval import index_cutoff, reach, specs
 from swerl_jax.sandbox import lru
+from swerl_jax.tasks import index_cutoff, reach, specs
 
 
 class EnvironmentError_(RuntimeError):
