@@ -1,0 +1,151 @@
+"""Generate executable tasks from a real repository: injected bugs, validated in the sandbox.
+
+    python -m swerl_jax.tasks generate --repo /work/.mirror/pytoolz+toolz/repo --commit HEAD --out DIR \\
+        [--name pytoolz/toolz] [--limit N] [--workers N] [--seed S] [--pairs N] [--spec '{"python": "3.11"}']
+
+Each repository's decided candidates go to DIR/<owner__name>/results.jsonl (re-running resumes: decided keys are
+skipped, infrastructure failures retried); its task commits to DIR/repos/<owner__name>.git (the harness's and an
+agent's --repos). After each run the whole of DIR is collected again: DIR/instances.jsonl (every kept task),
+train.jsonl / heldout.jsonl (split by file), contamination.json (against SWE-bench Lite/Verified) and
+summary.json (the table by repository and mutation kind, candidates per kept task, seconds per decided task).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+from swerl_jax.eval.environments import EnvironmentCache
+from swerl_jax.eval.executors import LocalExecutor
+from swerl_jax.eval.specs import commit_time
+from swerl_jax.sandbox.bwrap import SandboxLimits
+from swerl_jax.tasks import infer_spec, mutations, output, sources, validate
+
+DEFAULT_BENCHMARKS = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def repo_name(source: pathlib.Path, given: str | None) -> str:
+    """owner/name: --name, else from a fetched mirror's folder (owner+name/repo) or a bundle (owner__name.bundle)."""
+    if given:
+        if not re.fullmatch(r"[\w.-]+/[\w.-]+", given):
+            raise ValueError(f"--name {given!r}: must be owner/name")
+        return given
+    for part in (source.name, source.parent.name):
+        for sep in ("+", "__"):
+            stem = part.removesuffix(".bundle").removesuffix(".git")
+            if sep in stem:
+                return stem.replace(sep, "/", 1)
+    raise ValueError(f"--repo {source}: cannot tell owner/name from the path: pass --name owner/name")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's arguments."""
+    p = argparse.ArgumentParser(prog="python -m swerl_jax.tasks", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="mutate, validate and collect")
+    g.add_argument("--repo", type=pathlib.Path, required=True, help="a mirror (bare git dir), clone or bundle")
+    g.add_argument("--commit", required=True, help="the commit to mutate (a sha, tag or HEAD)")
+    g.add_argument("--out", type=pathlib.Path, required=True)
+    g.add_argument("--name", default=None, help="owner/name (default: from the --repo path)")
+    g.add_argument("--limit", type=int, default=None, help="stop once this many tasks of the repository are kept")
+    g.add_argument("--max-candidates", type=int, default=None, help="validate at most this many candidates")
+    g.add_argument("--workers", type=int, default=1)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--pairs", type=int, default=20, help="pairs of bugs among the candidates")
+    g.add_argument("--spec", default="{}", help="JSON overrides of the inferred spec (keys: "
+                   f"{', '.join(infer_spec.KEYS)})")
+    g.add_argument("--timeout", type=float, default=300.0, help="seconds for one test run")
+    g.add_argument("--memory-gb", type=float, default=4.0)
+    g.add_argument("--env-cache", type=pathlib.Path, default=None, help="default $SWERL_JAX_HOME/eval/envs")
+    g.add_argument("--benchmarks", type=pathlib.Path, default=DEFAULT_BENCHMARKS,
+                   help="folder with swebench_lite.json and swebench_verified.jsonl (contamination report)")
+    g.add_argument("--heldout-fraction", type=float, default=0.2)
+    g.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def prepare(args: argparse.Namespace) -> tuple[validate.Validator, list[mutations.Mutation]]:
+    """The validator and the ordered candidates of one repository at one commit."""
+    repo = repo_name(args.repo, args.name)
+    git_dir = sources.task_repo(args.repo, args.out / "repos", repo)
+    snapshot = sources.Snapshot.read(git_dir, args.commit)
+    created_at = commit_time(str(git_dir), snapshot.commit)
+    packaging = {}
+    for name in ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", *infer_spec.REQ_FILES):
+        try:
+            packaging[name] = sources.git(git_dir, "show", f"{snapshot.commit}:{name}")
+        except subprocess.CalledProcessError:
+            continue
+    try:
+        overrides = json.loads(args.spec)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--spec: not JSON: {err}") from None
+    spec = infer_spec.infer_spec(packaging, created_at, overrides)
+    found = []
+    for path in snapshot.source_files():
+        tests = snapshot.tests_for(path)
+        if tests:
+            mentioned = sources.words([snapshot.files[t] for t in tests])
+            found += mutations.file_mutations(path, snapshot.files[path], mentioned.__contains__)
+    ordered = mutations.candidates(found, args.seed, args.pairs)
+    if args.max_candidates is not None:
+        ordered = ordered[:args.max_candidates]
+    limits = SandboxLimits(memory_bytes=int(args.memory_gb * (1 << 30)), timeout_s=args.timeout,
+                           cpu_seconds=int(args.timeout) + 60)
+    executor = LocalExecutor(args.out / "repos", args.out / "runs", EnvironmentCache(args.env_cache), limits,
+                             setup_timeout_s=900, index_cutoff="created_at", verdict="plugin")
+    target = validate.Target(repo, git_dir, snapshot.commit, created_at, spec, snapshot)
+    return validate.Validator(target, executor, args.out / repo.replace("/", "__")), ordered
+
+
+def collect(out: pathlib.Path, benchmarks: pathlib.Path, heldout_fraction: float, seed: int) -> dict:
+    """Gather every repository's results under `out` into the instance files, the split, the report and the
+    summary; returns the summary."""
+    rows = []
+    for results in sorted(out.glob("*/results.jsonl")):
+        rows += [json.loads(x) for x in results.read_text().splitlines() if x.strip()]
+    kept = [r["instance"] for r in rows if r["kept"]]
+    train, heldout = output.split_by_file(kept, heldout_fraction, seed)
+    for name, items in (("instances", kept), ("train", train), ("heldout", heldout)):
+        (out / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in items))
+    report = output.contamination(kept, output.load_benchmarks(benchmarks))
+    (out / "contamination.json").write_text(json.dumps(report, indent=1))
+    seconds = [r["seconds"] for r in rows if "seconds" in r]
+    summary = {"decided": len(rows), "kept": len(kept), "train": len(train), "heldout": len(heldout),
+               "candidates_per_kept": round(len(rows) / len(kept), 2) if kept else None,
+               "seconds_per_decided": round(sum(seconds) / len(seconds), 1) if seconds else None,
+               "table": output.table(rows), "contamination_files": {k: len(v["files"]) for k, v in report.items()
+                                                                    if isinstance(v, dict) and "files" in v}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "table.md").write_text(output.markdown_table(summary["table"]) + "\n")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the CLI; returns the summary."""
+    args = build_parser().parse_args(argv)
+    if args.workers < 1:
+        raise SystemExit(f"--workers {args.workers}: must be at least 1")
+    started = time.monotonic()
+    validator, ordered = prepare(args)
+    print(f"{validator.target.repo}@{validator.target.commit[:12]}: {len(ordered)} candidates; spec "
+          f"{json.dumps({k: validator.target.spec[k] for k in ('python', 'install', 'test_cmd')})}")
+    counts = validator.run(ordered, args.workers, args.limit, progress=not args.no_progress)
+    summary = collect(args.out, args.benchmarks, args.heldout_fraction, args.seed)
+    elapsed = time.monotonic() - started
+    print(json.dumps({"repo": validator.target.repo, **counts, "wall_s": round(elapsed, 1),
+                      "total_kept": summary["kept"]}))
+    return summary
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (ValueError, FileNotFoundError) as err:
+        raise SystemExit(f"error: {err}") from None
