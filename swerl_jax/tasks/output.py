@@ -53,12 +53,19 @@ def split_by_file(instances: list[dict], heldout_fraction: float = 0.2, seed: in
 
 
 def _functions(patch: str) -> set[tuple[str, str]]:
-    """(file, function) pairs a patch touches, from its hunks' section headers and changed `def` lines."""
+    """(file, function) pairs a patch changes: for each changed line, the nearest `def` above it in the hunk (or
+    in the hunk's section header, which git writes and difflib does not)."""
     found = set()
     for patched in unidiff.PatchSet(patch):
         for hunk in patched:
-            for text in [hunk.section_header] + [line.value for line in hunk if line.is_added or line.is_removed]:
-                found.update((patched.path, name) for name in re.findall(r"\bdef\s+(\w+)", text or ""))
+            names = re.findall(r"\bdef\s+(\w+)", hunk.section_header or "")
+            current = names[-1] if names else None
+            for line in hunk:
+                name = re.match(r"\s*(?:async\s+)?def\s+(\w+)", line.value)
+                if name:
+                    current = name.group(1)
+                if (line.is_added or line.is_removed) and current:
+                    found.add((patched.path, current))
     return found
 
 

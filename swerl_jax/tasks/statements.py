@@ -17,6 +17,7 @@ Rewriter = Callable[[str], str]
 _HEADER = re.compile(r"^_{3,} (.+?) _{3,}$", re.MULTILINE)
 QUOTED_TESTS = 3  # tests quoted in full; the rest are listed
 TAIL_LINES = 12
+MIN_QUOTE = 8  # a changed line this long is a leak anywhere in a line (shorter ones: when the whole line)
 
 
 def changed_lines(patch: str) -> set[str]:
@@ -54,7 +55,8 @@ def scrub(text: str, forbidden: set[str]) -> str:
     kept = []
     for line in text.splitlines():
         bare = re.sub(r"^(>|E)\s", "", line.strip()).strip()
-        if bare in forbidden or line.strip() in forbidden or any(f in line for f in forbidden if len(f) > 12):
+        if bare in forbidden or line.strip() in forbidden or any(f in line for f in forbidden
+                                                                   if len(f) >= MIN_QUOTE):
             continue
         kept.append(line)
     return "\n".join(kept)
@@ -98,7 +100,8 @@ def leaks(text: str, gold_patch: str) -> list[str]:
     """The changed lines of `gold_patch` that `text` quotes (a statement must quote none)."""
     lines = {line.strip() for line in text.splitlines()}
     bare = {re.sub(r"^(>|E)\s", "", line).strip() for line in lines}
-    return sorted(c for c in changed_lines(gold_patch) if c in lines or c in bare)
+    return sorted(c for c in changed_lines(gold_patch)
+                  if c in lines or c in bare or (len(c) >= MIN_QUOTE and c in text))
 
 
 def client_rewriter(generate: Callable[[str], str]) -> Rewriter:

@@ -63,6 +63,50 @@ def _passed(statuses: dict[str, str]) -> set[str]:
     return {t for t, s in statuses.items() if s in ("PASSED", "XFAIL")}
 
 
+def script_statuses(executor, instance: dict, patch: str, tests: list[str], log_dir: pathlib.Path) -> dict:
+    """The statuses of `tests` (files) after `patch` on the instance's commit, by the trusted plugin:
+    {"statuses", "output", "timed_out"}; InfraError when the run failed outside the tests."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    spec = instance["spec"]
+    command = f"{spec['test_cmd']} {' '.join(map(shlex.quote, tests))}"
+    ran = executor.run_script(instance, patch, command, log_dir)
+    if ran.get("status") != "ran":
+        raise InfraError(f"{log_dir.name}: {ran.get('status')}: {ran.get('error', '')}"[:500])
+    if ran.get("tampered"):
+        raise InfraError(f"{log_dir.name}: the plugin's record was tampered with")
+    return {"statuses": ran.get("test_statuses") or {}, "output": ran.get("output", ""),
+            "timed_out": bool(ran.get("timed_out"))}
+
+
+def check_instance(executor, instance: dict, log_dir: pathlib.Path) -> dict[str, str]:
+    """The harness's own grading of a task with its gold and with the empty patch: {"gold": status, "empty":
+    status}; InfraError when either run failed outside the tests."""
+    checks = {}
+    for name, patch in (("gold", instance["patch"]), ("empty", "")):
+        (log_dir / name).mkdir(parents=True, exist_ok=True)
+        result = executor.evaluate(instance, patch, log_dir / name)
+        if result.get("status") in INFRA or (result.get("status") == "patch_failed" and name == "gold"):
+            raise InfraError(f"{instance['instance_id']} {name}: {result.get('status')}: "
+                             f"{result.get('error', '')}"[:500])
+        checks[name] = result.get("status")
+    return checks
+
+
+def verdict(checks: dict[str, str]) -> dict:
+    """Keep a task only when the gold patch resolves it and the empty patch does not: {kept, reason}."""
+    if checks["gold"] != "resolved":
+        return {"kept": False, "reason": f"the gold patch does not resolve it ({checks['gold']})"}
+    if checks["empty"] == "resolved":
+        return {"kept": False, "reason": "the empty patch resolves it"}
+    return {"kept": True, "reason": "kept"}
+
+
+def fail_to_pass(base: dict[str, str], broken: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(FAIL_TO_PASS, PASS_TO_PASS): tests passing in `base` and not in `broken`, and passing in both."""
+    passed_base, passed_broken = _passed(base), _passed(broken)
+    return sorted(passed_base - passed_broken), sorted(passed_base & passed_broken)
+
+
 class Validator:
     """Runs candidates of one `Target` through an executor (`LocalExecutor(verdict="plugin")`), resumably."""
 
@@ -105,17 +149,7 @@ class Validator:
         return hashlib.sha256(json.dumps(material, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
     def _script(self, tests: list[str], patch: str, name: str) -> dict:
-        """T's statuses after `patch` at the commit: {"statuses", "output", "timed_out"} or InfraError."""
-        log_dir = self.logs / name
-        log_dir.mkdir(parents=True, exist_ok=True)
-        command = f"{self.target.spec['test_cmd']} {' '.join(map(shlex.quote, tests))}"
-        ran = self.executor.run_script(self.base_instance(), patch, command, log_dir)
-        if ran.get("status") != "ran":
-            raise InfraError(f"{name}: {ran.get('status')}: {ran.get('error', '')}"[:500])
-        if ran.get("tampered"):
-            raise InfraError(f"{name}: the plugin's record was tampered with")
-        return {"statuses": ran.get("test_statuses") or {}, "output": ran.get("output", ""),
-                "timed_out": bool(ran.get("timed_out"))}
+        return script_statuses(self.executor, self.base_instance(), patch, tests, self.logs / name)
 
     def base_statuses(self, tests: list[str]) -> dict[str, str]:
         """T's statuses at the commit, run once per test set (later candidates on the same files wait for it)."""
@@ -123,11 +157,13 @@ class Validator:
         with self._lock:
             lock = self._base_locks.setdefault(key, threading.Lock())
         with lock:
-            if self._base.get(key) is None:
+            if key not in self._base:
                 run = self._script(tests, "", f"base-{hashlib.sha256(' '.join(tests).encode()).hexdigest()[:8]}")
-                if run["timed_out"] or not _passed(run["statuses"]):
-                    raise InfraError(f"base run of {tests} passed no test (timed out: {run['timed_out']})")
-                self._base[key] = run["statuses"]
+                # a base that passes nothing is this run's problem, not each candidate's: remembered (in memory
+                # only) so the other candidates on these files fail fast
+                self._base[key] = run["statuses"] if _passed(run["statuses"]) and not run["timed_out"] else None
+            if self._base[key] is None:
+                raise InfraError(f"the base run of {tests} passed no test")
             return self._base[key]
 
     def validate(self, mutation: Mutation) -> dict:
@@ -142,29 +178,14 @@ class Validator:
         bug = self._script(tests, mutation.bug_patch(), f"{mutation.key}-bug")
         if bug["timed_out"]:
             return {**row, "kept": False, "reason": "the tests time out with the bug", "seconds": _since(started)}
-        passed_base, passed_bug = _passed(base), _passed(bug["statuses"])
-        f2p = sorted(passed_base - passed_bug)
-        p2p = sorted(passed_base & passed_bug)
+        f2p, p2p = fail_to_pass(base, bug["statuses"])
         if not f2p:
             return {**row, "kept": False, "reason": "no test that passes at the commit fails with the bug",
                     "seconds": _since(started)}
         instance = self.make_instance(mutation, tests, f2p, p2p, bug["output"])
-        log_dir = self.logs / instance["instance_id"]
-        log_dir.mkdir(parents=True, exist_ok=True)
-        checks = {}
-        for name, patch in (("gold", instance["patch"]), ("empty", "")):
-            (log_dir / name).mkdir(exist_ok=True)
-            result = self.executor.evaluate(instance, patch, log_dir / name)
-            if result.get("status") in INFRA or result.get("status") == "patch_failed" and name == "gold":
-                raise InfraError(f"{instance['instance_id']} {name}: {result.get('status')}: "
-                                 f"{result.get('error', '')}"[:500])
-            checks[name] = result.get("status")
+        checks = check_instance(self.executor, instance, self.logs / instance["instance_id"])
         row.update(f2p=len(f2p), p2p=len(p2p), checks=checks, seconds=_since(started))
-        if checks["gold"] != "resolved":
-            return {**row, "kept": False, "reason": f"the gold patch does not resolve it ({checks['gold']})"}
-        if checks["empty"] == "resolved":
-            return {**row, "kept": False, "reason": "the empty patch resolves it"}
-        return {**row, "kept": True, "reason": "kept", "instance": instance}
+        return {**row, **verdict(checks), **({"instance": instance} if verdict(checks)["kept"] else {})}
 
     def make_instance(self, mutation: Mutation, tests: list[str], f2p: list[str], p2p: list[str],
                       bug_output: str) -> dict:
