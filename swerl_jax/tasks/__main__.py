@@ -121,7 +121,7 @@ def collect(out: pathlib.Path, benchmarks: pathlib.Path, heldout_fraction: float
                "candidates_per_kept": round(len(rows) / len(kept), 2) if kept else None,
                "seconds_per_decided": round(sum(seconds) / len(seconds), 1) if seconds else None,
                "table": output.table(rows), "contamination_files": {k: len(v["files"]) for k, v in report.items()
-                                                                    if isinstance(v, dict) and "files" in v}}
+                                                                    if k != "generated"}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     (out / "table.md").write_text(output.markdown_table(summary["table"]) + "\n")
     return summary

@@ -1,0 +1,54 @@
+"""The generate CLI's glue on a throwaway repository (its executor swapped for the in-process one), and the
+candidate generation on a fetched mirror (skipped when absent)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import pytest
+
+from swerl_jax.tasks import __main__ as cli
+from swerl_jax.tasks import sources
+from tests.tasks.fake_executor import InProcessExecutor, make_repo
+
+MIRRORS = pathlib.Path(os.environ.get("SWERL_JAX_MIRRORS", "/work/.mirror"))
+
+
+def test_repo_names_from_paths():
+    assert cli.repo_name(pathlib.Path("/m/pytoolz+toolz/repo"), None) == "pytoolz/toolz"
+    assert cli.repo_name(pathlib.Path("/r/pallets__flask.bundle"), None) == "pallets/flask"
+    with pytest.raises(ValueError, match="pass --name owner/name"):
+        cli.repo_name(pathlib.Path("/r/plain"), None)
+
+
+def test_generate_resumes_and_collects_instances_split_report_and_table(tmp_path: pathlib.Path):
+    source = make_repo(tmp_path / "src")
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "swebench_lite.json").write_text("[]")
+    (bench / "swebench_verified.jsonl").write_text("")
+    args = cli.build_parser().parse_args(["generate", "--repo", str(source / ".git"), "--name", "acme/calc",
+                                          "--commit", "HEAD", "--out", str(tmp_path / "out"), "--pairs", "1",
+                                          "--benchmarks", str(bench), "--spec", '{"python": "3.11"}'])
+    validator, ordered = cli.prepare(args)
+    assert validator.target.spec["python"] == "3.11" and validator.target.spec["inferred"]["overridden"] == ["python"]
+    assert {m.function for m in ordered} >= {"add", "is_small"} and "unused" not in {m.function for m in ordered}
+    validator.executor = InProcessExecutor(tmp_path / "out" / "repos")
+    counts = validator.run(ordered, want=2, progress=False)
+    assert counts["kept"] == 2
+    summary = cli.collect(tmp_path / "out", bench, 0.2, 0)
+    assert summary["kept"] == 2 and summary["train"] + summary["heldout"] == 2
+    rows = (tmp_path / "out" / "instances.jsonl").read_text().splitlines()
+    assert {json.loads(r)["repo"] for r in rows} == {"acme/calc"}
+    assert json.loads((tmp_path / "out" / "contamination.json").read_text())["swebench_lite"]["files"] == []
+    assert "acme/calc" in (tmp_path / "out" / "table.md").read_text()
+
+
+@pytest.mark.skipif(not (MIRRORS / "pytoolz+toolz" / "repo").is_dir(), reason="no fetched toolz mirror "
+                    f"under {MIRRORS} (fetch github:pytoolz/toolz)")
+def test_a_real_mirror_yields_candidates_with_their_tests():
+    snap = sources.Snapshot.read(MIRRORS / "pytoolz+toolz" / "repo", "568c2b8393973cd172a466546c9d95779c452438")
+    assert "toolz/tests/test_itertoolz.py" in snap.tests_for("toolz/itertoolz.py")
+    assert not any(sources.is_test_file(p) for p in snap.source_files())
