@@ -13,6 +13,7 @@ summary.json (the table by repository and mutation kind, candidates per kept tas
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import pathlib
 import re
@@ -20,11 +21,12 @@ import subprocess
 import sys
 import time
 
-from swerl_jax.eval.environments import EnvironmentCache
+from swerl_jax.data.records import read_records
+from swerl_jax.eval.environments import EnvironmentCache, resolve_clone
 from swerl_jax.eval.executors import LocalExecutor
 from swerl_jax.eval.specs import commit_time
 from swerl_jax.sandbox.bwrap import SandboxLimits
-from swerl_jax.tasks import infer_spec, mutations, output, sources, validate
+from swerl_jax.tasks import infer_spec, mutations, output, reverted, sources, validate
 
 DEFAULT_BENCHMARKS = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -67,7 +69,64 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder with swebench_lite.json and swebench_verified.jsonl (contamination report)")
     g.add_argument("--heldout-fraction", type=float, default=0.2)
     g.add_argument("--no-progress", action="store_true")
+    r = sub.add_parser("revert", help="reverted-PR tasks from PR records (data/records.py), validated")
+    r.add_argument("--records", type=pathlib.Path, required=True, help="PR records (.jsonl) with test_patch")
+    r.add_argument("--repos", type=pathlib.Path, required=True, help="clones: owner__name[.git] or .bundle")
+    r.add_argument("--out", type=pathlib.Path, required=True)
+    r.add_argument("--spec", default="{}", help="JSON overrides of the inferred spec")
+    r.add_argument("--timeout", type=float, default=300.0)
+    r.add_argument("--memory-gb", type=float, default=4.0)
+    r.add_argument("--env-cache", type=pathlib.Path, default=None)
     return p
+
+
+def _executor(args: argparse.Namespace, repos: pathlib.Path) -> LocalExecutor:
+    limits = SandboxLimits(memory_bytes=int(args.memory_gb * (1 << 30)), timeout_s=args.timeout,
+                           cpu_seconds=int(args.timeout) + 60)
+    return LocalExecutor(repos, args.out / "runs", EnvironmentCache(args.env_cache), limits, setup_timeout_s=900,
+                         index_cutoff="created_at", verdict="plugin")
+
+
+def _spec(git_dir: pathlib.Path, commit: str, created_at: str, overrides_json: str) -> dict:
+    packaging = {}
+    for name in ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", *infer_spec.REQ_FILES):
+        try:
+            packaging[name] = sources.git(git_dir, "show", f"{commit}:{name}")
+        except subprocess.CalledProcessError:
+            continue
+    try:
+        overrides = json.loads(overrides_json)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--spec: not JSON: {err}") from None
+    return infer_spec.infer_spec(packaging, created_at, overrides)
+
+
+def revert(args: argparse.Namespace) -> dict:
+    """Validate a reverted-PR task per record into OUT/<owner__name>/reverted.jsonl (resumable: a record whose
+    key, its patches and the executor's fingerprint, is there is skipped; infrastructure failures are retried)."""
+    executor, counts = _executor(args, args.repos), {"kept": 0, "dropped": 0, "infra": 0, "skipped": 0}
+    for record in read_records(args.records):
+        git_dir = resolve_clone(args.repos, record["repo"], args.out / "repos")
+        spec = _spec(git_dir, record["base_commit"], record["created_at"], args.spec)
+        instance = reverted.pr_instance(record, spec)
+        key = hashlib.sha256(json.dumps([instance["instance_id"], instance["patch"], instance["test_patch"],
+                                         executor.fingerprint(instance)], default=str).encode()).hexdigest()[:16]
+        path = args.out / record["repo"].replace("/", "__") / "reverted.jsonl"
+        done = {json.loads(x)["key"] for x in path.read_text().splitlines() if x.strip()} if path.exists() else set()
+        if key in done:
+            counts["skipped"] += 1
+            continue
+        try:
+            row = reverted.validate_pr(record, spec, executor, args.out / "revert-logs" / instance["instance_id"])
+        except validate.InfraError as err:
+            counts["infra"] += 1
+            print(f"{instance['instance_id']}: infrastructure failure, not stored: {err}")
+            continue
+        counts["kept" if row["kept"] else "dropped"] += 1
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as out:
+            out.write(json.dumps({"key": key, **row}) + "\n")
+    return counts
 
 
 def prepare(args: argparse.Namespace) -> tuple[validate.Validator, list[mutations.Mutation]]:
@@ -76,17 +135,7 @@ def prepare(args: argparse.Namespace) -> tuple[validate.Validator, list[mutation
     git_dir = sources.task_repo(args.repo, args.out / "repos", repo)
     snapshot = sources.Snapshot.read(git_dir, args.commit)
     created_at = commit_time(str(git_dir), snapshot.commit)
-    packaging = {}
-    for name in ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", *infer_spec.REQ_FILES):
-        try:
-            packaging[name] = sources.git(git_dir, "show", f"{snapshot.commit}:{name}")
-        except subprocess.CalledProcessError:
-            continue
-    try:
-        overrides = json.loads(args.spec)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--spec: not JSON: {err}") from None
-    spec = infer_spec.infer_spec(packaging, created_at, overrides)
+    spec = _spec(git_dir, snapshot.commit, created_at, args.spec)
     found = []
     for path in snapshot.source_files():
         tests = snapshot.tests_for(path)
@@ -96,10 +145,7 @@ def prepare(args: argparse.Namespace) -> tuple[validate.Validator, list[mutation
     ordered = mutations.candidates(found, args.seed, args.pairs)
     if args.max_candidates is not None:
         ordered = ordered[:args.max_candidates]
-    limits = SandboxLimits(memory_bytes=int(args.memory_gb * (1 << 30)), timeout_s=args.timeout,
-                           cpu_seconds=int(args.timeout) + 60)
-    executor = LocalExecutor(args.out / "repos", args.out / "runs", EnvironmentCache(args.env_cache), limits,
-                             setup_timeout_s=900, index_cutoff="created_at", verdict="plugin")
+    executor = _executor(args, args.out / "repos")
     target = validate.Target(repo, git_dir, snapshot.commit, created_at, spec, snapshot)
     return validate.Validator(target, executor, args.out / repo.replace("/", "__")), ordered
 
@@ -108,7 +154,7 @@ def collect(out: pathlib.Path, benchmarks: pathlib.Path, heldout_fraction: float
     """Gather every repository's results under `out` into the instance files, the split, the report and the
     summary; returns the summary."""
     rows = []
-    for results in sorted(out.glob("*/results.jsonl")):
+    for results in sorted([*out.glob("*/results.jsonl"), *out.glob("*/reverted.jsonl")]):
         rows += [json.loads(x) for x in results.read_text().splitlines() if x.strip()]
     kept = [r["instance"] for r in rows if r["kept"]]
     train, heldout = output.split_by_file(kept, heldout_fraction, seed)
@@ -130,6 +176,10 @@ def collect(out: pathlib.Path, benchmarks: pathlib.Path, heldout_fraction: float
 def main(argv: list[str] | None = None) -> dict:
     """Run the CLI; returns the summary."""
     args = build_parser().parse_args(argv)
+    if args.command == "revert":
+        counts = revert(args)
+        print(json.dumps(counts))
+        return collect(args.out, DEFAULT_BENCHMARKS, 0.2, 0)
     if args.workers < 1:
         raise SystemExit(f"--workers {args.workers}: must be at least 1")
     started = time.monotonic()

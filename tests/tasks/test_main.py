@@ -52,3 +52,36 @@ def test_a_real_mirror_yields_candidates_with_their_tests():
     snap = sources.Snapshot.read(MIRRORS / "pytoolz+toolz" / "repo", "568c2b8393973cd172a466546c9d95779c452438")
     assert "toolz/tests/test_itertoolz.py" in snap.tests_for("toolz/itertoolz.py")
     assert not any(sources.is_test_file(p) for p in snap.source_files())
+
+
+def test_revert_validates_records_once_and_collects_them(tmp_path: pathlib.Path, monkeypatch):
+    from swerl_jax.data.records import write_records
+    from swerl_jax.tasks import mutations
+    from tests.tasks.fake_executor import CALC, TESTS
+
+    source = make_repo(tmp_path / "src")
+    repos = tmp_path / "repos"
+    repos.mkdir()
+    (repos / "acme__calc.git").symlink_to(source / ".git")
+    commit = sources.git(source / ".git", "rev-parse", "HEAD").strip()
+    new_tests = TESTS + "\n\ndef test_add_default():\n    assert add(4) == 4\n"
+    record = {"instance_id": "acme__calc-7", "repo": "acme/calc", "base_commit": commit, "problem_statement": "p",
+              "code_context": {"calc.py": CALC}, "oracle_new_content": {"calc.py": CALC.replace("b):", "b=0):")},
+              "oracle_patch": mutations.unified_diff("calc.py", CALC, CALC.replace("b):", "b=0):")),
+              "test_patch": mutations.unified_diff("tests/test_calc.py", TESTS, new_tests),
+              "created_at": "2025-01-01T00:00:00Z", "source": "pr"}
+    write_records(tmp_path / "records.jsonl", [record])
+    fake = InProcessExecutor(repos)
+    monkeypatch.setattr(cli, "_executor", lambda args, repos: fake)
+    monkeypatch.setattr(cli, "DEFAULT_BENCHMARKS", tmp_path / "bench")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "swebench_lite.json").write_text("[]")
+    (tmp_path / "bench" / "swebench_verified.jsonl").write_text("")
+    argv = ["revert", "--records", str(tmp_path / "records.jsonl"), "--repos", str(repos), "--out",
+            str(tmp_path / "out")]
+    assert cli.main(argv)["kept"] == 1
+    calls = len(fake.calls)
+    assert cli.main(argv)["kept"] == 1 and len(fake.calls) == calls  # resumed: nothing re-run
+    row = json.loads((tmp_path / "out" / "instances.jsonl").read_text())
+    assert row["source"] == "reverted_pr"
+    assert json.loads(row["FAIL_TO_PASS"]) == ["tests/test_calc.py::test_add_default"]
