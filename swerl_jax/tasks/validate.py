@@ -78,13 +78,15 @@ def script_statuses(executor, instance: dict, patch: str, tests: list[str], log_
             "timed_out": bool(ran.get("timed_out"))}
 
 
-def check_instance(executor, instance: dict, log_dir: pathlib.Path) -> dict[str, str]:
+def check_instance(executor, instance: dict, log_dir: pathlib.Path) -> dict:
     """The harness's own grading of a task with its gold and with the empty patch: {"gold": status, "empty":
-    status}; InfraError when either run failed outside the tests."""
-    checks = {}
+    status, "gold_s", "empty_s": each grading's seconds}; InfraError when either run failed outside the tests."""
+    checks: dict = {}
     for name, patch in (("gold", instance["patch"]), ("empty", "")):
         (log_dir / name).mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
         result = executor.evaluate(instance, patch, log_dir / name)
+        checks[f"{name}_s"] = _since(started)
         if result.get("status") in INFRA or (result.get("status") == "patch_failed" and name == "gold"):
             raise InfraError(f"{instance['instance_id']} {name}: {result.get('status')}: "
                              f"{result.get('error', '')}"[:500])

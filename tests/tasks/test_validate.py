@@ -38,7 +38,7 @@ def test_a_bug_that_breaks_a_test_is_kept_as_a_swebench_shaped_task(setup):
     inst = row["instance"]
     assert grading.test_list(inst, "FAIL_TO_PASS") == ["tests/test_calc.py::test_add"]
     assert grading.test_list(inst, "PASS_TO_PASS") == ["tests/test_calc.py::test_big", "tests/test_calc.py::test_small"]
-    assert row["checks"] == {"gold": "resolved", "empty": "unresolved"}
+    assert (row["checks"]["gold"], row["checks"]["empty"]) == ("resolved", "unresolved")
     # the task commit holds the bug and not the hidden tests; the test patch adds them back
     files = sources.git(target.git_dir, "ls-tree", "-r", "--name-only", inst["base_commit"]).split()
     assert "tests/test_calc.py" not in files and "a - b" in sources.git(target.git_dir, "show",
