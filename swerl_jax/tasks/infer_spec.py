@@ -23,7 +23,8 @@ import datetime as dt
 import re
 import tomllib
 
-# CPython 3.x release days: the newest version a commit could have been tested on
+# CPython 3.x release days: the newest version a commit could have been tested on. It stops at 3.13, the newest
+# interpreter the env builder finds here (pyenv); a repository that wants 3.14 gets 3.13 unless --spec says so.
 RELEASES = {"3.7": "2018-06-27", "3.8": "2019-10-14", "3.9": "2020-10-05", "3.10": "2021-10-04",
             "3.11": "2022-10-24", "3.12": "2023-10-02", "3.13": "2024-10-07"}
 TEST_CMD = "pytest --no-header -rA --tb=short -p no:cacheprovider"
