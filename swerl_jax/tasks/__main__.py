@@ -141,7 +141,7 @@ def prepare(args: argparse.Namespace) -> tuple[validate.Validator, list[mutation
         tests = snapshot.tests_for(path)
         if tests:
             mentioned = sources.words([snapshot.files[t] for t in tests])
-            found += mutations.file_mutations(path, snapshot.files[path], mentioned.__contains__)
+            found += mutations.file_mutations(path, snapshot.files[path], mentioned.__contains__, check=False)
     ordered = mutations.candidates(found, args.seed, args.pairs)
     if args.max_candidates is not None:
         ordered = ordered[:args.max_candidates]

@@ -84,6 +84,15 @@ class Mutation:
         """The file's text with the bug."""
         return apply_edits(self.original, self.edits)
 
+    def valid(self, original_dump: str | None = None) -> bool:
+        """Whether the mutated file parses and its tree differs from the original's."""
+        try:
+            changed = ast.dump(ast.parse(self.mutated()))
+            before = original_dump if original_dump is not None else ast.dump(ast.parse(self.original))
+        except (SyntaxError, ValueError, UnicodeDecodeError):
+            return False
+        return changed != before
+
     def bug_patch(self) -> str:
         """The unified diff that injects the bug."""
         return unified_diff(self.file, self.original, self.mutated())
@@ -231,9 +240,11 @@ def _own_nodes(function: ast.AST) -> Iterator[ast.AST]:
         stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
-def file_mutations(path: str, text: str, exercised: Callable[[str], bool] = lambda name: True) -> list[Mutation]:
+def file_mutations(path: str, text: str, exercised: Callable[[str], bool] = lambda name: True,
+                   check: bool = True) -> list[Mutation]:
     """Every single mutation of the functions of one source file whose (simple) name `exercised` accepts; []
-    for a file that does not parse. Each one parses and changes the tree."""
+    for a file that does not parse. With `check`, each one is parsed and kept only when it changes the tree;
+    without, that is left to `Mutation.valid` when the candidate is used (a large repository has thousands)."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
@@ -248,11 +259,7 @@ def file_mutations(path: str, text: str, exercised: Callable[[str], bool] = lamb
         for node in _own_nodes(function):
             for kind, line, edits in _site_edits(node, sites):
                 mutation = Mutation(kind, path, qualname, line, edits, text)
-                try:
-                    changed = ast.dump(ast.parse(mutation.mutated()))
-                except (SyntaxError, ValueError, UnicodeDecodeError):
-                    continue
-                if changed != original:
+                if not check or mutation.valid(original):
                     found.append(mutation)
     return found
 

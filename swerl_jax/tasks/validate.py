@@ -176,6 +176,8 @@ class Validator:
                "tests": tests}
         if not tests:
             return {**row, "kept": False, "reason": "no test file exercises the module"}
+        if not mutation.valid():
+            return {**row, "kept": False, "reason": "the mutated file does not parse or is unchanged"}
         base = self.base_statuses(tests)
         bug = self._script(tests, mutation.bug_patch(), f"{mutation.key}-bug")
         if bug["timed_out"]:

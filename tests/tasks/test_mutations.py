@@ -96,3 +96,8 @@ def test_a_stale_edit_is_refused():
     m = _all()[0]
     with pytest.raises(ValueError, match="expected"):
         mutations.apply_edits("x" * len(SOURCE), m.edits)
+
+
+def test_unchecked_mutations_are_the_checked_ones_once_validity_is_asked():
+    unchecked = mutations.file_mutations("pkg/mod.py", SOURCE, check=False)
+    assert [m.key for m in unchecked if m.valid()] == [m.key for m in _all()]
