@@ -34,6 +34,7 @@ KINDS: dict[str, Callable] = {
     "wrong_default": families.wrong_default,  # a True/False literal (default or constant) inverted
 }
 PAIR = "pair"  # two mutations in different functions of one file
+PAIR_EVERY = 10  # a pair after every this many singles (while pairs last)
 
 _COMPARE_FLIP = {ast.Lt: ("<", "<="), ast.LtE: ("<=", "<"), ast.Gt: (">", ">="), ast.GtE: (">=", ">"),
                  ast.Eq: ("==", "!="), ast.NotEq: ("!=", "=="), ast.In: ("in", "not in"),
@@ -276,17 +277,31 @@ def pair(a: Mutation, b: Mutation) -> Mutation | None:
                     (first, second))
 
 
+def _spread(items: list[Mutation], rng: random.Random) -> list[Mutation]:
+    """`items` shuffled, then dealt round-robin across their files (the by-file split needs many files)."""
+    by_file: dict[str, list[Mutation]] = {}
+    for m in items:
+        by_file.setdefault(m.file, []).append(m)
+    queues = [by_file[f] for f in sorted(by_file)]
+    for q in queues:
+        rng.shuffle(q)
+    rng.shuffle(queues)
+    out: list[Mutation] = []
+    while any(queues):
+        out += [q.pop(0) for q in queues if q]
+    return out
+
+
 def candidates(mutations: list[Mutation], seed: int, pairs: int = 0) -> list[Mutation]:
-    """`mutations` in a seeded order that interleaves kinds (a small --limit still sees every operator), then
-    `pairs` pairs of mutations of one file, drawn with the same seed."""
+    """`mutations` in a seeded order that interleaves kinds and, within a kind, files (a small --limit still sees
+    every operator and many files), with `pairs` pairs of mutations of one file, drawn with the same seed, one
+    after every few singles."""
     rng = random.Random(seed)
     by_kind: dict[str, list[Mutation]] = {}
     for m in sorted(mutations, key=lambda m: (m.file, m.line, m.kind, m.key)):
         by_kind.setdefault(m.kind, []).append(m)
-    for kind in sorted(by_kind):
-        rng.shuffle(by_kind[kind])
+    queues = [_spread(by_kind[k], rng) for k in sorted(by_kind)]
     order: list[Mutation] = []
-    queues = [by_kind[k] for k in sorted(by_kind)]
     while any(queues):
         order += [q.pop(0) for q in queues if q]
     made: list[Mutation] = []
@@ -301,8 +316,7 @@ def candidates(mutations: list[Mutation], seed: int, pairs: int = 0) -> list[Mut
         both = pair(*rng.sample(group, 2))
         if both is not None and both.key not in {p.key for p in made}:
             made.append(both)
-    # pairs spread through the list (one after every few singles), so a --limit run has some
-    step = max(1, len(order) // (len(made) + 1))
+    step = max(1, min(PAIR_EVERY, len(order) // (len(made) + 1)))
     for i, p in enumerate(made):
         order.insert(min(len(order), (i + 1) * step + i), p)
     return order

@@ -101,3 +101,10 @@ def test_a_stale_edit_is_refused():
 def test_unchecked_mutations_are_the_checked_ones_once_validity_is_asked():
     unchecked = mutations.file_mutations("pkg/mod.py", SOURCE, check=False)
     assert [m.key for m in unchecked if m.valid()] == [m.key for m in _all()]
+
+
+def test_the_order_spreads_files_and_pairs_come_early():
+    other = mutations.file_mutations("pkg/other.py", SOURCE.replace("clamp", "clip"))
+    order = mutations.candidates(_all() + other, seed=0, pairs=3)
+    assert {m.file for m in order[:4]} == {"pkg/mod.py", "pkg/other.py"}
+    assert any(m.kind == mutations.PAIR for m in order[:mutations.PAIR_EVERY + 1])
