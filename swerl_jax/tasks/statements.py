@@ -105,9 +105,18 @@ def leaks(text: str, gold_patch: str) -> list[str]:
 
 
 def client_rewriter(generate: Callable[[str], str]) -> Rewriter:
-    """A rewriter over any text-in, text-out model call (the sampler's client: `lambda p: client.complete(p)`):
-    asks it to restate the report as a user's issue, without proposing a fix."""
+    """A rewriter over any text-in, text-out model call (`sampler_generate` makes one from the sampler's
+    client): asks it to restate the report as a user's issue, without proposing a fix."""
     def rewrite(text: str) -> str:
         return generate("Rewrite this bug report as a GitHub issue a user would file. Keep the test ids and the "
                         "error messages; do not guess at the cause or propose code.\n\n" + text)
     return rewrite
+
+
+def sampler_generate(client, tokenizer, sampling) -> Callable[[str], str]:
+    """A text-in, text-out call through a `sampler.client.SamplerClient`: the prompt encoded by `tokenizer`
+    (`encode`/`decode`), one sample with `sampling` (a `sampler.types.SamplingParams`), decoded."""
+    def generate(prompt: str) -> str:
+        completion = client.generate([tokenizer.encode(prompt)], sampling)[0][0]
+        return completion.text if completion.text is not None else tokenizer.decode(list(completion.tokens))
+    return generate

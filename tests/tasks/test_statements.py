@@ -48,3 +48,20 @@ def test_a_rewriter_that_leaks_the_fix_is_ignored_and_one_that_does_not_is_used(
     clean = statements.statement("acme/geo", f2p, OUTPUT, m.gold_patch(),
                                  statements.client_rewriter(lambda p: calls.append(p) or "area(2, 3) is 5, not 6"))
     assert clean == "area(2, 3) is 5, not 6" and "tests/test_geo.py::test_area" in calls[0]
+
+
+def test_sampler_generate_encodes_samples_once_and_decodes():
+    from types import SimpleNamespace
+
+    class Client:
+        def __init__(self):
+            self.asked = []
+
+        def generate(self, prompts, sampling):
+            self.asked.append((prompts, sampling))
+            return [[SimpleNamespace(tokens=[7, 8], text=None)]]
+
+    tok = SimpleNamespace(encode=lambda text: [len(text)], decode=lambda ids: "ids " + " ".join(map(str, ids)))
+    client = Client()
+    assert statements.sampler_generate(client, tok, "greedy")("abc") == "ids 7 8"
+    assert client.asked == [([[3]], "greedy")]
