@@ -85,7 +85,7 @@ def statement(repo: str, fail_to_pass: list[str], output: str, gold_patch: str,
             continue
         parts.append(f"\nFor `{test}`:\n```\n" + "\n".join(tail) + "\n```")
         if asserted:
-            parts.append(f"The failure: {asserted[-1].strip()[1:].strip()}")
+            parts.append(f"The failure: {asserted[0].strip()[1:].strip()}")  # the first E line: the error
     parts.append("\nThe behaviour looks like a regression: these tests describe what the code should do.")
     text = "\n".join(parts) + "\n"
     if rewrite is not None:
