@@ -71,6 +71,16 @@ def _requirement_lines(text: str) -> list[str]:
     return [line for line in lines if line and not line.startswith(("-", "."))]
 
 
+_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*([<>=!~]=?[^:/]*)?$")
+
+
+def is_requirement(line: str) -> bool:
+    """Whether a line is a PyPI requirement pip can resolve from an index: a name, extras, version bounds and a
+    marker; not a URL, a local path, or a tox factor-conditional line ("click7: click<8")."""
+    head = line.split(";", 1)[0].strip()
+    return bool(_REQUIREMENT.match(head))
+
+
 def _name(requirement: str) -> str:
     return re.split(r"[\s\[<>=!~;@]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
@@ -145,7 +155,7 @@ def infer_spec(files: dict[str, str], commit_date: str, overrides: dict | None =
     packages, seen = [], set()
     for requirement in ["pytest", *wanted, *backend]:
         name = _name(requirement)
-        if name and name not in seen and not _TOOLS.match(name) and not requirement.startswith("-"):
+        if name and name not in seen and not _TOOLS.match(name) and is_requirement(requirement):
             seen.add(name)
             packages.append(requirement.strip())
     spec = {"python": python, "packages": "", "pip_packages": packages, "install": INSTALL,

@@ -69,3 +69,11 @@ def test_bad_input_is_one_clear_error():
                                               ("~=3.8", "3.13", True), ("", "3.10", True)])
 def test_requires_python_bounds(bound, version, ok):
     assert inf.allows(bound, version) is ok
+
+
+def test_urls_paths_and_tox_factor_lines_are_not_requirements():
+    files = {"setup.py": "", "tox.ini": "[testenv]\ndeps =\n    -r requirements/tests.txt\n"
+             "    git+https://github.com/sphinx-doc/sphinx.git@96dbe5e3\n    click7: click<8\n"
+             "    examples/tutorial[test]\n    greenlet ; python_version < '3.11'\n    blinker>=1.4\n"}
+    assert inf.infer_spec(files, "2021-06-01")["pip_packages"] == ["pytest", "greenlet ; python_version < '3.11'",
+                                                                    "blinker>=1.4", "setuptools", "wheel"]
