@@ -18,6 +18,7 @@ A user's `overrides` replace any key; `inferred` records which keys came from wh
 
 from __future__ import annotations
 
+import ast
 import configparser
 import datetime as dt
 import re
@@ -138,7 +139,8 @@ def infer_spec(files: dict[str, str], commit_date: str, overrides: dict | None =
         found = re.search(r"python_requires\s*=\s*['\"]([^'\"]+)['\"]", text)
         bound = bound or (found.group(1) if found else "")
         classifiers += re.findall(r"['\"](Programming Language :: Python :: [\d.]+)['\"]", text)
-        sources["setup.py"] = "python_requires, classifiers"
+        wanted += setup_py_requirements(text)
+        sources["setup.py"] = "python_requires, classifiers, install_requires, test extras"
     for name in REQ_FILES:
         if name in files:
             wanted += _requirement_lines(files[name])
@@ -163,6 +165,30 @@ def infer_spec(files: dict[str, str], commit_date: str, overrides: dict | None =
     spec.update(overrides)
     spec["inferred"] = {"from": sources, "requires_python": bound, "overridden": sorted(overrides)}
     return spec
+
+
+def setup_py_requirements(text: str) -> list[str]:
+    """install_requires and the test extras of a setup.py's `setup(...)` call, where they are literals (read with
+    `ast`, never run: a setup.py is the repository's code)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "setup"):
+            continue
+        for keyword in node.keywords:
+            try:
+                value = ast.literal_eval(keyword.value)
+            except (ValueError, TypeError, SyntaxError, RecursionError):
+                continue
+            if keyword.arg == "install_requires" and isinstance(value, (list, tuple)):
+                found += [x for x in value if isinstance(x, str)]
+            elif keyword.arg == "extras_require" and isinstance(value, dict):
+                for name in _TEST_EXTRAS:
+                    found += [x for x in value.get(name, []) if isinstance(x, str)]
+    return found
 
 
 def choose_python(bound: str, classifiers: list[str], commit_date: str) -> str:

@@ -50,6 +50,8 @@ def validate_pr(record: dict, spec: dict, executor, log_dir: pathlib.Path,
     merged = validate.script_statuses(executor, instance, record["oracle_patch"] + record["test_patch"], tests,
                                       log_dir / "merged")
     reverted = validate.script_statuses(executor, instance, record["test_patch"], tests, log_dir / "reverted")
+    if not validate.fail_to_pass(merged["statuses"], {})[0]:  # nothing passes merged: the env, not the PR
+        raise validate.InfraError(f"{instance['instance_id']}: no test of {tests} passes with the PR merged")
     if merged["timed_out"] or reverted["timed_out"]:
         return {**row, "kept": False, "reason": "the PR's tests time out"}
     f2p, p2p = validate.fail_to_pass(merged["statuses"], reverted["statuses"])

@@ -84,6 +84,8 @@ class InProcessExecutor:
             try:
                 space: dict = {}
                 exec(compile(test_file.read_text(), "tests/test_calc.py", "exec"), space)
+            except Exception:  # a collection error, as pytest reports it: no test ran
+                return {}, f"ERROR collecting tests/test_calc.py\n{traceback.format_exc()}"
             finally:
                 sys.modules.pop("calc")
                 if saved is not None:

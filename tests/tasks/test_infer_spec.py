@@ -77,3 +77,10 @@ def test_urls_paths_and_tox_factor_lines_are_not_requirements():
              "    examples/tutorial[test]\n    greenlet ; python_version < '3.11'\n    blinker>=1.4\n"}
     assert inf.infer_spec(files, "2021-06-01")["pip_packages"] == ["pytest", "greenlet ; python_version < '3.11'",
                                                                     "blinker>=1.4", "setuptools", "wheel"]
+
+
+def test_setup_py_literal_requirements_are_read_without_running_it():
+    text = ("from setuptools import setup\nsetup(name='x', install_requires=['Werkzeug>=2.0', 'click'],\n"
+            "      extras_require={'tests': ['freezegun'], 'docs': ['sphinx']}, tests_require=compute())\n")
+    assert inf.infer_spec({"setup.py": text}, "2021-06-01")["pip_packages"][:4] == ["pytest", "Werkzeug>=2.0",
+                                                                                    "click", "freezegun"]

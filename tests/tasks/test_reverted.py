@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from swerl_jax.tasks import mutations, reverted, sources
+from swerl_jax.tasks import mutations, reverted, sources, validate
 from tests.tasks.fake_executor import CALC, TESTS, InProcessExecutor, make_repo
 
 SPEC = {"python": "3.11", "install": "true", "test_cmd": "pytest -rA"}
@@ -49,3 +49,13 @@ def test_a_pr_whose_tests_pass_without_its_code_is_dropped(repo):
     assert not row["kept"] and "no test of the PR fails" in row["reason"]
     with pytest.raises(ValueError, match="record 'acme__calc-7': field 'test_patch' is empty"):
         reverted.validate_pr({**record, "test_patch": ""}, SPEC, InProcessExecutor(tmp_path / "repos"), tmp_path)
+
+
+def test_a_merged_state_where_nothing_passes_is_an_infrastructure_failure(repo):
+    tmp_path, commit = repo
+    oracle = mutations.unified_diff("calc.py", CALC, CALC.replace("def add(a, b):", "def add(a, b=0):"))
+    record = _record(commit, oracle)
+    broken = "raise ImportError('no werkzeug')\n" + TESTS
+    record["test_patch"] = mutations.unified_diff("tests/test_calc.py", TESTS, broken)
+    with pytest.raises(validate.InfraError, match="no test of .* passes with the PR merged"):
+        reverted.validate_pr(record, SPEC, InProcessExecutor(tmp_path / "repos"), tmp_path / "l")
