@@ -110,7 +110,8 @@ def revert(args: argparse.Namespace) -> dict:
         spec = _spec(git_dir, record["base_commit"], record["created_at"], args.spec)
         instance = reverted.pr_instance(record, spec)
         key = hashlib.sha256(json.dumps([instance["instance_id"], instance["patch"], instance["test_patch"],
-                                         executor.fingerprint(instance)], default=str).encode()).hexdigest()[:16]
+                                         reverted.test_files(record["test_patch"]), executor.fingerprint(instance)],
+                                        default=str).encode()).hexdigest()[:16]
         path = args.out / record["repo"].replace("/", "__") / "reverted.jsonl"
         done = {json.loads(x)["key"] for x in path.read_text().splitlines() if x.strip()} if path.exists() else set()
         if key in done:

@@ -19,8 +19,9 @@ from swerl_jax.tasks import statements, validate
 
 
 def test_files(test_patch: str) -> list[str]:
-    """The test files a PR's test patch leaves in place (added or modified, not deleted)."""
-    return sorted(f.path for f in unidiff.PatchSet(test_patch) if not f.is_removed_file)
+    """The Python test files a PR's test patch leaves in place (added or modified, not deleted): its data files
+    (flask-4992's tests/static/config.toml) are not test arguments (given one, pytest collected nothing)."""
+    return sorted(f.path for f in unidiff.PatchSet(test_patch) if not f.is_removed_file and f.path.endswith(".py"))
 
 
 def pr_instance(record: dict, spec: dict) -> dict:

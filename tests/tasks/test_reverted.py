@@ -59,3 +59,9 @@ def test_a_merged_state_where_nothing_passes_is_an_infrastructure_failure(repo):
     record["test_patch"] = mutations.unified_diff("tests/test_calc.py", TESTS, broken)
     with pytest.raises(validate.InfraError, match="no test of .* passes with the PR merged"):
         reverted.validate_pr(record, SPEC, InProcessExecutor(tmp_path / "repos"), tmp_path / "l")
+
+
+def test_only_python_files_of_the_test_patch_are_run():
+    patch = (mutations.unified_diff("tests/test_config.py", "a = 1\n", "a = 2\n")
+             + mutations.unified_diff("tests/static/config.toml", "x = 1\n", "x = 2\n"))
+    assert reverted.test_files(patch) == ["tests/test_config.py"]
