@@ -154,9 +154,14 @@ def prepare(args: argparse.Namespace) -> tuple[validate.Validator, list[mutation
 def collect(out: pathlib.Path, benchmarks: pathlib.Path, heldout_fraction: float, seed: int) -> dict:
     """Gather every repository's results under `out` into the instance files, the split, the report and the
     summary; returns the summary."""
-    rows = []
+    latest: dict = {}
     for results in sorted([*out.glob("*/results.jsonl"), *out.glob("*/reverted.jsonl")]):
-        rows += [json.loads(x) for x in results.read_text().splitlines() if x.strip()]
+        for line in results.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                # a candidate decided again under another key (a changed spec or executor): its latest decision
+                latest[row.get("instance_id") or (row["repo"], row["commit"], row["mutation"]["key"])] = row
+    rows = list(latest.values())
     kept = [r["instance"] for r in rows if r["kept"]]
     train, heldout = output.split_by_file(kept, heldout_fraction, seed)
     for name, items in (("instances", kept), ("train", train), ("heldout", heldout)):

@@ -82,6 +82,8 @@ def test_revert_validates_records_once_and_collects_them(tmp_path: pathlib.Path,
     assert cli.main(argv)["kept"] == 1
     calls = len(fake.calls)
     assert cli.main(argv)["kept"] == 1 and len(fake.calls) == calls  # resumed: nothing re-run
+    fake.fingerprint = lambda instance: {"executor": "another"}  # decided again under a new key: counted once
+    assert cli.main(argv)["kept"] == 1 and len(fake.calls) > calls
     row = json.loads((tmp_path / "out" / "instances.jsonl").read_text())
     assert row["source"] == "reverted_pr"
     assert json.loads(row["FAIL_TO_PASS"]) == ["tests/test_calc.py::test_add_default"]
