@@ -41,6 +41,7 @@ class Snapshot:
     git_dir: pathlib.Path
     commit: str
     files: dict[str, str]
+    _tests: dict[str, list[str]] = dataclasses.field(default_factory=dict, repr=False)  # tests_for, memoised
 
     @classmethod
     def read(cls, git_dir: str | pathlib.Path, commit: str) -> Snapshot:
@@ -82,6 +83,11 @@ class Snapshot:
     def tests_for(self, path: str) -> list[str]:
         """The test files that exercise a source file: named after it (test_<stem>.py, <stem>_test.py) or
         importing its module by its dotted name (`import a.b`, `from a.b import`, `from a import b`)."""
+        if path not in self._tests:
+            self._tests[path] = self._find_tests(path)
+        return list(self._tests[path])
+
+    def _find_tests(self, path: str) -> list[str]:
         module = self.module_name(path)
         stem = module.rsplit(".", 1)[-1]
         parent, _, leaf = module.rpartition(".")
