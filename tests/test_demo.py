@@ -3,9 +3,12 @@ fewer GRPO steps) raises the reward, measured with the same first-vs-last statis
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from swerl_jax.demo import reward_change
+from swerl_jax.runs.machine import describe
 from swerl_jax.runs.metrics import read_metrics
 
 # Measured on this 2-core machine: first 2 steps -0.38, last 2 of 16 +0.44 (BENCHMARKS.md "GRPO demo");
@@ -38,6 +41,10 @@ def test_demo_entry_point_trains_and_grpo_raises_the_reward(tiny_cpu_short_run):
     # what the demo printed is what the metrics say
     what = "reward (-1 malformed, else patch similarity)"
     assert f"  {what:<45} {format(first, '+.3f'):>7} -> {last:+.3f}\n" in stdout
+    # the table names its machine (issue 57 item 8: it depends on the CPU), in the printout and the report
+    report = json.loads((workdir / "demo_report.json").read_text())
+    assert f"Machine: {describe(report['machine'])}" in stdout and report["machine"]["cpu_model"] in stdout
+    assert report["table"]["reward_mean"] == {"first": first, "last": last}
 
 
 def test_the_demo_replaces_only_its_own_folder(tmp_path, monkeypatch):
@@ -62,3 +69,20 @@ def test_the_demo_replaces_only_its_own_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(demo)  # `--workdir .` from inside a demo folder: never the current folder
     with pytest.raises(ValueError, match="holds the current folder"):
         clear_demo_workdir(demo)
+
+
+def test_the_demo_report_holds_the_printed_table_and_names_its_machine():
+    """Issue 57 item 8: the table depends on the CPU (Intel Xeon -0.334 -> +0.519, AMD EPYC -0.292 -> +0.228), so the
+    report the demo writes beside it names the machine, and holds the figures it printed."""
+    from swerl_jax.demo import demo_report
+    from swerl_jax.runs.machine import machine_info
+
+    rows = [{"reward_mean": r, "format_error_rate": f, "reward_solved_frac": 0.25}
+            for r, f in ((-1.0, 1.0), (-0.5, 0.5), (0.0, 0.5), (0.5, 0.25), (0.75, 0.0))]
+    machine = machine_info()
+    report = demo_report(rows, [{"loss": 10.8}, {"loss": 0.02}], machine)
+    assert report["machine"] == machine and machine["cpu_model"] and machine["isa"] and machine["caches"]
+    assert report["table"]["reward_mean"] == {"first": -0.75, "last": 0.625} and report["k"] == 2
+    assert report["table"]["format_error_rate"] == {"first": 0.75, "last": 0.125}
+    assert report["sft_loss"] == {"first": 10.8, "last": 0.02} and report["reward_per_step"][-1] == 0.75
+    assert "format_error_rate" not in demo_report(rows, [], machine, reward_failed=True)["table"]

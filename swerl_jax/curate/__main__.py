@@ -6,6 +6,9 @@ instance files (default: the Hugging Face datasets, which need the `datasets` pa
 --config.benchmark_instances=../shared/data/swebench_lite.json,../shared/data/swebench_verified.jsonl;
 --config.drop_benchmark_instances=false keeps them.
 
+A bar on stderr names each stage as it runs; Beam's INFO log lines are left out (its warnings and errors are
+shown): --verbose keeps them.
+
 Beam options pass through unchanged, e.g.
   FnApiRunner (default, local), 2 processes: --direct_num_workers=2 --direct_running_mode=multi_processing
   (Beam's DirectRunner downloads and tries its Prism runner first: --runner=DirectRunner to have that)
@@ -42,6 +45,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--out", required=True, help="output folder (records/, rl_seeds/, meta/, dropped/, funnel.json)")
     ap.add_argument("--events", nargs="*", default=[], help="GH Archive JSONL files or globs (.gz allowed)")
     ap.add_argument("--issues", nargs="*", default=[], help="issues JSONL: {repo, number, title, body, labels}")
+    ap.add_argument("--verbose", action="store_true", help="keep Beam's INFO log lines (left out by default; its "
+                    "warnings and errors are always shown)")
     rest, overrides = split_overrides(argv)
     args, beam = ap.parse_known_args(rest)
     fields = {f.name: f for f in dataclasses.fields(CurateConfig)}
@@ -111,7 +116,7 @@ def check_inputs(clones: str, events: list[str], issues: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args, beam_args = parse_args(sys.argv[1:] if argv is None else argv)
-    check_beam_flags(beam_args, ["clones", "out", "events", "issues"])
+    check_beam_flags(beam_args, ["clones", "out", "events", "issues", "verbose"])
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(CurateConfig)}
     values["formats"] = tuple(values["formats"])
     config = CurateConfig(**values)
@@ -124,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         beam_args = [*beam_args, "--direct_num_workers=2"]
     from swerl_jax.curate.runner import run_curation
 
-    run_curation(args.clones, args.out, config, events, issues, beam_args)
+    run_curation(args.clones, args.out, config, events, issues, beam_args, beam_info=args.verbose)
     return 0
 
 

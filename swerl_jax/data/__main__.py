@@ -4,6 +4,8 @@
     python -m swerl_jax.data convert RECORDS OUT           JSONL <-> ArrayRecord (by extension), valid records only
     python -m swerl_jax.data import-swebench --instances F --clones DIR --out OUT [--source NAME]
     python -m swerl_jax.data stats RECORDS [--tokenizer PATH] [--max-prompt-len N]
+    python -m swerl_jax.data split RECORDS --out-train A --out-heldout B --heldout-fraction F [--seed S]
+                                   [--by instance|repo]   seeded train / held-out split (`swerl_jax.data.select`)
 
 RECORDS is what `data.train_files` takes (`swerl_jax.data.paths`): a file, a directory of shards (curation's
 OUT/rl_seeds), a glob ('OUT/records/*.array_record'), or a comma-separated list of them. Duplicate instance_ids
@@ -24,7 +26,14 @@ import numpy as np
 
 from swerl_jax.data.paths import expand_record_paths
 from swerl_jax.data.prompts import build_prompt
-from swerl_jax.data.records import ErrorCounter, read_records, write_records
+from swerl_jax.data.records import (
+    ARRAY_RECORD_SUFFIXES,
+    JSONL_SUFFIXES,
+    ErrorCounter,
+    read_records,
+    write_records,
+)
+from swerl_jax.data.select import split_records
 from swerl_jax.data.swebench import import_swebench, load_instances
 
 
@@ -115,6 +124,30 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_split(args: argparse.Namespace) -> int:
+    """Write RECORDS' valid records to --out-train and --out-heldout (`select.split_records`); one line each."""
+    for flag, out in (("--out-train", args.out_train), ("--out-heldout", args.out_heldout)):
+        if pathlib.Path(out).exists():
+            raise ValueError(f"{flag} {out}: already exists (the split never overwrites a file)")
+        if not out.endswith(JSONL_SUFFIXES + ARRAY_RECORD_SUFFIXES):
+            raise ValueError(f"{flag} {out}: not a record file name (ends with one of "
+                             f"{', '.join(JSONL_SUFFIXES + ARRAY_RECORD_SUFFIXES)})")
+    if pathlib.Path(args.out_train).resolve() == pathlib.Path(args.out_heldout).resolve():
+        raise ValueError(f"--out-train and --out-heldout are the same file ({args.out_train})")
+    errors = ErrorCounter()
+    records = list(read_all(args.file, errors))
+    if not records:
+        raise ValueError(f"{args.file}: no valid records ({errors.total} invalid)")
+    train, heldout = split_records(records, args.heldout_fraction, args.seed, args.by)
+    write_records(args.out_train, iter(train))
+    write_records(args.out_heldout, iter(heldout))
+    print(f"split {len(records)} records by {args.by} (seed {args.seed}, held-out fraction {args.heldout_fraction}): "
+          f"{len(train)} train -> {args.out_train}, {len(heldout)} held out -> {args.out_heldout}; skipped "
+          f"{errors.total} invalid")
+    _print_errors(errors, sys.stdout)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the CLI."""
     parser = argparse.ArgumentParser(prog="python -m swerl_jax.data", description=__doc__,
@@ -139,6 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also count prompt tokens (no value: the SmolLM2 tokenizer)")
     p.add_argument("--max-prompt-len", type=int, default=16384)
     p.set_defaults(fn=cmd_stats)
+    p = sub.add_parser("split", help="seeded train / held-out split of records (by instance or repository)")
+    p.add_argument("file", metavar="RECORDS", help="a records file, directory, glob or comma-separated list")
+    p.add_argument("--out-train", required=True, help="output .jsonl or .array_record for the training side")
+    p.add_argument("--out-heldout", required=True, help="output .jsonl or .array_record for the held-out side")
+    p.add_argument("--heldout-fraction", type=float, required=True, help="expected share held out, in (0, 1)")
+    p.add_argument("--seed", type=int, default=0, help="the split's seed (same seed, same split)")
+    p.add_argument("--by", default="instance", help="instance (default) or repo: every repository on one side")
+    p.set_defaults(fn=cmd_split)
     return parser
 
 

@@ -3,7 +3,8 @@ answer, scored by the SWE-RL reward. The paper reports it greedy (base 12.2% for
 RL 95.6 / 34.8; discrete-reward RL 94.2 / 29.0).
 
     python -m swerl_jax.eval.repair_score --config=experiments/tiny_cpu.py --records FILE --out DIR \\
-        [--weights WORKDIR/policy [--version N]] [--samples 1] [--temperature 0]
+        [--weights WORKDIR/policy [--version N]] [--samples 1] [--temperature 0] \\
+        [--limit N] [--instance_ids ID,ID,... | --instance_ids @FILE]
 
     format_rate  share of answers that are well formed (reward != -1)
     score        100 x the mean reward with malformed answers counted 0 (the paper's base model: 12.2% format,
@@ -18,6 +19,11 @@ does not fit `data.max_prompt_len` or cannot be built are skipped and counted by
 them). `DIR/repair.jsonl` gets one row per answer, `DIR/summary.json` the figures, `DIR/repair_settings.json` the
 flags and config that made them, and the last line printed is the summary. A DIR holding results of other settings
 is refused; the same command again starts over.
+
+A subset: `--instance_ids` scores only the named records (comma-separated, or `@FILE` with one id per line; an id
+the records do not hold is an error naming it), `--limit N` the first N records (after `--instance_ids`). Both are
+in repair_settings.json and summary.json (`selected`), so a subset's score is never read as the whole file's.
+A progress bar (stderr) counts records prompted, prompts answered and answers scored.
 """
 
 from __future__ import annotations
@@ -28,19 +34,30 @@ import json
 import os
 import pathlib
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
 from swerl_jax.data.paths import blocking_file, expand_record_paths, user_path, user_record_spec
 from swerl_jax.data.records import ErrorCounter, read_records
+from swerl_jax.data.select import select_records
 from swerl_jax.rl.heldout import Generate, RepairScore, engine_generate, repair_score, write_answer_rows
 from swerl_jax.sampler.types import SamplingParams
 
 
 def client_generate(client, tokenizer, sampling: SamplingParams, num_samples: int, seed: int = 0) -> Generate:
-    """A `Generate` over a running sampler server (`SamplerClient`); texts decoded with the run's tokenizer."""
-    def generate(prompts: list[np.ndarray]) -> list[list[str]]:
-        groups = client.generate([p.tolist() for p in prompts], sampling, num_samples=num_samples, seed=seed)
+    """A `Generate` over a running sampler server (`SamplerClient`); texts decoded with the run's tokenizer.
+    With `progress=`, the prompts go in requests of the server's batch (`prompt_offset` keeps each prompt's
+    random keys, so the answers are the one request's) and each request's prompts are counted as it returns."""
+    def generate(prompts: list[np.ndarray], progress: Callable[[int], None] | None = None) -> list[list[str]]:
+        rows = [p.tolist() for p in prompts]
+        per_call = len(rows) if progress is None else max(1, int(client.ping()["max_batch"]) // num_samples)
+        groups = []
+        for start in range(0, len(rows), per_call):
+            groups += client.generate(rows[start:start + per_call], sampling, num_samples=num_samples, seed=seed,
+                                      prompt_offset=start)
+            if progress is not None:
+                progress(len(rows[start:start + per_call]))
         return [[c.text if c.text is not None else tokenizer.decode(c.tokens, skip_special_tokens=True)
                  for c in group] for group in groups]
 
@@ -67,6 +84,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max_new_tokens", type=int, default=0, help="default: sampler.max_new_tokens")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--instance_ids", default="", help="score only these records: comma-separated instance ids, or "
+                   "@FILE with one per line (each must be in --records)")
+    p.add_argument("--limit", type=int, default=0, help="score only the first N records (after --instance_ids; "
+                   "0: all)")
+    p.add_argument("--no_progress", action="store_true", help="no progress bar")
     return p
 
 
@@ -120,7 +142,7 @@ def main(argv: list[str] | None = None) -> RepairScore:
         raise ValueError(f"--samples {args.samples}: must be >= 1")
     out = pathlib.Path(args.out)
     config_file, sep, config_arg = config_file_arg(args.config).partition(":")  # the file, however typed
-    settings = {**{f"--{k}": v for k, v in sorted(vars(args).items()) if k not in ("config", "out")},
+    settings = {**{f"--{k}": v for k, v in sorted(vars(args).items()) if k not in ("config", "out", "no_progress")},
                 "--config": os.path.abspath(config_file) + sep + config_arg, "config": json.loads(config.to_json())}
     check_out_dir(out, settings)  # before anything loads: results of other settings are never overwritten
     config = resolve_config(config, check_files=True)
@@ -136,6 +158,10 @@ def main(argv: list[str] | None = None) -> RepairScore:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in invalid.counts.most_common())
         print(f"skipped {invalid.total} invalid records of {invalid.total + len(records)} ({reasons}); first: "
               f"{invalid.messages[0]}", flush=True)
+    held = len(records)
+    records = select_records(records, args.instance_ids, args.limit, args.records)
+    if len(records) < held:
+        print(f"scoring {len(records)} of the {held} records (--instance_ids / --limit)", flush=True)
     tokenizer = tokenizer_for(config.model)
     sampling = SamplingParams(temperature=args.temperature, top_p=config.sampler.top_p, top_k=config.sampler.top_k,
                               max_new_tokens=args.max_new_tokens or config.sampler.max_new_tokens).validate()
@@ -149,7 +175,7 @@ def main(argv: list[str] | None = None) -> RepairScore:
     rows: list[dict] = []
     try:
         result = repair_score(records, generate, tokenizer, config.data.max_prompt_len, config.data.prompt_style,
-                              config.eval.reward_kind, rows)
+                              config.eval.reward_kind, rows, progress=not args.no_progress)
     except SamplerError as err:  # the server named by --address: one line, not a traceback
         raise ValueError(f"--address {args.address}: {err}") from None
     if result.scored == 0:  # a score of 0.0 over nothing is not a number to report
@@ -165,7 +191,8 @@ def main(argv: list[str] | None = None) -> RepairScore:
                "config": args.config, "config_overrides": {k: v for k, v in overrides}, "records_files": record_files,
                "weights": args.weights,
                "policy_version": policy_version, "evaluated": evaluated, "format_errors": malformed,
-               "invalid_records": dict(invalid.counts)}
+               "invalid_records": dict(invalid.counts),
+               "selected": {"instance_ids": args.instance_ids, "limit": args.limit, "of_records": held}}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"evaluated: {evaluated['what']}", flush=True)
     print(result.line(), flush=True)

@@ -4,6 +4,10 @@ Agentless Mini over SWE-bench instances with a policy (see the config file for b
 failures are kept there as empty patches (with `empty_patch_reason`), an instance the infrastructure failed has no
 prediction and is tried again. OUT/summary.json names what was evaluated and counts every instance asked about per
 outcome; the last line is `resolved N/M (...)` over all M of them (no prediction, empty patch, error: unresolved).
+With `grade`, an instance the harness could not grade on this machine whatever its patch (its environment needs
+conda or an interpreter this machine lacks: `eval/precheck.py`; with `precheck=grade_empty` also what grading its
+empty patch first finds: tests that need the network, a compiler) is skipped before anything is generated, named
+with its reason and fix, and counted out of reach (not in the rate), as the harness counts it.
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ import sys
 
 from swerl_jax.config import OVERRIDE_HELP, apply_overrides, load_experiment_config, split_overrides
 from swerl_jax.data.paths import config_paths, user_path
+from swerl_jax.eval import precheck
 from swerl_jax.eval.agentless.pipeline import AgentlessSettings, run_instances
 from swerl_jax.eval.predictions import chosen_instances, index_instances
 from swerl_jax.sampler import source as policy_source
+from swerl_jax.tasks import reach
 from swerl_jax.tasks.index_cutoff import MODES as CUTOFF_MODES
 
 BACKENDS = ("engine", "sampler", "openai", "oracle")
+PRECHECKS = ("static", "grade_empty", "off")  # eval/precheck.py
 
 
 def build_chat(c, instances: list[dict], evaluated: dict):
@@ -55,6 +62,17 @@ def build_chat(c, instances: list[dict], evaluated: dict):
     engine = policy_source.open_engine(policy, policy_source_of(c), evaluated)
     return backends.EngineChat(tokenizer, int(c.max_new_tokens), int(c.max_prompt_len), engine=engine,
                                **common), count
+
+
+def local_executor(c, out: pathlib.Path):
+    """The sandboxed executor the pipeline's tests (and `precheck=grade_empty`) run in, writing under `out`."""
+    from swerl_jax.sandbox.bwrap import SandboxLimits
+    from swerl_jax.tasks import environments
+    from swerl_jax.tasks.executors import LocalExecutor
+
+    return LocalExecutor(pathlib.Path(c.repos), out, environments.EnvironmentCache(),
+                         SandboxLimits(timeout_s=float(c.test_timeout_s), cpu_seconds=int(c.test_timeout_s) + 60),
+                         index_cutoff=str(c.index_cutoff))
 
 
 def policy_source_of(c) -> policy_source.PolicySource:
@@ -135,6 +153,10 @@ def main(argv: list[str] | None = None) -> dict:
         close = difflib.get_close_matches(str(c.backend), BACKENDS, n=1)
         raise ValueError(f"backend={c.backend!r} is not one of {BACKENDS}"
                          + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if c.precheck not in PRECHECKS:
+        close = difflib.get_close_matches(str(c.precheck), PRECHECKS, n=1)
+        raise ValueError(f"precheck={c.precheck!r} is not one of {PRECHECKS}"
+                         + (f" (did you mean {close[0]!r}?)" if close else ""))
     if c.index_cutoff not in CUTOFF_MODES:  # before anything is written: the harness would refuse it only later
         close = difflib.get_close_matches(str(c.index_cutoff), CUTOFF_MODES, n=1)
         raise ValueError(f"index_cutoff={c.index_cutoff!r} is not one of {CUTOFF_MODES}"
@@ -147,8 +169,22 @@ def main(argv: list[str] | None = None) -> dict:
     evaluated = evaluated_model(c)
     c.model_name = evaluated["model_name"]
     check_out_dir(out, c)
+    asked = [inst["instance_id"] for inst in instances]
+    far: dict[str, str] = {}
+    if c.grade and c.precheck != "off":  # never generate for an instance the harness cannot grade here (issue 57)
+        instances, lacks = precheck.split_reachable(instances, pathlib.Path(c.repos), out / "repos")
+        if c.precheck == "grade_empty" and instances:
+            print(f"agentless: grading the empty patch of {len(instances)} instances first (precheck=grade_empty)",
+                  flush=True)
+            instances, more = precheck.split_by_empty_grading(instances, local_executor(c, out / "precheck"),
+                                                              out / "precheck" / "logs")
+            lacks.update(more)
+        far = {iid: reach.line(lack.reason, lack.fix) for iid, lack in lacks.items()}
+        named = {iid: {"reason": lack.reason, "fix": lack.fix} for iid, lack in lacks.items()}
+        for text in reach.report_lines({"out_of_reach": named}):
+            print(f"agentless: skipped before generating, {text}", flush=True)
     print(f"evaluating {evaluated['what']}", flush=True)
-    chat, count_tokens = build_chat(c, instances, evaluated)
+    chat, count_tokens = build_chat(c, instances, evaluated) if instances else (None, None)
     # recorded only once the model loaded: a typo must not claim the folder for a config that never ran
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval_config.json").write_text(c.to_json(indent=1))
@@ -158,22 +194,14 @@ def main(argv: list[str] | None = None) -> dict:
                                  max_input_tokens=int(a.max_input_tokens), thinking=bool(a.thinking),
                                  reproduction_tests=int(a.reproduction_tests), regression=bool(a.regression),
                                  model_name=str(c.model_name), seed=int(c.seed))
-    executor = None
-    if settings.reproduction_tests > 0 or settings.regression:
-        from swerl_jax.sandbox.bwrap import SandboxLimits
-        from swerl_jax.tasks import environments
-        from swerl_jax.tasks.executors import LocalExecutor
-
-        executor = LocalExecutor(pathlib.Path(c.repos), out / "exec", environments.EnvironmentCache(),
-                                 SandboxLimits(timeout_s=float(c.test_timeout_s),
-                                                cpu_seconds=int(c.test_timeout_s) + 60),
-                                 index_cutoff=str(c.index_cutoff))
+    executor = local_executor(c, out / "exec") if settings.reproduction_tests > 0 or settings.regression else None
     made = run_instances(instances, pathlib.Path(c.repos), out, chat, count_tokens, settings, executor,
                          progress=not args.no_progress)
-    asked = [inst["instance_id"] for inst in instances]
-    have = kept_predictions(out / "predictions.jsonl", set(asked))
+    reachable = [inst["instance_id"] for inst in instances]
+    have = kept_predictions(out / "predictions.jsonl", set(reachable))
     failed = [m for m in made if "error" in m]
-    print(agentless_line(asked, have, made, out / "predictions.jsonl"), flush=True)
+    if reachable:
+        print(agentless_line(reachable, have, made, out / "predictions.jsonl"), flush=True)
     for m in failed:
         print(f"agentless: {m['instance_id']} failed, no prediction (re-run to retry): {m['error'][:300]}",
               file=sys.stderr, flush=True)
@@ -188,7 +216,7 @@ def main(argv: list[str] | None = None) -> dict:
                                "--workers", str(int(c.harness_workers)), "--timeout", str(float(c.test_timeout_s)),
                                "--index-cutoff", str(c.index_cutoff),
                                *(["--no-progress"] if args.no_progress else [])])
-    summary = write_summary(out, args.config, c, evaluated, asked, have, failed, report)
+    summary = write_summary(out, args.config, c, evaluated, asked, have, failed, report, far)
     print(f"summary: {out / 'summary.json'}", flush=True)
     print(summary_line(summary), flush=True)
     return {"predictions": made, "report": report, "failed": [m["instance_id"] for m in failed], "summary": summary}
@@ -228,24 +256,30 @@ def agentless_line(asked: list[str], have: dict[str, dict], made: list[dict], pa
 
 
 def write_summary(out: pathlib.Path, config_name: str, c, evaluated: dict, asked: list[str], have: dict[str, dict],
-                  failed: list[dict], report: dict | None) -> dict:
+                  failed: list[dict], report: dict | None, far: dict[str, str] | None = None) -> dict:
     """OUT/summary.json: what was evaluated (the model, the config), the instances asked about and each one's
     outcome counted per reason (graded: from the harness's report; asked to grade with no prediction at all:
-    every instance no prediction; not graded: the predictions' counts, no rate)."""
+    every instance no prediction; not graded: the predictions' counts, no rate). `far`: {id: reason; fix} of the
+    instances skipped before generating, counted out of reach."""
     from swerl_jax.eval import outcomes
 
-    counts = report["outcome_counts"] if report is not None else (
-        outcomes.outcome_counts(asked, {})[0] if c.grade else None)
+    far = far or {}
+    graded = [i for i in asked if i not in far]
+    counts = dict(report["outcome_counts"]) if report is not None else (
+        outcomes.outcome_counts(graded, {})[0] if c.grade else None)
+    if counts is not None and far:
+        counts[outcomes.OUT_OF_REACH] = counts.get(outcomes.OUT_OF_REACH, 0) + len(far)
     summary = {
         "evaluated": evaluated, "config": config_name, "eval_config": json.loads(c.to_json()),
         "instances_asked": len(asked), "graded": counts is not None, "outcome_counts": counts,
         "resolved_rate": outcomes.resolved_rate(counts) if counts is not None else None,
         "predictions": {"with_patch": sum(bool(r["model_patch"]) for r in have.values()),
                         "empty_patch": sum(not r["model_patch"] for r in have.values()),
-                        "no_prediction": len(asked) - len(have)},
+                        "no_prediction": len(graded) - len(have)},
         "empty_patch": {i: r.get("empty_patch_reason", "reason not recorded") for i, r in sorted(have.items())
                         if not r["model_patch"]},
         "no_prediction": {m["instance_id"]: m["error"] for m in failed},
+        **({"out_of_reach_before_generating": far} if far else {}),
         "report": str(out / "harness" / "report.json") if report is not None else None,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))

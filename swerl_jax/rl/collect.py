@@ -32,6 +32,7 @@ from swerl_jax.config import rl_seed
 from swerl_jax.data.budget import answer_budget_warning
 from swerl_jax.data.loader import data_metrics, rl_dataset_from_config
 from swerl_jax.reward.service import RewardService
+from swerl_jax.rl import live
 from swerl_jax.rl.collector import COMPLETION_BUCKET, Collector, Groups, Sampler, local_prompts
 from swerl_jax.rl.rollouts import Rollout, RolloutGroups, first_reward_failure, flatten_groups
 from swerl_jax.sampler.types import Completion, SamplingParams, sampling_params
@@ -64,6 +65,10 @@ class InlineSampler:
             raise RuntimeError(f"inline sampler has policy version {self.engine.policy_version}, the step needs "
                                f"{min_policy_version}: the trainer did not hand over its params")
         return self.engine.generate(prompts, sampling, num_samples, seed, prompt_offset=prompt_offset)
+
+    def activity(self) -> dict:
+        """The engine's request in flight (`SamplingEngine.activity`)."""
+        return self.engine.activity()
 
     def close(self) -> None:
         """Nothing to stop (the engine lives in this process)."""
@@ -122,7 +127,8 @@ def draw_seed(seed: int, draw: int) -> int:
 
 def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: SamplingParams, num_samples: int,
                      step: int, seed: int, policy_version: int, prompts_per_request: int = 0,
-                     hang_guard_s: float | None = None) -> tuple[RolloutGroups, CollectTimes]:
+                     hang_guard_s: float | None = None, progress: live.Report | None = None
+                     ) -> tuple[RolloutGroups, CollectTimes]:
     """Sample `num_samples` completions for each prompt of `batch` (a loader RL batch) and score them.
 
     Args:
@@ -132,6 +138,8 @@ def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: Sa
         work with generation at the cost of smaller decode batches.
       hang_guard_s: raise RewardHangError when no reward resolves for this long (None: the service's
         `hang_guard_s`, else DEFAULT_HANG_GUARD_S).
+      progress: told what the collection is doing, live (`rl.live`: each request and the sampler's activity
+        during it, the rewards scored so far).
 
     Returns P groups (one per prompt) of G rollouts in sample order, rewards filled in, and the timings.
     """
@@ -142,11 +150,22 @@ def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: Sa
     futures: list[Future] = []
     first_submit = None
     finished: list[float] = []  # when each reward was scored (the service's thread resolves the futures)
+    requests = -(-len(prompts) // per_request)
+    scored = [0]
+
+    def count_scored(_: Future) -> None:
+        finished.append(time.perf_counter())
+        scored[0] += 1
+        if progress is not None:
+            progress(f"rewards scored {scored[0]}/{len(futures)}")
+
     for r, start in enumerate(range(0, len(prompts), per_request)):
         chunk = prompts[start:start + per_request]
         t0 = time.perf_counter()
-        generated = sampler.generate(chunk, sampling, num_samples=num_samples, seed=rollout_seed(seed, step, r),
-                                  min_policy_version=policy_version)
+        with live.watching(sampler, progress, f"generating request {r + 1}/{requests} ({len(chunk)} prompts x "
+                                              f"{num_samples})"):
+            generated = sampler.generate(chunk, sampling, num_samples=num_samples, seed=rollout_seed(seed, step, r),
+                                         min_policy_version=policy_version)
         times.generate_s += time.perf_counter() - t0
         items = []
         for i, completions in enumerate(generated):
@@ -162,11 +181,14 @@ def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: Sa
                 items.append({"code_context": batch["code_context"][p],
                               "oracle_new_content": batch["oracle_new_content"][p], "output": text})
         first_submit = first_submit or time.perf_counter()
-        for future in reward_service.submit(items):
-            future.add_done_callback(lambda _: finished.append(time.perf_counter()))
-            futures.append(future)
+        submitted = reward_service.submit(items)
+        futures.extend(submitted)  # before the callbacks: one that runs at once counts against every future
+        for future in submitted:
+            future.add_done_callback(count_scored)
     if hang_guard_s is None:
         hang_guard_s = float(getattr(reward_service, "hang_guard_s", DEFAULT_HANG_GUARD_S))
+    if progress is not None:
+        progress(f"waiting for rewards ({scored[0]}/{len(futures)} scored)")
     t_wait = time.perf_counter()
     results = wait_rewards(futures, hang_guard_s, what=f"rewards of step {step}")
     for rollout, (reward, info) in zip(flatten_groups(groups), results, strict=True):
@@ -196,6 +218,7 @@ class RepairCollector(Collector):
         if sharding.is_main_process() and (warning := answer_budget_warning(config)):
             log.warning("this config cannot learn: %s", warning)
         self.data_iter = iter(rl_dataset_from_config(config))
+        self.progress: live.Report | None = None  # the trainer's live progress (set by it; None: nothing shown)
         self._failure_warned = False
         r = config.reward
         self.reward_service = RewardService(num_workers=int(r.num_workers), timeout_s=float(r.timeout_s),
@@ -211,7 +234,8 @@ class RepairCollector(Collector):
         rollouts, times = collect_rollouts(
             sampler, self.reward_service, batch, self.sampling, self.num_samples, step,
             draw_seed(rl_seed(self.config), draw),
-            policy_version=policy_version, prompts_per_request=int(self.config.sampler.prompts_per_request))
+            policy_version=policy_version, prompts_per_request=int(self.config.sampler.prompts_per_request),
+            progress=self.progress)
         failed = first_reward_failure(flatten_groups(rollouts))
         if failed is not None and not self._failure_warned and sharding.is_main_process():
             self._failure_warned = True  # the first one is named; every one is in reward_failure_rate

@@ -21,12 +21,15 @@ from swerl_jax.data.records import read_records
 from swerl_jax.data.synthetic import config_records
 from swerl_jax.reward import get_reward_fn
 from swerl_jax.reward.functions import reward_pair
+from swerl_jax.runs.progress import StageBar
 from swerl_jax.sampler.types import SamplingParams, sampling_params
 
 log = logging.getLogger(__name__)
 
-# prompts (token ids) -> for each prompt, its answers (texts)
-Generate = Callable[[list[np.ndarray]], list[list[str]]]
+# prompts (token ids) -> for each prompt, its answers (texts). `engine_generate` and `eval.repair_score`'s
+# `client_generate` also take `progress=` (called with the number of prompts answered, as they come back):
+# `repair_score(progress=True)` uses it
+Generate = Callable[..., list[list[str]]]
 
 
 @dataclasses.dataclass
@@ -62,12 +65,16 @@ class RepairScore:
 
 def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_prompt_len: int,
                  prompt_style: str = "swe_rl", reward_kind: str = "continuous",
-                 rows_out: list[dict] | None = None) -> RepairScore:
+                 rows_out: list[dict] | None = None, progress: bool = False) -> RepairScore:
     """Prompt every record, generate, score each answer with the reward `reward_kind`; `rows_out` collects one
-    dict per answer (instance_id, sample, reward, format_error, answer)."""
+    dict per answer (instance_id, sample, reward, format_error, answer). `progress`: a tqdm bar on stderr through
+    the stages (prompting, generating: `generate` is then called with `progress=`, scoring, hidden tests)."""
     reward_fn = get_reward_fn(reward_kind)
+    bar = StageBar(progress, "repair_score")
     prompts, kept, skipped = [], [], {}
+    bar.stage("prompting", len(records), "record")
     for record in records:
+        bar.update(1)
         prompt, reason, detail = prompt_or_reason(record, tokenizer, max_prompt_len, prompt_style,
                                                   too_long="prompt longer than data.max_prompt_len")
         if prompt is None:  # counted with its reason, never raised (issue 57 item 1); the first of each is named
@@ -78,8 +85,14 @@ def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_pro
         prompts.append(np.asarray(prompt.ids, np.int32))
         kept.append(record)
     rewards, rows, executed = [], [], []
-    for record, answers in zip(kept, generate(prompts) if prompts else [], strict=True):
+    answered: list[list[str]] = []
+    if prompts:
+        bar.stage("generating", len(prompts), "prompt")
+        answered = generate(prompts, progress=bar.update) if progress else generate(prompts)
+    bar.stage("scoring", sum(map(len, answered)), "answer")
+    for record, answers in zip(kept, answered, strict=True):
         for sample, answer in enumerate(answers):
+            bar.update(1)
             reward, info = reward_pair(reward_fn(record["code_context"], record["oracle_new_content"], answer),
                                        f"eval.reward_kind {reward_kind!r}")
             rewards.append(float(reward))
@@ -87,7 +100,10 @@ def repair_score(records: Sequence[dict], generate: Generate, tokenizer, max_pro
                          "format_error": info.get("reason") if reward == -1.0 else None, "answer": answer})
             if "hidden_tests" in record:
                 executed.append((len(rows) - 1, record, answer))
+    if executed:
+        bar.stage(f"hidden tests of {len(executed)} answers (one sandbox batch)", None, "batch")
     resolved_rate = _execute(executed, rows) if executed else None
+    bar.close()
     if rows_out is not None:
         rows_out.extend(rows)
     r = np.asarray(rewards, np.float64)
@@ -159,11 +175,13 @@ def engine_generate(engine, sampling: SamplingParams, num_samples: int, seed: in
     """A `Generate` over an in-process `SamplingEngine`, in chunks of at most `max_batch` rows."""
     per_call = max(1, engine.max_batch // num_samples)
 
-    def generate(prompts: list[np.ndarray]) -> list[list[str]]:
+    def generate(prompts: list[np.ndarray], progress: Callable[[int], None] | None = None) -> list[list[str]]:
         out = []
         for start in range(0, len(prompts), per_call):
             groups = engine.generate(prompts[start:start + per_call], sampling, num_samples, seed + start)
             out += [[c.text or "" for c in group] for group in groups]
+            if progress is not None:
+                progress(len(groups))
         return out
 
     return generate

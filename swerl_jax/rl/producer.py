@@ -59,6 +59,10 @@ class SerialSampler:
             return self.sampler.generate(prompts, sampling, num_samples=num_samples, seed=seed,
                                          min_policy_version=min_policy_version)
 
+    def activity(self) -> dict:
+        """The sampler's `activity` without waiting for the call in flight (progress only; {} without one)."""
+        return self.sampler.activity() if hasattr(self.sampler, "activity") else {}
+
     def update(self, params: Any, version: int) -> None:
         """`sampler.update` (an inline sampler's new policy), never in the middle of a generation."""
         with self._lock:

@@ -211,6 +211,7 @@ class GRPOTrainer(TrainLoop):
         t_step = time.perf_counter()
         async_metrics: dict = {}
         if self.producer is None:
+            self.report(f"step {step}: collecting rollouts")
             groups = self.collector.collect(self.sampler, step, step - 1)
             version = step - 1
             waited = time.perf_counter() - t_step  # the synchronous trainer waits for the whole collection
@@ -235,6 +236,7 @@ class GRPOTrainer(TrainLoop):
         batch_np = build_train_batch(rows, prompt_len, completion_len, advantages, credit_end)
         batch_np["sampler_logp"] = batch_np["old_logp"]
         t0 = time.perf_counter()
+        self.report(f"step {step}: log-probs of {len(rollouts)} rollouts")
         if str(rl.old_logprobs) == "recompute":
             batch_np["old_logp"] = self._logprobs(self.policy.state.params, batch_np, prompt_len, completion_len)
         # the proximal policy: these params, before this update (decoupled; the mismatch correction's trainer side)
@@ -253,6 +255,8 @@ class GRPOTrainer(TrainLoop):
                                self.temperature, mismatch_prefix="stale_" if self.kept is not None else "")
         # n updates on the n row blocks (n = 1: the batch itself); old and proximal log-probs stay as computed
         parts = minibatch.make_parts(batch_np, self.minibatches, self.loss_cfg)
+        self.report(f"step {step}: policy update" + ("" if self.policy.compiled(("rl", prompt_len, completion_len))
+                                                     else f" (compiling it for rows {prompt_len}+{completion_len})"))
         step_fn = self.policy.train_step(loss_fn, parts[0], self.num_micro, key=("rl", prompt_len, completion_len),
                                          reduction=minibatch.metric_reduction)
         sharded = [self.policy.shard(p) for p in parts]
@@ -275,6 +279,7 @@ class GRPOTrainer(TrainLoop):
         t0 = time.perf_counter()
         eval_due = self.eval_every > 0 and (step % self.eval_every == 0 or step == self.num_steps)
         if step < self.num_steps or eval_due:  # else the last step's policy is only in the checkpoint
+            self.report(f"step {step}: publishing policy version {step}")
             self._publish(step)
         t_sync = time.perf_counter() - t0
 
@@ -293,6 +298,7 @@ class GRPOTrainer(TrainLoop):
         t_eval = None
         if eval_due:
             t0 = time.perf_counter()
+            self.report(f"step {step}: held-out evaluation")
             metrics.update(self.evaluate(step))
             t_eval = time.perf_counter() - t0
         metrics["time"] = {**groups.times, "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
@@ -325,9 +331,12 @@ class GRPOTrainer(TrainLoop):
     def before_steps(self, start: int) -> None:
         """Start the sampler on the restored (or initial) params as policy version `start`; at k >= 1 start
         collecting ahead (the producer and the evaluator then share the sampler one request at a time)."""
+        self.report("starting the sampler")
         self._start_sampler(version=start)
         if not (str(self.config.rl.task) == "agent" and str(self.config.agent.kv_cache) == "kept"):
             self.sampler = self._timed = TimedSampler(self.sampler)  # kept K/V drives the engine around generate
+        if self.max_staleness == 0 and hasattr(self.collector, "progress"):  # live lines from inside the collection
+            self.collector.progress = lambda text: self.report(f"step {self.step_in_flight}: {text}")
         if self.max_staleness > 0:
             self.sampler = SerialSampler(self.sampler)
             self._position, self._state = self.collector.data_iter, self.collector.state_dict()  # until step 1

@@ -40,6 +40,7 @@ class TrainLoop:
     checkpointer: Checkpointer
     is_main: bool
     metrics_writer: MetricsWriter | None = None
+    step_in_flight: int = 0  # the step `train_step` is running (progress lines name it)
 
     def train_step(self, step: int) -> tuple[dict, list]:
         """Run step `step` (1-based); return (metrics, rollouts to write, [] when none)."""
@@ -51,6 +52,12 @@ class TrainLoop:
 
     def load_host_state(self, state: dict) -> None:
         """Restore what `host_state` returned at the checkpoint being resumed."""
+
+    def report(self, text: str) -> None:
+        """Show what the step in flight is doing beside the progress bar (`MetricsWriter.activity`); a no-op
+        without a bar."""
+        if self.metrics_writer is not None:
+            self.metrics_writer.activity(text)
 
     def before_steps(self, start: int) -> None:
         """Called once before the first step that will run (`start` steps are done); not called when none will."""
@@ -81,7 +88,9 @@ class TrainLoop:
             if start < self.num_steps:
                 self.before_steps(start)
             for step in range(start + 1, self.num_steps + 1):
+                self.step_in_flight = step
                 metrics, rollouts = self.train_step(step)
+                self.report("")
                 if step % int(lg.every_steps) == 0 or step == self.num_steps:
                     writer.write(step, metrics)
                 if rollouts:

@@ -20,6 +20,7 @@ import json
 import os
 import pathlib
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -138,6 +139,25 @@ class MetricsWriter:
             # the bar counts logged steps, whatever the trainer's step numbering
             self._bar = tqdm(total=total_steps, initial=kept, desc=desc, unit="step", dynamic_ncols=True,
                              file=progress_file or sys.stderr, smoothing=0.1)
+            self._desc = desc
+            # on a terminal the bar is redrawn every second, so its elapsed time moves in a long step (a log file
+            # gets a line per stage instead of one per second)
+            self._stop = threading.Event()
+            self._ticker = threading.Thread(target=self._tick, name="metrics-bar", daemon=True)
+            if _is_tty(self._bar.fp):
+                self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            bar = self._bar
+            if bar is not None:
+                bar.refresh()
+
+    def activity(self, text: str) -> None:
+        """What the step in flight is doing, shown live beside the bar's label (`grpo | step 3: generating ...`;
+        issue 57 item 7: a 6-minute first step showed `0/2` and nothing else). "" clears it."""
+        if self._bar is not None:
+            self._bar.set_description_str(f"{self._desc} | {text}" if text else self._desc, refresh=True)
 
     def _rebuild_tensorboard(self, rows: list[dict]) -> Any:
         """A fresh event file holding exactly `rows` (the kept metrics.jsonl lines); older event files go.
@@ -227,6 +247,9 @@ class MetricsWriter:
             self._tb.close()
             self._tb = None
         if self._bar is not None:
+            self._stop.set()
+            if self._ticker.is_alive():
+                self._ticker.join()
             self._bar.close()
             self._bar = None
 
@@ -235,6 +258,15 @@ class MetricsWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _is_tty(stream: Any) -> bool:
+    """Whether `stream` (or the stream tqdm wraps) is a terminal."""
+    stream = getattr(stream, "stream", stream)
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _json_default(value: Any) -> Any:

@@ -254,6 +254,22 @@ class SamplerClient:
         """The server's status: policy_version, pid and its limits."""
         return self._request("ping", {}, {}, timeout_s).fields
 
+    def activity(self, timeout_s: float = 5.0) -> dict:
+        """What the server's engine is doing (`SamplingEngine.activity`: prompts done, tokens, a compilation),
+        asked on a connection of its own, so it answers while this client's generate is in flight (the server
+        answers a ping without waiting for the engine). {} when the server cannot be asked: progress only."""
+        if self.address is None or self._stopping:
+            return {}
+        try:
+            with socket.create_connection(self.address, timeout=timeout_s) as sock:
+                channel = protocol.Channel.connect(sock, self.secret)
+                channel.send("ping", {}, {})
+                reply = channel.recv()
+        except (OSError, protocol.ProtocolError):
+            return {}
+        activity = reply.fields.get("activity") if reply.type == "pong" else None
+        return dict(activity) if isinstance(activity, dict) else {}
+
     def generate(self, prompts: Sequence[Sequence[int]], sampling: SamplingParams = SamplingParams(),
                  num_samples: int = 1, seed: int = 0, min_policy_version: int = 0,
                  wait_timeout_s: float = 60.0, *, prompt_offset: int = 0) -> list[list[Completion]]:

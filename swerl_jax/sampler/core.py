@@ -177,6 +177,7 @@ class Programs:
     def __init__(self) -> None:
         self._jitted: dict[str, Callable] = {}
         self._traces = 0
+        self.compiling = ""  # the program whose call traced (compiles, then runs) until the call returns, or ""
 
     @property
     def compile_count(self) -> int:
@@ -189,8 +190,17 @@ class Programs:
             def traced(*args, **kwargs):
                 if counted:
                     self._traces += 1  # runs once per trace, i.e. once per compilation
+                self.compiling = name  # progress (issue 57 item 7): a first call of a shape compiles for minutes
                 return fn(*args, **kwargs)
-            self._jitted[name] = jax.jit(traced, **jit_kwargs)
+            jitted = jax.jit(traced, **jit_kwargs)
+
+            def call(*args, **kwargs):
+                try:
+                    return jitted(*args, **kwargs)
+                finally:
+                    self.compiling = ""
+            call.lower = jitted.lower  # what benchmarks and memory plans read of a jitted program
+            self._jitted[name] = call
         return self._jitted[name]
 
     def __getitem__(self, name: str) -> Callable:

@@ -155,6 +155,7 @@ class SamplingEngine:
         self.shared_prefix = shared_prefix
         self.prefix_kernel = prefix_kernel  # resolved: "xla" or "pallas" (static in the shared program)
         self.programs = Programs()  # every program of this engine and of those built on it (`compile_count`)
+        self._done = (0, 0, 0)  # the request in flight: (prompts, prompts done, tokens generated); `activity`
         # the cache (argument 1) is donated: the call returns it and the next call of the same shape reuses it
         self.programs.define("generate", functools.partial(_generate, config),
                              static_argnames=("num_new", "use_filters"), donate_argnums=(1,))
@@ -166,6 +167,13 @@ class SamplingEngine:
     def compile_count(self) -> int:
         """How many programs have been compiled (traced) so far; stable across steps with the same buckets."""
         return self.programs.compile_count
+
+    def activity(self) -> dict:
+        """The request in flight, as far as the host sees it (decoding runs inside one XLA loop per chunk of
+        `max_batch` rows): prompts asked and done, tokens generated so far, and the program being compiled (a first
+        call of a shape; "" when none). Read from another thread (the sampler server's ping; progress bars)."""
+        prompts, done, tokens = self._done
+        return {"prompts": prompts, "prompts_done": done, "tokens": tokens, "compiling": self.programs.compiling}
 
     def update_params(self, params: dict, version: int) -> None:
         """Swap in a new policy (same shapes: nothing recompiles)."""
@@ -216,10 +224,14 @@ class SamplingEngine:
                 raise ValueError(f"prompt {i} has token ids outside [0, {self.config.vocab_size})")
         per_chunk = self.max_batch // num_samples
         out: list[list[Completion]] = []
+        tokens = 0
+        self._done = (len(prompts), 0, 0)
         for start in range(0, len(prompts), per_chunk):
             idx = range(start, min(start + per_chunk, len(prompts)))
             out.extend(self._run_chunk([prompts[i] for i in idx], [caps[i] for i in idx],
                                        [prompt_offset + i for i in idx], sampling, num_samples, seed))
+            tokens += sum(len(c.tokens) for group in out[start:] for c in group)
+            self._done = (len(prompts), len(out), tokens)
         return out
 
     def _run_chunk(self, prompts: list[np.ndarray], caps: list[int], indices: list[int], sampling: SamplingParams,

@@ -20,7 +20,7 @@ Without a secret (loopback only, manual runs) nothing is authenticated, and the 
 stop such a server with a signal (or, when SamplerClient started it, by ending the parent process).
 
 Message types:
-  ping            -> pong {policy_version, pid, max_prompt_len, max_new_tokens, max_batch}
+  ping            -> pong {policy_version, pid, max_prompt_len, max_new_tokens, max_batch, activity}
   generate        {sampling, num_samples, seed, min_policy_version, wait_timeout_s[, prompt_offset]}
                   arrays prompt_tokens (all prompts concatenated), prompt_lengths
                   -> result {policy_version, texts, finish_reasons, prompt_lengths, prompt_offset}

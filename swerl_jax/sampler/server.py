@@ -243,7 +243,7 @@ class SamplerServer:
                 e = self.engine
                 return "pong", {"policy_version": e.policy_version, "pid": os.getpid(),
                                 "max_prompt_len": e.max_prompt_len, "max_new_tokens": e.max_new_tokens,
-                                "max_batch": e.max_batch}, {}
+                                "max_batch": e.max_batch, "activity": e.activity()}, {}
             if msg.type == "shutdown":
                 if not self.secret:  # without a secret any local process could stop the trainer's sampler
                     return "error", {"code": "auth", "message": "shutdown needs a sampler started with a shared "

@@ -217,7 +217,7 @@ class EnvironmentCache:
              ) -> tuple[dict, pathlib.Path, str, pathlib.Path]:
         """(spec, interpreter, requirements text, env dir) for an instance, without building anything. `cutoff`
         (index_cutoff.instance_cutoff) names another env: one resolved as of that time; None is today's index."""
-        spec = specs.env_spec(instance["repo"], instance["version"])
+        spec = specs.instance_spec(instance)
         if spec.get("packages") == "environment.yml":
             raise OutOfReach(f"{instance['repo']} {instance['version']} needs a conda environment (environment.yml); "
                              "this machine's builder makes venvs", "--executor docker on a machine with a docker "

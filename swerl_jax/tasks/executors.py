@@ -182,7 +182,7 @@ class LocalExecutor:
                    "timed_out": done.timed_out}
             if plugin is not None:
                 statuses, tampered, _ = plugin.statuses(done.output, runs=1 << 30,
-                                                        test_ids=swebench_ids(instance["repo"]))
+                                                        test_ids=swebench_ids(instance))
                 # no record (an early exit) or a tampered one: no test counts as passed
                 ran["test_statuses"] = {} if tampered or statuses is None else statuses
                 ran["tampered"] = tampered
@@ -204,7 +204,7 @@ class LocalExecutor:
         except subprocess.CalledProcessError as err:
             return {"status": "no_repo", "error": str(err)}
         try:
-            spec = specs.env_spec(instance["repo"], instance["version"])
+            spec = specs.instance_spec(instance)
             cutoff = cutoffs.instance_cutoff(instance, self.index_cutoff, str(spec.get("python")))
             started = time.monotonic()
             env_dir = self.envs.get(instance, git_dir, cutoff, holder=work)
@@ -299,7 +299,7 @@ class LocalExecutor:
             expected = [*grading.test_list(instance, "FAIL_TO_PASS"), *grading.test_list(instance, "PASS_TO_PASS")]
             runs = len(spec["test_cmd"]) if isinstance(spec["test_cmd"], list) else 1
             report["plugin_verdict"] = plugin.verdict(tests.output, expected, runs,
-                                                      swebench_ids(instance["repo"])).as_dict()
+                                                      swebench_ids(instance)).as_dict()
         lack = None if report["resolved"] else reach.from_log(tests.output, step="tests")
         if lack is not None:  # psf/requests' tests reach httpbin.org: no patch passes them in the sandbox
             return {**report, **lack.result()}
@@ -336,7 +336,7 @@ def installed(venv: pathlib.Path) -> list[str]:
 
 def _spec_or_error(instance: dict) -> dict | str:
     try:
-        return specs.env_spec(instance["repo"], instance["version"])
+        return specs.instance_spec(instance)
     except (specs.SpecError, KeyError) as err:
         return f"no spec: {err}"
 
@@ -367,7 +367,7 @@ class DockerExecutor:
     def evaluate(self, instance: dict, patch: str, log_dir: pathlib.Path) -> dict:
         """Apply the patch with the fallback chain and run the tests inside the instance image."""
         try:
-            spec = specs.env_spec(instance["repo"], instance["version"])
+            spec = specs.instance_spec(instance)
         except specs.SpecError as err:
             return {"status": "env_failed", "error": str(err)}
         work = fresh_workdir(self.out_dir, instance["instance_id"])

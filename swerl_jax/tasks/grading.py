@@ -39,7 +39,7 @@ def grade(instance: dict, log: str) -> dict:
     the log counts as failed, as in the official harness.
     """
     output = test_output(log)
-    statuses = specs.log_parser(instance["repo"])(output) if output is not None else {}
+    statuses = specs.instance_log_parser(instance)(output) if output is not None else {}
     ok = {specs.constants().TestStatus.PASSED.value, specs.constants().TestStatus.XFAIL.value}
     report = {"tests_ran": output is not None}
     resolved = output is not None

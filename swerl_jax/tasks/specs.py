@@ -89,6 +89,28 @@ def env_spec(repo: str, version: str) -> dict:
     return dict(table[repo][str(version)])
 
 
+def instance_spec(instance: dict) -> dict:
+    """An instance's install/test spec: its own `spec` field where it has one (a generated task from a repository
+    SWE-bench does not know: `swerl_jax.tasks.infer_spec`), else SWE-bench's table's for (repo, version). Both go
+    through the same environment build, install and test steps."""
+    own = instance.get("spec")
+    if own is None:
+        return env_spec(instance["repo"], instance["version"])
+    missing = sorted({"python", "install", "test_cmd"} - set(own)) if isinstance(own, dict) else ["(not a dict)"]
+    if missing:
+        raise SpecError(f"instance {instance.get('instance_id')!r}: field 'spec' lacks {missing}")
+    return dict(own)
+
+
+def instance_log_parser(instance: dict) -> Callable[[str], dict[str, str]]:
+    """The log parser for an instance: SWE-bench's generic pytest parser for one with its own `spec` (its test
+    command is pytest -rA), else the repository's own (`log_parser`)."""
+    if instance.get("spec") is None:
+        return log_parser(instance["repo"])
+    parse = _modules()[1].parse_log_pytest
+    return lambda log: parse(log, None)
+
+
 def log_parser(repo: str) -> Callable[[str], dict[str, str]]:
     """SWE-bench's log parser for a Python repository: test log -> {test name: PASSED/FAILED/...}."""
     parser = _modules()[1].MAP_REPO_TO_PARSER_PY.get(repo)

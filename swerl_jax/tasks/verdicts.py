@@ -21,11 +21,12 @@ def runs_pytest(spec: dict) -> bool:
 _SUMMARY_ORDER = {"PASSED": 0, "SKIPPED": 1, "XFAIL": 2, "XPASS": 3, "ERROR": 4, "FAILED": 5}
 
 
-def swebench_ids(repo: str) -> Callable[[dict[str, str]], dict[str, str]]:
+def swebench_ids(instance: dict) -> Callable[[dict[str, str]], dict[str, str]]:
     """{node id: status} -> {SWE-bench test id: status}: the repository's own SWE-bench log parser read over one
     `STATUS node-id` line per test, built by the host from the plugin's record (never from the test log), so ids
-    come out as the dataset writes them (cut at a space in a parameter, as the parser cuts them)."""
-    parser = specs.log_parser(repo)
+    come out as the dataset writes them (cut at a space in a parameter, as the parser cuts them). `instance`
+    picks the parser (`specs.instance_log_parser`)."""
+    parser = specs.instance_log_parser(instance)
 
     def convert(outcomes: dict[str, str]) -> dict[str, str]:
         lines = [f"{status} {node}" for node, status in  # one line each: a node id never holds a newline

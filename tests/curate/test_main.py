@@ -42,7 +42,9 @@ def test_a_flag_nobody_knows_and_inputs_that_are_not_there_are_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_multiprocess(tmp_path, capsys):
+def test_cli_multiprocess(tmp_path, capfd):
+    """Also issue 57 item 7: Beam's workers' INFO lines were 36 of curation's 62; they are left out (its warnings
+    stay) and a bar names curation's stage."""
     build_world(tmp_path)
     out = tmp_path / "out"
     rc = main(["--clones", str(tmp_path / "clones"), "--events", str(tmp_path / "events.jsonl"),
@@ -51,8 +53,34 @@ def test_cli_multiprocess(tmp_path, capsys):
     assert rc == 0
     funnel = json.loads((out / "funnel.json").read_text())
     assert funnel["pr_candidates"] == 19 and funnel["kept"] == 6 and funnel["rl_seeds"] == 1
-    assert "= PR records" in capsys.readouterr().out
+    captured = capfd.readouterr()
+    assert "= PR records" in captured.out
+    assert not [line for line in captured.err.splitlines() if line.startswith("INFO:")], captured.err
+    assert "curate: Beam pipeline (1 event, 1 issue files" in captured.err
+    assert "curate: publishing records, rl_seeds, meta, dropped" in captured.err
     ids = sorted(json.loads(line)["instance_id"] for p in (out / "records").glob("*.jsonl") for line in open(p))
     assert ids == ["acme__gadget-1", "acme__widget-1", "acme__widget-12", "acme__widget-17", "acme__widget-2",
                    "acme__widget-7"]
     assert not list((out / "records").glob("*.array_record"))
+
+
+def test_info_lines_are_filtered_from_stderr_and_children_unless_verbose(capfd):
+    """The filter works on file descriptor 2, so Beam's worker subprocesses' INFO lines go too; warnings, errors and
+    other lines pass, in order; off (--verbose), everything passes."""
+    import subprocess
+    import sys
+
+    from swerl_jax.curate.quiet import info_filtered_stderr, is_info
+
+    child = ("import sys; sys.stderr.write('INFO:__main__:Logging handler created.\\nWARNING:root:kept\\n"
+             "I1207 01:23:45.678 grpc chatter\\nTraceback: kept too\\n')")
+    for on in (True, False):
+        with info_filtered_stderr(on=on):
+            subprocess.run([sys.executable, "-c", child], check=True)
+        err = capfd.readouterr().err
+        expect = ["WARNING:root:kept", "Traceback: kept too"]
+        if not on:
+            expect = ["INFO:__main__:Logging handler created.", expect[0], "I1207 01:23:45.678 grpc chatter", expect[1]]
+        assert err.splitlines() == expect
+    assert is_info(b"INFO:apache_beam.runners.worker.sdk_worker:Control channel established.\n")
+    assert not is_info(b"WARNING:root:apitools not found\n") and not is_info(b"INFORMATION\n")

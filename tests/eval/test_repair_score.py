@@ -91,15 +91,28 @@ def test_prompts_over_budget_are_skipped_and_counted():
     assert got.scored == 0 and got.skipped == {"prompt longer than data.max_prompt_len": 4}
 
 
-def test_cli_on_a_published_policy_version(tmp_path):
-    write_records(tmp_path / "recs.jsonl", RECORDS[:2])
+def test_cli_on_a_published_policy_version(tmp_path, capsys):
+    """Also a subset (issue 57 item 7: no option to score a subset of held-out records): --instance_ids / --limit
+    choose the records, the summary says which, an id the records lack is one line with the closest id, and the
+    progress bar names its stage."""
+    write_records(tmp_path / "recs.jsonl", RECORDS)
     params = init_params(get_model_config("demo-7m"), jax.random.PRNGKey(3))
     weights.publish(tmp_path / "policy", params, 5)
-    result = rs.main(["--config=experiments/tiny_cpu.py", f"--records={tmp_path / 'recs.jsonl'}",
-                      f"--out={tmp_path / 'out'}", f"--weights={tmp_path / 'policy'}", "--max_new_tokens=8"])
+    common = ["--config=experiments/tiny_cpu.py", f"--records={tmp_path / 'recs.jsonl'}",
+              f"--weights={tmp_path / 'policy'}", "--max_new_tokens=8"]
+    ids = [r["instance_id"] for r in RECORDS]
+    with pytest.raises(ValueError, match=rf"--instance_ids: '{ids[1]}z' is not a record .*did you mean '{ids[1]}'"):
+        rs.main([*common, f"--out={tmp_path / 'bad'}", f"--instance_ids={ids[1]}z"])
+    result = rs.main([*common, f"--out={tmp_path / 'out'}", f"--instance_ids={ids[3]},{ids[1]},{ids[2]}",
+                      "--limit=2"])
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     rows = [json.loads(line) for line in (tmp_path / "out" / "repair.jsonl").read_text().splitlines()]
     assert result.scored == summary["scored"] == len(rows) == 2 and summary["policy_version"] == 5
+    assert [r["instance_id"] for r in rows] == [ids[1], ids[2]]
+    assert summary["selected"] == {"instance_ids": f"{ids[3]},{ids[1]},{ids[2]}", "limit": 2, "of_records": 4}
+    out = capsys.readouterr()
+    assert "scoring 2 of the 4 records (--instance_ids / --limit)" in out.out
+    assert "repair_score: generating" in out.err
     # an untrained 7M model writes 8 tokens of noise: every answer is malformed, exactly as the reward says
     assert summary["format_rate"] == 0.0 and all(row["reward"] == -1.0 for row in rows)
 
@@ -307,3 +320,25 @@ def test_records_that_cannot_be_prompted_are_skipped_with_their_reason(shared_da
                                   1024)
     assert broken.scored == 2 and broken.skipped == {"prompt could not be built (IndexError)": 1}
     assert "skipped 1: prompt could not be built (IndexError)" in broken.line()
+
+
+def test_progress_bar_names_each_stage_and_counts_what_generate_reports(capsys):
+    """Issue 57 item 7: repair_score printed nothing for 2 minutes. The bar names its stage and counts the prompts
+    the generator reports as they come back."""
+    calls = []
+
+    def generate(prompts, progress=None):
+        calls.append(progress)
+        for _ in prompts:
+            progress(1)
+        return [[oracle_solution(RECORDS[i])] for i in range(len(prompts))]
+
+    got = rs.repair_score(RECORDS, generate, load_tokenizer(), 1024, progress=True)
+    err = capsys.readouterr().err
+    assert got.exact_rate == 1.0 and calls[0] is not None
+    for stage in ("repair_score: prompting", "repair_score: generating", "repair_score: scoring"):
+        assert stage in err
+    assert "4/4 [" in err
+    rs.repair_score(RECORDS, _scripted(lambda i: ["x"]), load_tokenizer(), 1024)  # off: a one-argument generate
+    assert capsys.readouterr().err == ""
+

@@ -143,7 +143,7 @@ def mixed_run(shared_data, tmp_path, monkeypatch, ids="pallets__flask-4045,palle
         "evaluate": lambda self, inst, patch, log_dir: dict(graded[inst["instance_id"]])})())
     argv = ["--config", "experiments/eval_agentless_mini.py:cpu", "--out", str(tmp_path / "out"), "--no-progress",
             "--config.backend=oracle", "--config.agentless.regression=false",
-            "--config.agentless.reproduction_tests=0", f"--config.instance_ids={ids}",
+            "--config.agentless.reproduction_tests=0", f"--config.instance_ids={ids}", "--config.precheck=static",
             f"--config.instances={tmp_path / 'instances.json'}", f"--config.repos={repos or shared_data / 'repos'}"]
     return argv
 
@@ -235,3 +235,42 @@ def test_a_mistyped_instance_id_gets_a_did_you_mean():
         chosen_instances(known, "pallets__flask-4054", "F")
     with pytest.raises(ValueError, match="named more than once"):
         chosen_instances(known, "o__r-1,o__r-1", "F")
+
+
+def test_an_instance_out_of_reach_is_skipped_before_generating_and_named(shared_data, tmp_path, monkeypatch, capsys):
+    """Issue 57 item 7: Agentless generated for 1m26s before the harness found both instances out of reach. An
+    instance whose environment this machine cannot make (here: flask-4992's, as if it needed conda) is named with
+    its reason and fix before anything is generated, never sent to the model, and counted out of reach; the bar
+    shows each instance's stage."""
+    import json
+
+    from swerl_jax.tasks import environments
+
+    plan = environments.EnvironmentCache.plan
+
+    def lacking(self, instance, git_dir, cutoff=None):
+        if instance["instance_id"] == "pallets__flask-4992":
+            raise environments.OutOfReach("pallets/flask 2.3 needs a conda environment (environment.yml)",
+                                          "--executor docker")
+        return plan(self, instance, git_dir, cutoff)
+
+    monkeypatch.setattr(environments.EnvironmentCache, "plan", lacking)
+    argv = mixed_run(shared_data, tmp_path, monkeypatch, "pallets__flask-4045,pallets__flask-4992")
+    asked = []
+    real = eval_run.build_chat  # mixed_run's scripted chat, recording whom it was built for
+    monkeypatch.setattr(eval_run, "build_chat", lambda c, instances, evaluated: (
+        asked.extend(i["instance_id"] for i in instances), real(c, instances, evaluated))[1])
+    result = eval_run.main([a for a in argv if a != "--no-progress"])
+    captured = capsys.readouterr()
+    out = captured.out.strip().splitlines()
+    assert out[0] == ("agentless: skipped before generating, out of reach (1): pallets/flask 2.3 needs a conda "
+                      "environment (environment.yml); fix: --executor docker: pallets__flask-4992")
+    assert asked == ["pallets__flask-4045"] and not (tmp_path / "out" / "trajectories" / "pallets__flask-4992.json"
+                                                     ).exists()
+    assert out[-1] == ("resolved 1/1 (unresolved 0, empty patch 0, error 0, no prediction 0; out of reach 1, "
+                       "not counted)")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["outcome_counts"]["out_of_reach"] == 1 and summary["resolved_rate"] == 1.0
+    assert "conda" in summary["out_of_reach_before_generating"]["pallets__flask-4992"]
+    assert "agentless: instances" in captured.err and "pallets__flask-4045: localizing" in captured.err
+    assert eval_run.exit_code(result) == 0

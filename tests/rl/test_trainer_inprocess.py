@@ -44,9 +44,25 @@ def runs(tmp_path_factory):
                             ("switches", 2, {"kl_coef": 0.05, "old_logprobs": "recompute", "micro_batch_size": 8})):
         trainer = build_grpo_trainer(tiny_config(num_steps=steps, **rl), tmp_path_factory.mktemp(name))
         has_reference, num_micro = trainer.reference is not None, trainer.num_micro
+        reports: list[str] = []
+        trainer.report = reports.append  # what the progress bar would show, in order
         summary = trainer.run()
         out[name] = (read_metrics(summary["metrics"]), has_reference, num_micro)
+        out[f"{name}_reports"] = reports
     return out
+
+
+def test_the_step_in_flight_is_reported_stage_by_stage(runs):
+    """Issue 57 item 7: SmolLM2's first GRPO step took 6m22s with the bar at `0/2` and nothing else. Each stage
+    of a step is reported as it starts, from inside the collection too, and a first update says it compiles."""
+    said = runs["plain_reports"]
+    stages = ["starting the sampler", "step 1: collecting rollouts", "step 1: generating request 1/1 (2 prompts x 8)",
+              "step 1: waiting for rewards", "step 1: log-probs of 16 rollouts", "step 1: policy update (compiling it "
+              "for rows "]
+    at = [next((i for i, s in enumerate(said) if s.startswith(stage)), None) for stage in stages]
+    assert None not in at and at == sorted(at), said
+    assert any(s.startswith("step 1: rewards scored ") and s.endswith("/16") for s in said), said
+    assert said[-1] == ""  # cleared when the step is done
 
 
 def test_heldout_repair_evaluation_every_step_and_at_the_end(tmp_path):

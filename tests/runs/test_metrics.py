@@ -128,3 +128,16 @@ def test_progress_bar_names_reward_failures(tmp_path):
         assert "reward_failure_rate" not in bar.getvalue()
         w.write(1, {"reward_mean": -1.0, "reward_failure_rate": 1.0})
     assert "reward_failure_rate=100%" in bar.getvalue()
+
+
+def test_the_bar_shows_the_step_in_flight_and_clears_it(tmp_path):
+    """Issue 57 item 7: a 6-minute first GRPO step showed `0/2` and nothing else; the trainer's activity is shown
+    beside the bar's label while the step runs (`TrainLoop.report`)."""
+    out = io.StringIO()
+    writer = MetricsWriter(tmp_path, total_steps=2, tensorboard=False, progress_file=out, desc="grpo")
+    writer.activity("step 1: generating request 1/1 (2 prompts x 8): compiling generate_shared")
+    assert "grpo | step 1: generating request 1/1 (2 prompts x 8): compiling generate_shared: " in out.getvalue()
+    writer.activity("")
+    writer.write(1, {"loss": 0.5})
+    writer.close()
+    assert "grpo:  50%" in out.getvalue().rsplit("step 1:", 1)[1]  # the label alone again after the step

@@ -118,6 +118,11 @@ def in_process_server():
 def test_shared_secret_is_checked(in_process_server):
     good = SamplerClient(in_process_server.address, secret=b"sesame", timeout_s=60)
     assert good.generate([[1, 2]], GREEDY)[0][0].completion_length == 8
+    # the engine's activity, asked on a connection of its own (issue 57 item 7: a trainer's progress bar)
+    assert good.activity() == {"prompts": 1, "prompts_done": 1, "tokens": 8, "compiling": ""}
+    good.secret = b"guess"
+    assert good.activity() == {}  # refused: progress says nothing, and nothing raises
+    good.secret = b"sesame"
     good.close()
     with pytest.raises(SamplerError, match="authentication failed"):
         SamplerClient(in_process_server.address, secret=b"guess", timeout_s=10)

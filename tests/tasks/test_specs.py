@@ -60,3 +60,15 @@ def test_requirements_read_from_the_clone_at_the_env_commit(shared_data, tmp_pat
     assert not any(x.startswith(("#", "-r", "-e .")) for x in lines)
     with pytest.raises(specs.SpecError, match="none of"):
         specs.requirements_from_clone(str(git_dir), "pallets/flask", "0" * 40)
+
+
+def test_an_instance_with_its_own_spec_uses_it_and_the_generic_pytest_parser():
+    own = {"python": "3.11", "install": "pip install -e .", "test_cmd": "pytest -rA", "pip_packages": ["pytest"]}
+    instance = {"instance_id": "acme__x.1", "repo": "acme/x", "version": "inferred", "spec": own}
+    assert specs.instance_spec(instance) == own
+    assert specs.instance_log_parser(instance)("PASSED tests/t.py::test_a\nFAILED tests/t.py::test_b - x") == {
+        "tests/t.py::test_a": "PASSED", "tests/t.py::test_b": "FAILED"}
+    with pytest.raises(specs.SpecError, match=r"acme__x.1.*field 'spec' lacks \['test_cmd'\]"):
+        specs.instance_spec({**instance, "spec": {"python": "3.11", "install": ""}})
+    with pytest.raises(specs.SpecError, match="has no SWE-bench spec"):
+        specs.instance_spec({"repo": "acme/x", "version": "1.0"})

@@ -21,6 +21,7 @@ from swerl_jax.answer import ANSWER_END, ANSWER_START
 from swerl_jax.eval.agentless import localize, normalize, repair, rerank, tests_gen
 from swerl_jax.eval.agentless.backends import Chat
 from swerl_jax.eval.structure import file_contents, repo_structure
+from swerl_jax.runs.progress import StageBar
 from swerl_jax.tasks import environments, grading
 from swerl_jax.tasks.executors import ScriptExecutor
 
@@ -60,9 +61,12 @@ def _user(content: str) -> list[dict]:
 
 
 def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens: Callable[[str], int],
-                 settings: AgentlessSettings, executor=None, log_dir: pathlib.Path | None = None) -> dict:
-    """The trajectory of one instance; its `prediction` is the SWE-bench prediction row."""
+                 settings: AgentlessSettings, executor=None, log_dir: pathlib.Path | None = None,
+                 note: Callable[[str], None] = lambda stage: None) -> dict:
+    """The trajectory of one instance; its `prediction` is the SWE-bench prediction row. `note` is told each
+    stage as it starts (the progress bar shows it)."""
     iid, n = instance["instance_id"], settings.num_samples
+    note("reading the repository")
     rng = random.Random(f"{settings.seed}:{iid}")
     structure = repo_structure(git_dir, instance["base_commit"])
     contents = file_contents(structure)
@@ -70,6 +74,7 @@ def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens
     files = localize.tree_files(tree)
     traj: dict = {"instance_id": iid}
 
+    note(f"localizing ({n} samples)")
     asks = [localize.localization_prompt(instance["problem_statement"], tree, n, rng) for _ in range(n)]
     answers = chat([_user(p) for p, _ in asks], settings.temperature)
     found = [localize.found_files(solution_part(a, settings.thinking), files) for a in answers]
@@ -84,6 +89,7 @@ def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens
     contexts = [repair.repair_context(p, contents, settings.max_input_tokens, count_tokens, rng if n > 1 else None)
                 for p in plans]
     prompts = [repair.repair_prompt(instance["problem_statement"], c) for c in contexts]
+    note(f"repairing ({n} samples)")
     answers = chat([_user(p) for p in prompts], settings.temperature)
     samples = []
     for plan, answer in zip(plans, answers):
@@ -93,6 +99,8 @@ def run_instance(instance: dict, git_dir: pathlib.Path, chat: Chat, count_tokens
         samples.append({"files": plan, "answer": answer, **made})
     traj["repair"] = [{"prompt": p, **s} for p, s in zip(prompts, samples)]
 
+    if executor:
+        note("testing the patches")
     results = patch_test_results(instance, samples, chat, settings, executor, log_dir, traj) if executor else None
     ranked = [rerank.Sample(s["model_patch"], s["normalized_patch"].strip(),
                             **(results[s["model_patch"]] if results and s["model_patch"] in results else {}))
@@ -183,22 +191,25 @@ def run_instances(instances: list[dict], repos_dir: pathlib.Path, out: pathlib.P
         with open(predictions_file, "a") as f:  # a killed run's cut last line: the next prediction must not join it
             f.write("\n")
     todo = [inst for inst in instances if inst["instance_id"] not in done]
-    if progress:
-        from tqdm.auto import tqdm
-        todo = tqdm(todo, desc="agentless")
+    bar = StageBar(progress, "agentless")  # per instance, the stage it is in (issue 57 item 7)
+    bar.stage("instances", len(todo), "instance")
     made = []
     for inst in todo:
         iid = inst["instance_id"]
         try:
             git_dir = environments.resolve_clone(repos_dir, inst["repo"], out / "repos")
-            traj = run_instance(inst, git_dir, chat, count_tokens, settings, executor, out / "logs" / iid)
+            traj = run_instance(inst, git_dir, chat, count_tokens, settings, executor, out / "logs" / iid,
+                                note=lambda stage, iid=iid: bar.note(f"{iid}: {stage}"))
         except Exception as err:  # one instance's failure is its record, never the run's end
             traj = {"instance_id": iid, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
         (out / "trajectories" / f"{iid}.json").write_text(json.dumps(traj, indent=1, default=list))
         if "error" in traj:  # the infrastructure's, not the model's: no prediction, so a re-run retries it
             made.append({"instance_id": iid, "error": traj["error"]})
+            bar.update(1)
             continue
         with open(predictions_file, "a") as f:
             f.write(json.dumps(traj["prediction"]) + "\n")
         made.append(traj["prediction"])
+        bar.update(1)
+    bar.close()
     return made

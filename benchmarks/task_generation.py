@@ -1,0 +1,87 @@
+"""Measure a task-generation run (`python -m swerl_jax.tasks generate ... --out OUT`) and re-grade a seeded sample
+of its tasks through the harness.
+
+    python benchmarks/task_generation.py --out OUT [--sample N --env-cache FRESH_DIR]
+
+Prints, per repository: candidates decided, tasks kept, candidates per kept task, the validation seconds summed
+over decided candidates (the pipeline's wall time less the env build and candidate generation), tasks validated per
+hour of that time, and the gold and empty gradings' mean seconds; then the table by repository and mutation kind.
+With --sample, N kept tasks (seed 0) are graded by `python -m swerl_jax.eval.harness` with their gold patches from
+a fresh environment cache (all must resolve). The empty patch is not re-graded there (the harness counts an empty
+prediction unresolved without running it, SWE-bench's rule): the validator ran it through the same
+`LocalExecutor.evaluate`, recorded in results.jsonl's `checks`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import random
+import statistics
+import time
+
+from swerl_jax.eval import harness
+from swerl_jax.tasks import output
+
+
+def measure(out: pathlib.Path) -> dict:
+    """Per-repository numbers from OUT/*/results.jsonl."""
+    report = {}
+    rows_all = []
+    for path in sorted(out.glob("*/results.jsonl")):
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        rows_all += rows
+        kept = [r for r in rows if r["kept"]]
+        seconds = sum(r.get("seconds", 0) for r in rows)
+        gold = [r["checks"]["gold_s"] for r in kept if "gold_s" in r.get("checks", {})]
+        report[rows[0]["repo"]] = {
+            "decided": len(rows), "kept": len(kept),
+            "candidates_per_kept": round(len(rows) / len(kept), 2) if kept else None,
+            "validation_s": round(seconds), "kept_per_hour": round(3600 * len(kept) / seconds, 1) if seconds else None,
+            "mean_s_kept": round(statistics.mean(r["seconds"] for r in kept), 1) if kept else None,
+            "mean_s_dropped": round(statistics.mean(r["seconds"] for r in rows if not r["kept"] and "seconds" in r), 1)
+            if any(not r["kept"] and "seconds" in r for r in rows) else None,
+            "gold_grading_s": round(statistics.mean(gold), 1) if gold else None,
+            "drop_reasons": sorted({r["reason"] for r in rows if not r["kept"]}),
+        }
+    return {"repositories": report, "table": output.markdown_table(output.table(rows_all))}
+
+
+def harness_sample(out: pathlib.Path, n: int, env_cache: pathlib.Path) -> dict:
+    """Grade a seeded sample of n kept tasks with their gold patches through the harness CLI (fresh env cache)."""
+    instances = [json.loads(x) for x in (out / "instances.jsonl").read_text().splitlines() if x.strip()]
+    sample = random.Random(0).sample(instances, min(n, len(instances)))
+    run = out / f"harness-sample-{n}"
+    run.mkdir(exist_ok=True)
+    (run / "instances.jsonl").write_text("".join(json.dumps(i) + "\n" for i in sample))
+    (run / "gold.jsonl").write_text("".join(json.dumps({"instance_id": i["instance_id"], "model_name_or_path":
+                                                         "gold", "model_patch": i["patch"]}) + "\n" for i in sample))
+    started = time.monotonic()
+    report = harness.main(["--instances", str(run / "instances.jsonl"), "--predictions", str(run / "gold.jsonl"),
+                           "--repos", str(out / "repos"), "--out", str(run / "gold"), "--verdict", "plugin",
+                           "--env-cache", str(env_cache), "--no-progress", "--timeout", "300"])
+    return {"sampled": len(sample), "gold_resolved": report["resolved_instances"],
+            "status_counts": report["status_counts"], "wall_s": round(time.monotonic() - started, 1)}
+
+
+def main() -> None:
+    """Print the measurements (and the harness sample's) as JSON."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=pathlib.Path, required=True)
+    p.add_argument("--sample", type=int, default=0)
+    p.add_argument("--env-cache", type=pathlib.Path, default=None, help="a fresh folder: environments rebuilt")
+    args = p.parse_args()
+    if not (args.out / "instances.jsonl").is_file():
+        raise SystemExit(f"{args.out}/instances.jsonl does not exist: run python -m swerl_jax.tasks generate first")
+    found = measure(args.out)
+    print(json.dumps(found["repositories"], indent=1))
+    print(found["table"])
+    if args.sample:
+        if args.env_cache is None:
+            raise SystemExit("--sample needs --env-cache (a fresh folder, so environments are rebuilt)")
+        print(json.dumps(harness_sample(args.out, args.sample, args.env_cache), indent=1))
+
+
+if __name__ == "__main__":
+    main()
