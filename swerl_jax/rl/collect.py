@@ -51,6 +51,10 @@ class InlineSampler:
 
     def __init__(self, engine: SamplingEngine) -> None:
         """Sample from `engine` (a `sampler.engine.SamplingEngine`)."""
+        if getattr(engine, "partial_rollouts", False):  # it would never see a version mid-request: say so
+            raise ValueError("sampler.partial_rollouts=True takes the versions the trainer publishes while a request "
+                             "decodes, in the sampler process: set sampler.mode=process (inline, the trainer hands "
+                             "over its params between requests only)")
         self.engine = engine
 
     def update(self, params: dict, version: int) -> None:

@@ -181,3 +181,13 @@ def test_partial_rollouts_token_versions_reach_the_rollouts_and_the_per_token_st
     assert staleness(scored, 7) == (1.0, 1)  # a sample counts by its oldest token: version 5 at step 7
     # per token: 2 of the 7 tokens of each group are 1 version behind (5), the rest 0 (version 6)
     assert token_staleness(scored, 7) == (pytest.approx(2 / 7), 1)
+
+
+def test_inline_sampler_refuses_partial_rollouts():
+    """Inline, the trainer hands over params between requests only: sampler.partial_rollouts is one clear line."""
+    import types
+
+    from swerl_jax.rl.collect import InlineSampler
+
+    with pytest.raises(ValueError, match=r"sampler.partial_rollouts=True .* set sampler.mode=process"):
+        InlineSampler(types.SimpleNamespace(partial_rollouts=True))
