@@ -6,10 +6,12 @@ of its tasks through the harness.
 Prints, per repository: candidates decided, tasks kept, candidates per kept task, the validation seconds summed
 over decided candidates (the pipeline's wall time less the env build and candidate generation), tasks validated per
 hour of that time, and the gold and empty gradings' mean seconds; then the table by repository and mutation kind.
-With --sample, N kept tasks (seed 0) are graded by `python -m swerl_jax.eval.harness` with their gold patches from
-a fresh environment cache (all must resolve). The empty patch is not re-graded there (the harness counts an empty
-prediction unresolved without running it, SWE-bench's rule): the validator ran it through the same
-`LocalExecutor.evaluate`, recorded in results.jsonl's `checks`.
+With --sample, N kept tasks (seed 0) are graded by `python -m swerl_jax.eval.harness` from a fresh environment
+cache twice: with their gold patches (all must resolve) and with the empty patch (none may). The harness does run an
+empty prediction (the executor applies nothing and runs the tests); it files it under the outcome "empty_patch"
+whatever the tests said, so the empty run is judged here by each result's `status` (the tests' verdict) and its
+FAIL_TO_PASS count: "ran" counts the empty runs whose tests started, "f2p_failing" those where a FAIL_TO_PASS test
+failed. Grading seconds per task come from each result's `environment` (`install_s` + `test_s`).
 """
 
 from __future__ import annotations
@@ -48,21 +50,44 @@ def measure(out: pathlib.Path) -> dict:
     return {"repositories": report, "table": output.markdown_table(output.table(rows_all))}
 
 
+def _grade(run: pathlib.Path, name: str, sample: list[dict], patches: list[str], out: pathlib.Path,
+           env_cache: pathlib.Path) -> dict:
+    """Grade `sample` with `patches` through the harness CLI into run/name: the report's counts, per-result
+    statuses and grading seconds."""
+    predictions = run / f"{name}.jsonl"
+    predictions.write_text("".join(json.dumps({"instance_id": i["instance_id"], "model_name_or_path": name,
+                                               "model_patch": p}) + "\n" for i, p in zip(sample, patches)))
+    started = time.monotonic()
+    report = harness.main(["--instances", str(run / "instances.jsonl"), "--predictions", str(predictions),
+                           "--repos", str(out / "repos"), "--out", str(run / name), "--verdict", "plugin",
+                           "--env-cache", str(env_cache), "--no-progress", "--timeout", "300", "--workers", "2"])
+    results = [json.loads((run / name / "results" / f"{i['instance_id']}.json").read_text()) for i in sample]
+    envs = [r.get("environment") or {} for r in results]
+    grading = [e["install_s"] + e["test_s"] for e in envs if "install_s" in e and "test_s" in e]
+    return {"resolved": sum(r["status"] == "resolved" for r in results),
+            "status_counts": report["status_counts"], "outcome_counts": report["outcome_counts"],
+            "ran": sum(bool(r.get("tests_ran")) for r in results),
+            "f2p_failing": sum(bool((r.get("FAIL_TO_PASS") or {}).get("failed")) for r in results),
+            "env_builds_s": sorted({e["env"]: e["env_s"] for e in envs if "env_s" in e}.values()),
+            "grading_s_mean": round(statistics.mean(grading), 2) if grading else None,
+            "grading_s_median": round(statistics.median(grading), 2) if grading else None,
+            "wall_s": round(time.monotonic() - started, 1)}
+
+
 def harness_sample(out: pathlib.Path, n: int, env_cache: pathlib.Path) -> dict:
-    """Grade a seeded sample of n kept tasks with their gold patches through the harness CLI (fresh env cache)."""
+    """Grade a seeded sample of n kept tasks through the harness CLI from a fresh env cache: with their gold patches
+    (each must resolve) and with the empty patch (none may)."""
     instances = [json.loads(x) for x in (out / "instances.jsonl").read_text().splitlines() if x.strip()]
     sample = random.Random(0).sample(instances, min(n, len(instances)))
     run = out / f"harness-sample-{n}"
     run.mkdir(exist_ok=True)
     (run / "instances.jsonl").write_text("".join(json.dumps(i) + "\n" for i in sample))
-    (run / "gold.jsonl").write_text("".join(json.dumps({"instance_id": i["instance_id"], "model_name_or_path":
-                                                         "gold", "model_patch": i["patch"]}) + "\n" for i in sample))
-    started = time.monotonic()
-    report = harness.main(["--instances", str(run / "instances.jsonl"), "--predictions", str(run / "gold.jsonl"),
-                           "--repos", str(out / "repos"), "--out", str(run / "gold"), "--verdict", "plugin",
-                           "--env-cache", str(env_cache), "--no-progress", "--timeout", "300"])
-    return {"sampled": len(sample), "gold_resolved": report["resolved_instances"],
-            "status_counts": report["status_counts"], "wall_s": round(time.monotonic() - started, 1)}
+    by_repo: dict[str, int] = {}
+    for i in sample:
+        by_repo[i["repo"]] = by_repo.get(i["repo"], 0) + 1
+    return {"sampled": len(sample), "by_repository": dict(sorted(by_repo.items())), "env_cache": str(env_cache),
+            "gold": _grade(run, "gold", sample, [i["patch"] for i in sample], out, env_cache),
+            "empty": _grade(run, "empty", sample, [""] * len(sample), out, env_cache)}
 
 
 def main() -> None:
