@@ -51,7 +51,7 @@ def measure(out: pathlib.Path) -> dict:
 
 
 def _grade(run: pathlib.Path, name: str, sample: list[dict], patches: list[str], out: pathlib.Path,
-           env_cache: pathlib.Path) -> dict:
+           env_cache: pathlib.Path, workers: int) -> dict:
     """Grade `sample` with `patches` through the harness CLI into run/name: the report's counts, per-result
     statuses and grading seconds."""
     predictions = run / f"{name}.jsonl"
@@ -60,7 +60,8 @@ def _grade(run: pathlib.Path, name: str, sample: list[dict], patches: list[str],
     started = time.monotonic()
     report = harness.main(["--instances", str(run / "instances.jsonl"), "--predictions", str(predictions),
                            "--repos", str(out / "repos"), "--out", str(run / name), "--verdict", "plugin",
-                           "--env-cache", str(env_cache), "--no-progress", "--timeout", "300", "--workers", "2"])
+                           "--env-cache", str(env_cache), "--no-progress", "--timeout", "300",
+                           "--workers", str(workers)])
     results = [json.loads((run / name / "results" / f"{i['instance_id']}.json").read_text()) for i in sample]
     envs = [r.get("environment") or {} for r in results]
     grading = [e["install_s"] + e["test_s"] for e in envs if "install_s" in e and "test_s" in e]
@@ -74,7 +75,7 @@ def _grade(run: pathlib.Path, name: str, sample: list[dict], patches: list[str],
             "wall_s": round(time.monotonic() - started, 1)}
 
 
-def harness_sample(out: pathlib.Path, n: int, env_cache: pathlib.Path) -> dict:
+def harness_sample(out: pathlib.Path, n: int, env_cache: pathlib.Path, workers: int = 2) -> dict:
     """Grade a seeded sample of n kept tasks through the harness CLI from a fresh env cache: with their gold patches
     (each must resolve) and with the empty patch (none may)."""
     instances = [json.loads(x) for x in (out / "instances.jsonl").read_text().splitlines() if x.strip()]
@@ -86,8 +87,8 @@ def harness_sample(out: pathlib.Path, n: int, env_cache: pathlib.Path) -> dict:
     for i in sample:
         by_repo[i["repo"]] = by_repo.get(i["repo"], 0) + 1
     return {"sampled": len(sample), "by_repository": dict(sorted(by_repo.items())), "env_cache": str(env_cache),
-            "gold": _grade(run, "gold", sample, [i["patch"] for i in sample], out, env_cache),
-            "empty": _grade(run, "empty", sample, [""] * len(sample), out, env_cache)}
+            "gold": _grade(run, "gold", sample, [i["patch"] for i in sample], out, env_cache, workers),
+            "empty": _grade(run, "empty", sample, [""] * len(sample), out, env_cache, workers)}
 
 
 def main() -> None:
@@ -96,6 +97,7 @@ def main() -> None:
     p.add_argument("--out", type=pathlib.Path, required=True)
     p.add_argument("--sample", type=int, default=0)
     p.add_argument("--env-cache", type=pathlib.Path, default=None, help="a fresh folder: environments rebuilt")
+    p.add_argument("--workers", type=int, default=2, help="the harness's gradings at a time")
     args = p.parse_args()
     if not (args.out / "instances.jsonl").is_file():
         raise SystemExit(f"{args.out}/instances.jsonl does not exist: run python -m swerl_jax.tasks generate first")
@@ -105,7 +107,7 @@ def main() -> None:
     if args.sample:
         if args.env_cache is None:
             raise SystemExit("--sample needs --env-cache (a fresh folder, so environments are rebuilt)")
-        print(json.dumps(harness_sample(args.out, args.sample, args.env_cache), indent=1))
+        print(json.dumps(harness_sample(args.out, args.sample, args.env_cache, args.workers), indent=1))
 
 
 if __name__ == "__main__":
