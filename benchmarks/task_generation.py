@@ -32,7 +32,14 @@ def measure(out: pathlib.Path) -> dict:
     report = {}
     rows_all = []
     for path in sorted(out.glob("*/results.jsonl")):
-        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        # a candidate decided again under another key (a changed spec, timeout or executor): its latest decision
+        # counts, as `generation.collect` has it
+        latest = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                latest[(row["repo"], row["commit"], row["mutation"]["key"])] = row
+        rows = list(latest.values())
         rows_all += rows
         kept = [r for r in rows if r["kept"]]
         seconds = sum(r.get("seconds", 0) for r in rows)
