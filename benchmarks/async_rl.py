@@ -13,6 +13,9 @@ and trains `--steps` GRPO steps with the same prompts and samples per step. Vari
                 first groups to finish; agent configs only)
   k1-stream     k = 1 with partial rollouts (the stream: an episode in flight continues under each newer policy
                 between its turns, each token keeping its version; agent configs only), against k1-pinned
+  k1-partial    k = 1 with partial rollouts inside the sampler process (sampler.partial_rollouts: a version
+                published while a request decodes is taken between two decode segments, the rows in flight
+                re-prefilled under it; needs sampler.mode=process)
 
 and prints the mean seconds per step over steps 3..N (1-2 compile), episodes (samples) trained per hour, the
 trainer's idle fraction (waiting for a batch: time/trainer_idle_frac), the sampler's (no generate call running:
@@ -50,6 +53,7 @@ VARIANTS = {
     "k2-pinned": PINNED + ["--config.rl.max_staleness=2"],
     "k2-stream": PINNED + ["--config.rl.max_staleness=2", "--config.agent.stream_ahead_batches=1"],
     "k1-stream": PINNED + ["--config.rl.max_staleness=1", "--config.agent.stream_ahead_batches=1"],
+    "k1-partial": PINNED + ["--config.rl.max_staleness=1", "--config.sampler.partial_rollouts=True"],
 }
 
 

@@ -104,6 +104,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # rl.trainer_memory_fraction must split the memory: launch/plan.py prints a split from its rows.
     c.sampler.memory_fraction = 0.0
     c.sampler.weights_dir = ""  # where policy versions are published; empty: workdir/policy
+    # Partial rollouts in the sampler process (AReaL, slime --partial-rollout): a policy version published while a
+    # request decodes is taken between two segments of sampler.partial_segment tokens, without draining; the rows
+    # in flight are re-prefilled under it and every token records its version (Completion.token_versions, the
+    # per-token staleness). Off: the static engine, today's completions.
+    c.sampler.partial_rollouts = False
+    c.sampler.partial_segment = 32
 
     # RL: GRPO and its ablations.
     c.rl = ml_collections.ConfigDict()

@@ -99,6 +99,8 @@ class SamplerSection:
     memory_fraction: float
     num_processes: int
     weights_dir: str
+    partial_rollouts: bool
+    partial_segment: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from swerl_jax import sharding
-from swerl_jax.cli import absl_flags_parser, input_error_line
+from swerl_jax.cli import absl_flags_parser, input_error_line, one_line_input_errors
 from swerl_jax.data.paths import blocking_file
 from swerl_jax.model.convert import CheckpointError
 from swerl_jax.resolve import absolute_paths, ensure_resolved, resolve_config, start_warnings
@@ -64,14 +64,15 @@ def run_experiment(config: Any, workdir: str | os.PathLike, allow_config_change:
         import jax
 
         # however the processes were started (mesh.num_processes, JAX_NUM_PROCESSES, SLURM): before SFT spends its
-        # time, not when the GRPO collector starts (issue 57 item 6)
-        prompt_share(int(config.rl.prompts_per_step), jax.process_count(), "the JAX process count")
-
-        problem = affinity.shared_device_problem(
-            jax.default_backend(), float(config.rl.trainer_memory_fraction), float(config.sampler.memory_fraction),
-            str(config.sampler.devices), str(config.sampler.mode))
-        if problem:  # before SFT spends its hours: the sampler would fail to allocate when GRPO starts
-            raise affinity.PlacementError(problem)
+        # time, not when the GRPO collector starts (issue 57 item 6). One line each (a SystemExit), also on every
+        # process of a multi-process run, where `sharding.fail_alone` prints a traceback for anything else
+        with one_line_input_errors("swerl_jax.train"):
+            prompt_share(int(config.rl.prompts_per_step), jax.process_count(), "the JAX process count")
+            problem = affinity.shared_device_problem(
+                jax.default_backend(), float(config.rl.trainer_memory_fraction),
+                float(config.sampler.memory_fraction), str(config.sampler.devices), str(config.sampler.mode))
+            if problem:  # before SFT spends its hours: the sampler would fail to allocate when GRPO starts
+                raise affinity.PlacementError(problem)
     # the checkpoint and tokenizer the run will load, checked before the workdir exists: a mismatch is one line and
     # leaves nothing behind (CheckpointError)
     check_hf_checkpoint(config)

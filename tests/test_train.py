@@ -161,3 +161,18 @@ def test_start_warnings_are_said_once_before_anything_runs(tmp_path, monkeypatch
     said = [r.getMessage() for r in caplog.records if r.name == "swerl_jax.train"]
     assert sum("sampler.num_processes=2: " in m and "never serve a request" in m for m in said) == 1, said
     assert sum(m.startswith("rl.off_policy='decoupled' with one update per batch") for m in said) == 1, said
+
+
+def test_prompts_that_do_not_split_over_the_processes_are_one_line_on_every_process(tmp_path, monkeypatch):
+    """Issue 57's held-out check: on 3 processes, prompts_per_step=4 failed early but each process printed a
+    15-line traceback (`sharding.fail_alone` prints one for any exception that is not the program's own SystemExit),
+    so a config error read as a bug. It is a SystemExit with one line naming the key, as on one process."""
+    c = _config(1)
+    c.rl.prompts_per_step = 4
+    monkeypatch.setattr(train.sharding, "initialize_distributed", lambda config: None)
+    monkeypatch.setattr(jax, "process_count", lambda: 3)
+    with pytest.raises(SystemExit) as exit_info:
+        train.run_experiment(c, tmp_path / "run")
+    line = str(exit_info.value.code)
+    assert line.startswith("swerl_jax.train: ") and "prompts_per_step" in line and "\n" not in line, line
+    assert not (tmp_path / "run").exists()

@@ -147,10 +147,13 @@ class Conversation:
         in the ledger, copied: the transcript (`add`) is checked against it."""
         self.ledger.append((np.array(ids, np.int32), None if logprobs is None else np.array(logprobs, np.float32)))
 
-    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, version: int = -1) -> None:
-        """Append a model turn (with its behaviour log-probs and the policy version that sampled it) or, with
-        `logprobs` None, an observation."""
-        self.versions += [int(version) if logprobs is not None else -1] * len(ids)
+    def add(self, ids: Sequence[int], logprobs: Sequence[float] | None, version: int | Sequence[int] = -1) -> None:
+        """Append a model turn (with its behaviour log-probs and the policy version that sampled it, one or one
+        per token: a partial rollout's) or, with `logprobs` None, an observation."""
+        if logprobs is not None and not isinstance(version, (int, np.integer)):
+            self.versions += [int(v) for v in version]
+        else:
+            self.versions += [int(version) if logprobs is not None else -1] * len(ids)
         self.tokens += [int(t) for t in ids]
         self.mask += [1.0 if logprobs is not None else 0.0] * len(ids)
         self.logprobs += list(map(float, logprobs)) if logprobs is not None else [0.0] * len(ids)
@@ -237,7 +240,8 @@ def run_episodes(envs: Sequence[Sequence[SWEEnv]], generator: TurnGenerator, cha
 def add_turn(c: Conversation, completion: Completion) -> None:
     """Append a model turn: its tokens, their behaviour log-probs and the policy version that sampled it."""
     c.receive(completion.tokens, completion.logprobs)  # the ledger: exactly what the sampler returned
-    c.add(completion.tokens, completion.logprobs, completion.policy_version)
+    c.add(completion.tokens, completion.logprobs, completion.policy_version if completion.token_versions is None
+          else completion.token_versions)
     c.policy_version = completion.policy_version
     if c.first_version < 0:
         c.first_version = completion.policy_version

@@ -15,6 +15,8 @@ network; offline, give the files, or turn the exclusion off (`drop_benchmark_ins
 
 from __future__ import annotations
 
+import difflib
+import pathlib
 import re
 from collections.abc import Iterable
 
@@ -38,6 +40,16 @@ def instance_pr(instance: dict, where: str) -> tuple[str, int]:
     return repo.lower(), int(match.group(1))
 
 
+def near_file(source: str) -> str:
+    """" (did you mean PATH?)" when `source` is not a file and a file of a close name sits in its folder (a typo
+    such as swebench_lite.jsn), else ""."""
+    path = pathlib.Path(source)
+    if path.exists() or not path.parent.is_dir():
+        return ""
+    close = difflib.get_close_matches(path.name, sorted(p.name for p in path.parent.iterdir() if p.is_file()), n=1)
+    return f" (did you mean {path.parent / close[0]}?)" if close else ""
+
+
 def benchmark_prs(sources: Iterable[str]) -> frozenset[tuple[str, int]]:
     """Every (repository, PR number) of the instances in `sources`; one ValueError line naming the source, the
     config key and the way out when a source cannot be read."""
@@ -47,7 +59,8 @@ def benchmark_prs(sources: Iterable[str]) -> frozenset[tuple[str, int]]:
             instances = load_instances(source)
         except Exception as e:  # noqa: BLE001 - the network, the datasets package, a missing or malformed file
             raise ValueError(
-                f"{KEY}: cannot read {source!r} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                f"{KEY}: cannot read {source!r}{near_file(source)} ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else ''}); "
                 "curation leaves SWE-bench Lite/Verified instances out of the records by default: give their "
                 f"instance files ({KEY}=PATH/swebench_lite.json,PATH/swebench_verified.jsonl) or turn that off "
                 f"with {OFF}") from None

@@ -51,6 +51,10 @@ class InlineSampler:
 
     def __init__(self, engine: SamplingEngine) -> None:
         """Sample from `engine` (a `sampler.engine.SamplingEngine`)."""
+        if getattr(engine, "partial_rollouts", False):  # it would never see a version mid-request: say so
+            raise ValueError("sampler.partial_rollouts=True takes the versions the trainer publishes while a request "
+                             "decodes, in the sampler process: set sampler.mode=process (inline, the trainer hands "
+                             "over its params between requests only)")
         self.engine = engine
 
     def update(self, params: dict, version: int) -> None:
@@ -176,7 +180,8 @@ def collect_rollouts(sampler: Sampler, reward_service, batch: dict, sampling: Sa
                 groups[p].append(Rollout(prompt_id=str(batch["instance_id"][p]), group=p,
                                         sample=c.sample_index, prompt_tokens=prompts[p], completion_tokens=c.tokens,
                                         sampler_logprobs=c.logprobs, finish_reason=c.finish_reason,
-                                        completion=text, policy_version=c.policy_version))
+                                        completion=text, policy_version=c.policy_version,
+                                        token_versions=c.token_versions))
                 items.append({"code_context": batch["code_context"][p],
                               "oracle_new_content": batch["oracle_new_content"][p], "output": text})
         first_submit = first_submit or time.perf_counter()

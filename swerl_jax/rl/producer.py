@@ -140,6 +140,15 @@ def token_staleness(groups: Groups, step: int) -> tuple[float, int]:
     return (float(ages.mean()), int(ages.max())) if ages.size else (0.0, 0)
 
 
+def check_token_staleness(groups: Groups, step: int, k: int) -> None:
+    """The bound per token: every model token of step `step`'s groups was sampled by version >= step - 1 - k
+    (partial rollouts take newer versions mid-generation, never older ones); RuntimeError naming the step if not."""
+    _, worst = token_staleness(groups, step)
+    if worst > k:
+        raise RuntimeError(f"step {step}: a token was sampled {worst} policy versions behind the trainer, past "
+                           f"rl.max_staleness={k}")
+
+
 def staleness(groups: Groups, step: int) -> tuple[float, int]:
     """(mean, max) over the samples of (step - 1) - the policy version that generated them."""
     ages = [step - 1 - r.policy_version for group in groups.rollouts for r in group]
@@ -210,6 +219,7 @@ class AheadProducer:
                                        f"{self.first}..{self.last})")
                 self._cond.wait(_POLL_S)
             item = self._ready.pop(step)
+        check_token_staleness(item.groups, step, self.k)
         return item, time.perf_counter() - t0, depth
 
     def close(self, timeout_s: float = 5.0) -> None:

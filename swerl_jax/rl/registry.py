@@ -31,17 +31,27 @@ def _identity(fn: Callable) -> tuple[str | None, str | None]:
     return getattr(fn, "__qualname__", None), os.path.abspath(code.co_filename) if code is not None else None
 
 
+def _same_def(old: Callable, fn: Callable) -> bool:
+    """Whether `fn` is `old`'s def executed again (its file run once more): same name and file, and equal code
+    objects (CPython compares the bytecode, constants, names and first line), so another body under the same name in
+    the same file, or a second lambda, is not mistaken for it (issue 57's held-out check)."""
+    code = getattr(fn, "__code__", None)
+    return (_identity(old) == _identity(fn) and code is not None
+            and getattr(old, "__code__", None) == code)
+
+
 def _describe(fn: Callable) -> str:
     name, path = _identity(fn)
     return f"{name} in {path}" if path else repr(fn)
 
 
 def register_in(table: dict[str, Callable], name: str) -> Callable[[Callable], Callable]:
-    """Decorator adding `fn` to a registry `table` as `name`. The same function registered again (its file executed
-    once more) replaces the earlier definition; another function under a taken name is a ValueError naming both."""
+    """Decorator adding `fn` to a registry `table` as `name`. The same def registered again (its file executed
+    once more) replaces the earlier definition; another function under a taken name (another body or line under the
+    same name in the same file included) is a ValueError naming both."""
     def deco(fn: Callable) -> Callable:
         old = table.get(name)
-        if old is not None and old is not fn and (_identity(old) != _identity(fn) or _identity(fn)[1] is None):
+        if old is not None and old is not fn and not _same_def(old, fn):
             raise ValueError(f"{name!r} is already registered (by {_describe(old)}); {_describe(fn)} needs "
                              "another name")
         table[name] = fn

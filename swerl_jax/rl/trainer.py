@@ -49,6 +49,7 @@ from swerl_jax.resolve import ensure_resolved
 from swerl_jax.rl import minibatch
 from swerl_jax.rl.collect import InlineSampler
 from swerl_jax.rl.collector import COMPLETION_BUCKET, PROMPT_BUCKET, Collector, Evaluator, local_prompts
+from swerl_jax.rl.host_batches import gather_groups, local_rows, sharding_sync
 from swerl_jax.rl.idle import TimedSampler, generated_tokens, sampler_device_count, step_time_metrics
 from swerl_jax.rl.objectives import GRPOLossConfig, advantage_stats, group_advantages, grpo_loss, logprob_mismatch
 from swerl_jax.rl.producer import AheadProducer, SerialSampler, taken_metrics
@@ -375,34 +376,3 @@ class GRPOTrainer(TrainLoop):
             self.producer.close()
         self.collector.close()
         self.checkpointer.close()
-
-
-def local_rows(x: jax.Array) -> np.ndarray:
-    """This process's rows of a batch-sharded global array, as numpy (the whole array in one process)."""
-    if jax.process_count() == 1:
-        return np.asarray(jax.device_get(x))
-    shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
-    seen, rows = set(), []
-    for s in shards:
-        start = s.index[0].start or 0
-        if start not in seen:
-            seen.add(start)
-            rows.append(np.asarray(s.data))
-    return np.concatenate(rows)
-
-
-def gather_groups(x: np.ndarray) -> np.ndarray:
-    """[P_local, G] per process -> [P, G] over all processes (for global reward metrics)."""
-    if jax.process_count() == 1:
-        return x
-    from jax.experimental import multihost_utils
-
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-
-
-def sharding_sync(name: str) -> None:
-    """A barrier across processes (no-op in one)."""
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices(name)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import collections
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +41,7 @@ from swerl_jax.sampler.core import (
 from swerl_jax.sampler.decode import decode_step_rows, decode_weights, zeros_cache
 from swerl_jax.sampler.engine import SamplingEngine, check_prompt_offset
 from swerl_jax.sampler.sampling import sample_tokens
+from swerl_jax.sampler.swap import reprefill, row_tokens, token_versions
 from swerl_jax.sampler.types import Completion, RequestTooLarge, SamplingParams
 
 # the per-row decode state carried between segments
@@ -106,11 +107,18 @@ def _segment(config: LlamaConfig, weights: dict, state: State, stop: jax.Array, 
 class ContinuousEngine(SamplingEngine):
     """`SamplingEngine.generate` with continuous batching (same arguments, same completions for a given seed)."""
 
-    def __init__(self, config: LlamaConfig, params: dict, *, segment: int = 32, **kwargs) -> None:
+    def __init__(self, config: LlamaConfig, params: dict, *, segment: int = 32, partial_rollouts: bool = False,
+                 weight_source: Callable[[], tuple[int, dict] | None] | None = None, **kwargs) -> None:
         """`segment`: tokens decoded between two refills (a host round trip each); other arguments as
-        `SamplingEngine` (`max_batch` is the pool's rows, the cache holds max_prompt_len + max_new_tokens)."""
+        `SamplingEngine` (`max_batch` is the pool's rows, the cache holds max_prompt_len + max_new_tokens).
+        `partial_rollouts` (sampler.partial_rollouts): between two segments, ask `weight_source` for a newer
+        (version, params) and decode on under it without draining (`swap`); every Completion then carries
+        `token_versions`. Off, the source is never asked and the completions are those of today."""
         super().__init__(config, params, shared_prefix=False, **kwargs)
         self.segment = segment
+        self.partial_rollouts = partial_rollouts
+        self.weight_source = weight_source
+        self.swaps = 0  # versions taken in flight (between segments), for the sampler's metrics
         # the pool's state (argument 1) is donated to both: each call returns the next one
         self.programs.define("insert", functools.partial(_insert, config), donate_argnums=(1,))
         self.programs.define("segment", functools.partial(_segment, config), static_argnames=("steps", "use_filters"),
@@ -118,6 +126,7 @@ class ContinuousEngine(SamplingEngine):
         # once per generate call, outside the segments; a re-layout of the weights, not a generation program, so
         # it stays out of compile_count
         self.programs.define("weights", functools.partial(decode_weights, config), counted=False)
+        self.programs.define("reprefill", functools.partial(reprefill, config), donate_argnums=(1,))
 
     def _empty_state(self) -> State:
         rows, total, n = self.max_batch, self.max_prompt_len + self.max_new_tokens, self.max_new_tokens
@@ -148,13 +157,19 @@ class ContinuousEngine(SamplingEngine):
         weights = self.programs["weights"](self.params)
         state = self._empty_state()
         owner: dict[int, tuple[int, int]] = {}  # row -> (prompt, sample)
+        spans: dict[int, list[tuple[int, int]]] = {}  # row -> (first step, version) of each version it decoded
         done: dict[tuple[int, int], Completion] = {}
         while pending or owner:
+            if self.partial_rollouts and owner:
+                state, swapped = self._take_new_version(state, prompts, owner, spans)
+                if swapped:
+                    weights = self.programs["weights"](self.params)
             free = [r for r in range(self.max_batch) if r not in owner]
             if pending and free:
                 admitted = [pending.popleft() for _ in range(min(len(free), len(pending)))]
                 state = self._admit(state, prompts, caps, admitted, free, base, sampling, prompt_offset)
                 owner.update(zip(free, admitted))
+                spans.update((r, [(0, self.policy_version)]) for r in free[:len(admitted)])
             state = self.programs["segment"](weights, state, stop, steps=self.segment, use_filters=use_filters)
             active, step, stopped = jax.device_get((state.active, state.step, state.stopped))
             finished = [r for r in owner if not active[r]]
@@ -162,10 +177,31 @@ class ContinuousEngine(SamplingEngine):
                 out_tok, out_lp = jax.device_get((state.out_tok, state.out_lp))
                 for r in finished:
                     i, j = owner.pop(r)
-                    n = int(step[r])
-                    done[(i, j)] = finish(self.tokenizer, self.policy_version, prompt_offset + i, j, prompts[i].size,
-                                          out_tok[r, :n], out_lp[r, :n], bool(stopped[r]), sampling)
+                    n, row_spans = int(step[r]), spans.pop(r)
+                    c = finish(self.tokenizer, row_spans[0][1], prompt_offset + i, j, prompts[i].size,
+                               out_tok[r, :n], out_lp[r, :n], bool(stopped[r]), sampling)
+                    if self.partial_rollouts:  # off: no field, the Completion of today to the last bit
+                        c.token_versions = token_versions(row_spans, c.completion_length)
+                    done[(i, j)] = c
         return [[done[(i, j)] for j in range(num_samples)] for i in range(len(prompts))]
+
+    def _take_new_version(self, state: State, prompts: list[np.ndarray], owner: dict[int, tuple[int, int]],
+                          spans: dict[int, list[tuple[int, int]]]) -> tuple[State, bool]:
+        """(state, whether a newer version was taken): between two segments, a newer version from the weight
+        source replaces the params, every row in flight is re-prefilled under it (`swap.reprefill`) and its next
+        token is recorded as the new version's."""
+        got = self.weight_source() if self.weight_source is not None else None
+        if got is None or got[0] <= self.policy_version:
+            return state, False
+        self.update_params(got[1], got[0])
+        self.swaps += 1
+        steps, out_tok = jax.device_get((state.step, state.out_tok))
+        rows, total = state.kv_mask.shape
+        tokens = row_tokens(rows, total, self.max_new_tokens, self.pad_token_id,
+                            {r: prompts[i] for r, (i, _) in owner.items()}, steps, out_tok)
+        for r in owner:
+            spans[r].append((int(steps[r]), self.policy_version))
+        return self.programs["reprefill"](self.params, state, tokens), True
 
     def _admit(self, state: State, prompts: list[np.ndarray], caps: list[int], admitted: list[tuple[int, int]],
                free: list[int], base: jax.Array, sampling: SamplingParams, prompt_offset: int = 0) -> State:

@@ -11,6 +11,7 @@ from swerl_jax.model.convert import load_hf
 from swerl_jax.model.llama import init_params
 from swerl_jax.model.smollm2 import resolve_hf_dir
 from swerl_jax.policy import model_config_from
+from swerl_jax.sampler.continuous import ContinuousEngine
 from swerl_jax.sampler.engine import SamplingEngine
 from swerl_jax.sampler.weights import latest_version, load
 from swerl_jax.sections import Experiment
@@ -45,10 +46,15 @@ def load_engine(config: Experiment, with_tokenizer: bool = True, weights_dir: st
     data.max_prompt_len), on the newest policy version in `weights_dir` when there is one (see `load_policy`)."""
     model_config, params, version = load_policy(config, weights_dir)
     tokenizer = tokenizer_for(config.model) if with_tokenizer else None
-    engine = SamplingEngine(model_config, params, tokenizer=tokenizer, max_batch=config.sampler.max_batch,
-                            max_prompt_len=config.data.max_prompt_len, max_new_tokens=config.sampler.max_new_tokens,
-                            policy_version=version or 0)
-    return engine, version
+    s = config.sampler
+    limits = dict(tokenizer=tokenizer, max_batch=s.max_batch, max_prompt_len=config.data.max_prompt_len,
+                  max_new_tokens=s.max_new_tokens, policy_version=version or 0)
+    if s.partial_rollouts:  # the server hands it its weight watcher (`SamplerServer`)
+        if s.partial_segment < 1:
+            raise ValueError(f"sampler.partial_segment must be >= 1, got {s.partial_segment}")
+        return ContinuousEngine(model_config, params, segment=s.partial_segment, partial_rollouts=True,
+                                **limits), version
+    return SamplingEngine(model_config, params, **limits), version
 
 
 def build_engine(config: Experiment, with_tokenizer: bool = True) -> SamplingEngine:

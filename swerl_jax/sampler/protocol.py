@@ -25,6 +25,7 @@ Message types:
                   arrays prompt_tokens (all prompts concatenated), prompt_lengths
                   -> result {policy_version, texts, finish_reasons, prompt_lengths, prompt_offset}
                      arrays tokens, logprobs (all completions concatenated, prompt-major), completion_lengths
+                     [, token_versions (likewise), policy_versions (one per completion): partial rollouts]
                   prompt_offset (absent: 0): prompt i is prompt prompt_offset + i of a larger request, for its
                   random keys and its completions' prompt_index (a request split across servers samples what the
                   whole would); the result echoes it, so a client sees a server that ignored it.
@@ -352,6 +353,9 @@ def result_message(groups: list[list[Completion]], policy_version: int) -> tuple
     arrays = {"tokens": np.concatenate([c.tokens for c in flat]) if flat else np.zeros(0, np.int32),
               "logprobs": np.concatenate([c.logprobs for c in flat]) if flat else np.zeros(0, np.float32),
               "completion_lengths": np.asarray([c.completion_length for c in flat], np.int32)}
+    if flat and all(c.token_versions is not None for c in flat):  # partial rollouts: each token's version
+        arrays["token_versions"] = np.concatenate([c.token_versions for c in flat]).astype(np.int32)
+        arrays["policy_versions"] = np.asarray([c.policy_version for c in flat], np.int32)
     return fields, arrays
 
 
@@ -365,4 +369,11 @@ def parse_result(msg: Message) -> list[list[Completion]]:
     flat = [Completion(offset + i // n, i % n, tokens[i], logprobs[i], f["texts"][i], f["finish_reasons"][i],
                        int(f["prompt_lengths"][i]), int(lengths[i]), int(f["policy_version"]))
             for i in range(lengths.size)]
+    if "token_versions" in a:  # partial rollouts: a completion's tokens span versions, its own is its oldest
+        if a["token_versions"].size != int(lengths.sum()) or a.get("policy_versions", np.zeros(0)).size != len(flat):
+            raise ValueError(f"result message: token_versions has {a['token_versions'].size} entries for "
+                             f"{int(lengths.sum())} tokens (policy_versions must have one per completion)")
+        for c, versions, own in zip(flat, np.split(a["token_versions"], np.cumsum(lengths)[:-1]),
+                                    a["policy_versions"]):
+            c.token_versions, c.policy_version = versions, int(own)
     return [flat[i:i + n] for i in range(0, len(flat), n)]

@@ -134,6 +134,8 @@ class SamplerServer:
         self.engine = engine
         self.secret = secret or None
         self.watcher = WeightWatcher(weights_dir, like=engine.params) if weights_dir else None
+        if getattr(engine, "partial_rollouts", False) and self.watcher is not None:
+            engine.weight_source = self.watcher.poll  # asked between decode segments, under the engine lock
         # Without a secret a first message proves nothing: 16 peers that ping once and idle took every active slot
         # for idle_timeout_s (600 s) and a real client waited that long. They now idle out in seconds.
         self.frame_timeout_s = frame_timeout_s

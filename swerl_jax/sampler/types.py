@@ -54,7 +54,10 @@ class Completion:
     finish_reason: str  # "stop" | "length"
     prompt_length: int
     completion_length: int
-    policy_version: int
+    policy_version: int  # of its first token (its oldest)
+    # Per token, the policy version that sampled it (a partial rollout's tokens span versions: `swap`); None: all
+    # `policy_version` (partial rollouts off)
+    token_versions: np.ndarray | None = None
 
 
 def sampling_params(config: Any) -> SamplingParams:

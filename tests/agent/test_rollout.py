@@ -184,3 +184,20 @@ def test_a_graded_episode_names_its_own_grading_seconds():
     assert isinstance(info["grade_s"], float) and info["grade_s"] >= 0.0
     _, failed = score_episode(Conversation(env=Graded(), group=0, sample=1, termination="env_error", error="x"))
     assert "grade_s" not in failed
+
+
+def test_a_partial_rollouts_turn_keeps_each_tokens_version():
+    """A model turn whose tokens span versions (the sampler took a new version mid-turn) keeps one version per
+    token; its first is the episode's oldest; an observation is -1."""
+    import types
+
+    from swerl_jax.agent.rollout import Conversation, add_turn
+    from swerl_jax.sampler.types import Completion
+
+    c = Conversation(types.SimpleNamespace(instance={"instance_id": "t-1"}), 0, 0)
+    add_turn(c, Completion(0, 0, np.asarray([5, 6, 7], np.int32), np.full(3, -0.5, np.float32), None, "stop", 2, 3,
+                           3, token_versions=np.asarray([3, 4, 4], np.int32)))
+    c.receive([8], None)
+    c.add([8], None)
+    add_turn(c, Completion(0, 0, np.asarray([9], np.int32), np.full(1, -0.5, np.float32), None, "stop", 2, 1, 4))
+    assert c.versions == [3, 4, 4, -1, 4] and c.first_version == 3

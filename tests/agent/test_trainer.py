@@ -148,3 +148,84 @@ def test_the_stream_tasks_in_flight_round_trip_through_the_checkpointed_state():
                                          r"has no stream"):
         resumed.load_state_dict(state)
     resumed.load_state_dict({})  # nothing in flight: nothing to do
+
+
+AGENT_K1 = ["--config=experiments/agent_tiny_cpu.py", "--config.sft.num_steps=0", "--config.rl.num_steps=5",
+            "--config.rl.max_staleness=1", "--config.agent.stream_ahead_batches=1", "--config.sampler.mode=process",
+            "--config.agent.kv_cache=reprefill", "--config.checkpoint.every_steps=1", "--config.rl.num_samples=2",
+            "--config.agent.max_turns=2", "--config.sampler.max_new_tokens=16", "--config.data.rl_num_records=0",
+            "--config.data.synthetic_num_records=16", "--config.eval.every_steps=0",
+            "--config.logging.progress_bar=False", "--config.agent.env_workers=2"]
+
+
+@requires_smollm2
+@pytest.mark.slow
+def test_sigkilled_async_agent_run_resumes_and_trains_every_drawn_task_exactly_once(tmp_path):
+    """Issue 59 item 6, end to end: an asynchronous (k = 1) agent run with streamed episodes, checkpointed every
+    step, is SIGKILLed once checkpoint 2 is on disk (mid-run: the producer is collecting ahead), then resumed.
+    From the rollouts on disk: every task of the data order drawn up to the last step is trained exactly once, is
+    still in flight at the end, or was dropped for staleness and counted; the tasks in flight at the checkpoint
+    resumed from were generated again and counted (agent/stream_regenerated_groups). 16 synthetic tasks, 5 steps
+    of 2 groups: the draws stay inside the first epoch, so a task id is drawn once."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from swerl_jax.data.synthetic import synthetic_records
+    from tests.rl.test_trainer import REPO, _env, _train
+
+    run = tmp_path / "run"
+    with open(tmp_path / "killed.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "swerl_jax.train", f"--workdir={run}", *AGENT_K1], cwd=REPO,
+                                env=_env(), stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600  # hang guard only: the kill waits on checkpoint 2 appearing
+    try:
+        while not (run / "checkpoints" / "2").is_dir():
+            assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-4000:]
+            assert time.monotonic() < deadline, "the run never wrote checkpoint 2"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it was killed"
+    kept = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    resumed_from = kept[-1]
+    assert 2 <= resumed_from < 5
+
+    def checkpointed(step):
+        host = json.loads((run / "checkpoints" / str(step) / "host" / "metadata").read_text())
+        data = json.loads((run / "checkpoints" / str(step) / "data" / "process_0-of-1.json").read_text())
+        return host["stream_in_flight"], int(data["next_index"])
+
+    in_flight_at_kill, _ = checkpointed(resumed_from)
+    assert in_flight_at_kill  # the stream keeps groups in flight across steps: there is something to regenerate
+
+    out = _train(run, AGENT_K1)
+    summary = json.loads(out.stdout[out.stdout.index("{"):])
+    assert summary["rl"]["resumed_from"] == resumed_from
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]
+    regenerated = {r["step"]: r["agent/stream_regenerated_groups"] for r in rows}
+    assert regenerated == {s: (len(in_flight_at_kill) if s == resumed_from + 1 else 0) for s in range(1, 6)}
+
+    in_flight, drawn = checkpointed(5)
+    ids = [r["instance_id"] for r in synthetic_records(16, 0, ("acme/widgets",))]
+    stream = task_iterator(16, 1, 0)  # the run's data order (seed 0; batching does not change the order)
+    order = [ids[int(np.asarray(next(stream)).reshape(-1)[0])] for _ in range(drawn)]
+    assert drawn <= 16
+    trained = []
+    assert sorted(p.name for p in (run / "rollouts").glob("*.jsonl")) == [f"step_{s:06d}.jsonl" for s in range(1, 6)]
+    for s in range(1, 6):
+        groups = {(r["group"], r["prompt_id"]) for r in map(json.loads, (run / "rollouts" / f"step_{s:06d}.jsonl")
+                                                            .read_text().splitlines())}
+        assert len(groups) == 2  # rl.prompts_per_step groups a step
+        trained += [pid for _, pid in groups]
+    dropped = sum(r["agent/stream_dropped_groups"] for r in rows)
+    assert len(set(trained)) == len(trained), trained  # no task trained twice
+    assert not set(trained) & set(in_flight)
+    assert set(trained) | set(in_flight) <= set(order)
+    assert len(trained) + len(in_flight) + dropped == drawn  # none lost: trained, in flight or dropped and counted
+    assert set(in_flight_at_kill) <= set(order)

@@ -44,6 +44,15 @@ def test_swebench_lite_and_verified_instances_are_prs_by_repo_and_number(shared_
         instance_pr({"instance_id": "requests"}, "lite.json row 1")
 
 
+def test_a_mistyped_instance_file_is_one_line_with_a_did_you_mean(tmp_path):
+    """Issue 57's held-out check: `swebench_lite.jsn` beside `swebench_lite.json` was named without a suggestion."""
+    from swerl_jax.curate.benchmarks import benchmark_prs
+
+    (tmp_path / "swebench_lite.json").write_text("[]")
+    with pytest.raises(ValueError, match=r"cannot read '.*swebench_lite.jsn' \(did you mean .*swebench_lite.json\?\)"):
+        benchmark_prs([str(tmp_path / "swebench_lite.jsn")])
+
+
 def test_the_benchmark_switch_and_its_lists_on_the_command_line():
     from swerl_jax.curate.__main__ import parse_args
 

@@ -38,8 +38,9 @@ def test_state_bytes_are_exact_for_the_paper_run():
 
 
 def test_every_mesh_and_model_is_planned_in_seconds():
+    # the timeouts here only end a hung command: at a load of 24 on 2 cores the planner took over 120 s
     out = subprocess.run([sys.executable, "launch/plan.py", "--config=experiments/swerl_llama3_70b.py", "--all"],
-                         cwd=REPO, capture_output=True, text=True, timeout=120, env={"JAX_PLATFORMS": "cpu",
+                         cwd=REPO, capture_output=True, text=True, timeout=900, env={"JAX_PLATFORMS": "cpu",
                                                                                     "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-3000:]
     lines = {tuple(line.split()[:2]): line for line in out.stdout.splitlines() if line.split()[0] in MESHES}
@@ -53,7 +54,7 @@ def test_single_plan_prints_table_and_verdict():
     out = subprocess.run([sys.executable, "launch/plan.py", "--config=experiments/swerl_llama3_70b.py",
                           "--mesh=h100x8", "--model=llama3.1-8b", "--config.rl.micro_batch_size=16"], cwd=REPO,
                          capture_output=True, text=True,
-                         timeout=120, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+                         timeout=900, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert "model llama3.1-8b on h100x8 (data=1 x fsdp=8 x tensor=1)" in out.stdout
     assert "verdict: fits" in out.stdout and "optimizer" in out.stdout
@@ -68,7 +69,7 @@ def test_single_plan_prints_table_and_verdict():
 def test_a_users_mistake_is_one_line(flag, line):
     """New-user check: every input error of plan.py was a 10-40-line traceback (launch/local.sh prints it)."""
     out = subprocess.run([sys.executable, "launch/plan.py", "--config=experiments/swerl_llama3_70b.py", flag],
-                         cwd=REPO, capture_output=True, text=True, timeout=120,
+                         cwd=REPO, capture_output=True, text=True, timeout=900,
                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
     assert out.stderr.startswith(line), out.stderr
@@ -77,7 +78,7 @@ def test_a_users_mistake_is_one_line(flag, line):
 def test_paper_config_plans_without_a_caveat():
     """The paper's run as written (experiments/swerl_llama3_70b.py) on its 512 H100s: fits, no invalid note."""
     out = subprocess.run([sys.executable, "launch/plan.py", "--config=experiments/swerl_llama3_70b.py"], cwd=REPO,
-                         capture_output=True, text=True, timeout=120,
+                         capture_output=True, text=True, timeout=900,
                          env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr[-3000:]
     notes = [line for line in out.stdout.splitlines() if line.startswith("note:")]

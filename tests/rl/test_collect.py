@@ -152,3 +152,42 @@ def test_seeds_are_distinct_and_non_negative():
     seeds = {rollout_seed(s, t, r) for s in range(3) for t in range(50) for r in range(4)}
     assert len(seeds) == 600 and min(seeds) >= 0 and max(seeds) < 2**31
     assert CollectTimes().reward_hidden_frac == 1.0
+
+
+class PartialSampler(ScriptedSampler):
+    """A sampler with partial rollouts: each completion's first token is of `min_policy_version`, the rest of
+    the version taken mid-generation (one newer)."""
+
+    def generate(self, prompts, sampling=SamplingParams(), num_samples=1, seed=0, min_policy_version=0):
+        groups = super().generate(prompts, sampling, num_samples, seed, min_policy_version)
+        for c in (c for g in groups for c in g):
+            c.token_versions = np.asarray([min_policy_version] + [min_policy_version + 1] * (c.tokens.size - 1),
+                                          np.int32)
+        return groups
+
+
+def test_partial_rollouts_token_versions_reach_the_rollouts_and_the_per_token_staleness():
+    from swerl_jax.rl.collector import Groups
+    from swerl_jax.rl.producer import staleness, token_staleness
+
+    records = synthetic_records(2, seed=3)
+    sampler = PartialSampler({i: oracle_solution(r) for i, r in enumerate(records)})
+    with RewardService(num_workers=1) as service:
+        groups, _ = collect_rollouts(sampler, service, _batch(records), SamplingParams(), num_samples=2, step=7,
+                                     seed=11, policy_version=5)
+    rollouts = flatten_groups(groups)
+    assert [r.token_versions.tolist() for r in rollouts] == [[5, 6, 6], [5, 6, 6, 6]] * 2
+    scored = Groups.scored(groups, 2)
+    assert staleness(scored, 7) == (1.0, 1)  # a sample counts by its oldest token: version 5 at step 7
+    # per token: 2 of the 7 tokens of each group are 1 version behind (5), the rest 0 (version 6)
+    assert token_staleness(scored, 7) == (pytest.approx(2 / 7), 1)
+
+
+def test_inline_sampler_refuses_partial_rollouts():
+    """Inline, the trainer hands over params between requests only: sampler.partial_rollouts is one clear line."""
+    import types
+
+    from swerl_jax.rl.collect import InlineSampler
+
+    with pytest.raises(ValueError, match=r"sampler.partial_rollouts=True .* set sampler.mode=process"):
+        InlineSampler(types.SimpleNamespace(partial_rollouts=True))

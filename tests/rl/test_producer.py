@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from swerl_jax.rl.collector import Collector, Groups
-from swerl_jax.rl.producer import AheadProducer, FrozenPosition, SerialSampler, staleness
+from swerl_jax.rl.producer import AheadProducer, FrozenPosition, SerialSampler, check_token_staleness, staleness
 from swerl_jax.rl.rollouts import Rollout
 
 WAIT_S = 30.0  # a bound on how long an event may take to arrive; only a broken producer ever reaches it
@@ -258,3 +258,15 @@ def test_closing_kills_a_sampler_whose_request_waits_for_a_version_nobody_will_p
     idle = WaitingSampler()
     SerialSampler(idle).close()  # nothing in flight: the polite close
     assert idle.calls == ["close"]
+
+
+def test_staleness_is_bounded_per_token():
+    """A partial rollout's tokens are checked one by one: one token older than k fails the step, naming it."""
+    groups = _groups(3, 5)  # step 5 at k = 1: versions >= 3
+    check_token_staleness(groups, 5, 1)
+    groups.rollouts[0][1].completion_tokens = np.asarray([2, 3, 4], np.int32)
+    groups.rollouts[0][1].token_versions = np.asarray([3, 4, 2], np.int32)  # the last token from version 2
+    with pytest.raises(RuntimeError, match="step 5: a token was sampled 2 policy versions .* rl.max_staleness=1"):
+        check_token_staleness(groups, 5, 1)
+    groups.rollouts[0][1].token_versions = np.asarray([3, 4, 4], np.int32)
+    check_token_staleness(groups, 5, 1)

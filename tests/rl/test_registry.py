@@ -4,6 +4,7 @@ a process that only reads the run's config.json (the sampler server) gets the fu
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 import textwrap
@@ -63,6 +64,28 @@ def test_an_experiment_file_executed_twice_registers_once(experiment):
     with pytest.raises(ValueError, match=r"'test57-rank' is already registered \(by rank_advantage in .*"
                                          r"my_experiment.py\)"):
         advantages.register_advantage("test57-rank")(rank_advantage)
+
+
+def test_another_body_under_the_same_name_in_the_same_file_is_refused(tmp_path):
+    """Issue 57's held-out check: a second `def` with another body, or a second lambda, in the same file under a
+    taken name was accepted silently, because only (qualified name, file) were compared. The same file executed
+    twice still registers once."""
+    head = "from swerl_jax.rl.advantages import register_advantage as reg\n"
+    files = {"two_defs.py": head + "def est(rewards, std_eps, std_ddof):\n    return rewards\nreg('test57-dup')(est)\n"
+                            "def est(rewards, std_eps, std_ddof):\n    return -rewards\nreg('test57-dup')(est)\n",
+             "two_lambdas.py": head + "reg('test57-dup')(lambda r, e, d: r)\nreg('test57-dup')(lambda r, e, d: -r)\n",
+             "one_def.py": head + "reg('test57-dup')(lambda r, e, d: r)\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    try:
+        for name in ("two_defs.py", "two_lambdas.py"):
+            with pytest.raises(ValueError, match=rf"'test57-dup' is already registered \(by .* in .*{name}\)"):
+                runpy.run_path(str(tmp_path / name))
+            advantages.ADVANTAGE_ESTIMATORS.pop("test57-dup", None)
+        runpy.run_path(str(tmp_path / "one_def.py"))
+        runpy.run_path(str(tmp_path / "one_def.py"))  # the same def executed again: no error
+    finally:
+        advantages.ADVANTAGE_ESTIMATORS.pop("test57-dup", None)
 
 
 def test_the_sampler_process_gets_the_estimator_from_config_json(experiment, tmp_path):

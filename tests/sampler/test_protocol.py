@@ -184,3 +184,19 @@ def test_prompt_offset_is_optional_validated_and_echoed():
               for i in range(2)]
     back = protocol.parse_result(protocol.decode(*protocol.encode_parts("result", *protocol.result_message(groups, 0))))
     assert [g[0].prompt_index for g in back] == [5, 6]
+
+
+def test_result_carries_partial_rollouts_token_versions():
+    """A partial rollout's per-token versions and its own (oldest) version cross the wire; without them the
+    message has no such arrays (today's result)."""
+    plain = [[Completion(0, 0, np.arange(3, dtype=np.int32), np.zeros(3, np.float32), "t", "stop", 2, 3, 5)]]
+    assert set(protocol.result_message(plain, 5)[1]) == {"tokens", "logprobs", "completion_lengths"}
+    groups = [[Completion(0, j, np.arange(j + 2, dtype=np.int32), np.zeros(j + 2, np.float32), "t", "stop", 2, j + 2,
+                          4 + j, token_versions=np.asarray([4 + j] + [6] * (j + 1), np.int32)) for j in range(2)]]
+    fields, arrays = protocol.result_message(groups, 6)
+    back = protocol.parse_result(protocol.decode(*protocol.encode_parts("result", fields, arrays)))
+    assert [c.policy_version for c in back[0]] == [4, 5]
+    assert [c.token_versions.tolist() for c in back[0]] == [[4, 6], [5, 6, 6]]
+    arrays["token_versions"] = arrays["token_versions"][:-1]
+    with pytest.raises(ValueError, match="token_versions has 4 entries for 5 tokens"):
+        protocol.parse_result(protocol.decode(*protocol.encode_parts("result", fields, arrays)))

@@ -274,3 +274,39 @@ def test_a_relative_weights_dir_is_the_current_directorys(tmp_path, monkeypatch)
     with SamplerClient(config_path=str(REPO_ROOT / "experiments" / "tiny_cpu.py"), overrides=OVERRIDES,
                        weights_dir="runs/X/policy", timeout_s=120, max_restarts=0, log_dir=str(tmp_path / "log")) as c:
         assert c.ping()["policy_version"] == 4
+
+
+def test_partial_rollouts_server_takes_a_version_published_mid_request(tmp_path):
+    """sampler.partial_rollouts: the config's engine is the continuous one; the server hands it its weight watcher,
+    so a version published while a request decodes is taken between two segments, and the result carries each
+    token's version over the wire."""
+    from experiments import base
+    from swerl_jax.sampler.continuous import ContinuousEngine
+    from swerl_jax.sampler.factory import load_engine
+
+    c = base.get_config()
+    c.model.name, c.sampler.max_new_tokens, c.data.max_prompt_len, c.sampler.max_batch = "tiny", 16, 32, 4
+    c.sampler.partial_rollouts, c.sampler.partial_segment = True, 4
+    engine, _ = load_engine(c, with_tokenizer=False)
+    assert isinstance(engine, ContinuousEngine) and engine.partial_rollouts and engine.segment == 4
+    policy = tmp_path / "policy"
+    weights.publish(policy, engine.params, 0)
+    server = SamplerServer(engine, "127.0.0.1", 0, secret=b"sesame", weights_dir=str(policy))
+    try:
+        assert engine.weight_source == server.watcher.poll
+        watch, published = engine.weight_source, []
+
+        def publish_then_poll():  # the trainer publishes version 1 after the request's first segment
+            if not published:
+                published.append(weights.publish(policy, init_params(engine.config, jax.random.PRNGKey(9)), 1))
+            return watch()
+        engine.weight_source = publish_then_poll
+        fields, arrays = protocol.generate_request(PROMPTS, SamplingParams(temperature=1.0, max_new_tokens=12,
+                                                                           stop_token_ids=()), 1, 0, 0)
+        kind, fields, arrays = server.handle(protocol.decode(*protocol.encode_parts("generate", fields, arrays)))
+        assert kind == "result", fields
+        got = protocol.parse_result(protocol.decode(*protocol.encode_parts(kind, fields, arrays)))
+        assert [g[0].token_versions.tolist() for g in got] == [[0] * 4 + [1] * 8] * 2
+        assert [g[0].policy_version for g in got] == [0, 0] and engine.policy_version == 1
+    finally:
+        server.shutdown()
