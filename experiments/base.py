@@ -229,7 +229,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     c.agent.stream_ahead_batches = 0
     c.agent.compact_prompt = False  # the tools' syntax only (tiny CPU policies) instead of the full descriptions
     c.agent.kv_cache = "reprefill"  # reprefill: each turn's whole context to the sampler | kept (inline sampler)
-    c.agent.eval_tasks = 16  # held-out synthetic tasks evaluated greedily every eval.every_steps
+    c.agent.eval_tasks = 16  # held-out tasks evaluated greedily every eval.every_steps (the first N)
+    # SWE-bench-shaped held-out instances (e.g. `python -m swerl_jax.tasks generate`'s heldout.jsonl, their clones in
+    # agent.repos) evaluated instead of synthetic tasks of another seed; empty: synthetic
+    c.agent.eval_instances = ""
     # which model tokens carry an episode's advantage: episode (all of them: DeepSWE) | until_error (a below-
     # baseline episode's tokens after its first failed tool call are left out of the loss; agent/trainer.py)
     c.agent.error_credit = "episode"

@@ -72,7 +72,7 @@ def with_registry_imports(exp: Experiment) -> Experiment:
 
 
 # Config keys that name a folder or file to read (resolved as data.* paths are), and one the run writes.
-INPUT_PATH_KEYS = ("model.hf_dir", "model.tokenizer", "agent.instances", "agent.repos")
+INPUT_PATH_KEYS = ("model.hf_dir", "model.tokenizer", "agent.instances", "agent.repos", "agent.eval_instances")
 OUTPUT_PATH_KEYS = ("sampler.weights_dir",)
 
 
@@ -248,9 +248,10 @@ def _check_agent(config: Any) -> None:
     if str(a.kv_cache) == "kept" and str(config.sampler.mode) != "inline":
         raise ValueError("agent.kv_cache='kept' keeps each conversation's K/V in the trainer's own engine: it needs "
                          "sampler.mode='inline' (the sampler process re-prefills: agent.kv_cache='reprefill')")
-    if bool(a.instances) != bool(a.repos):
-        raise ValueError(f"agent.instances={a.instances!r} / agent.repos={a.repos!r}: SWE-bench instances need the "
-                         "folder of their clones, and agent.repos is only read with agent.instances")
+    if bool(a.instances or a.eval_instances) != bool(a.repos):
+        raise ValueError(f"agent.instances={a.instances!r} / agent.eval_instances={a.eval_instances!r} / "
+                         f"agent.repos={a.repos!r}: SWE-bench instances need the folder of their clones, and "
+                         "agent.repos is only read with agent.instances or agent.eval_instances")
 
 
 def _one_of(key: str, value: Any, allowed: Any) -> None:
@@ -310,10 +311,10 @@ def _check_files(config: Any) -> None:
         expand_record_paths(str(config.data.train_files), key="data.train_files")  # FileNotFoundError names it
     if int(config.eval.every_steps) > 0 and str(config.eval.records).strip():
         expand_record_paths(str(config.eval.records), key="eval.records")
-    if str(config.rl.task) == "agent" and str(config.agent.instances):
-        for key in ("agent.instances", "agent.repos"):
+    if str(config.rl.task) == "agent":
+        for key in ("agent.instances", "agent.repos", "agent.eval_instances"):
             path = os.path.expanduser(str(getattr(config.agent, key.split(".")[1])))
-            if not os.path.exists(path):
+            if path and not os.path.exists(path):
                 raise FileNotFoundError(f"{key}={path!r}: no such file or directory")
 
 

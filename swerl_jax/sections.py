@@ -202,6 +202,7 @@ class AgentSection:
     compact_prompt: bool
     kv_cache: str = _choices("reprefill", "kept")
     eval_tasks: int
+    eval_instances: str
     error_credit: str = _choices("episode", "until_error")
     test_infra_unresolved: bool
     memory_mb: int

@@ -288,6 +288,7 @@ def score_episode(c: Conversation) -> tuple[float, dict]:
     """The ended episode's (reward, info); an environment failure gives (0, env_error) and masks the episode."""
     if c.termination == "env_error":
         return 0.0, {"reason": "env_error", "error": c.error}
+    t0 = time.perf_counter()
     try:
         reward, info = c.env.reward()
     except Exception as err:  # grading infrastructure failed: no reward to learn from; the episode is masked
@@ -295,7 +296,9 @@ def score_episode(c: Conversation) -> tuple[float, dict]:
         return 0.0, {"reason": "env_error", "error": c.error}
     finally:
         c.env.close()
-    return float(reward), {k: v for k, v in info.items() if isinstance(v, (str, int, float, bool)) or v is None}
+    # grade_s: this episode's grading wall clock (time/reward_s is the step's, over agent.env_workers threads)
+    return float(reward), {**{k: v for k, v in info.items() if isinstance(v, (str, int, float, bool)) or v is None},
+                           "grade_s": round(time.perf_counter() - t0, 3)}
 
 
 def check_token_integrity(c: Conversation) -> None:

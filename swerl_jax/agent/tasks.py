@@ -6,7 +6,9 @@
 Synthetic tasks (`agent.instances` empty) are `data.synthetic_num_records` bug fixes with hidden unit tests
 (`agent.synthetic`), seeded by the run's seed; held-out ones use seed + `eval.heldout_seed`, so they are never the
 training tasks. SWE-bench instances come from `agent.instances` with their clones in `agent.repos`, run by the
-harness's `LocalExecutor` (cached environments, the sandbox). `data.rl_num_records` keeps the first N.
+harness's `LocalExecutor` (cached environments, the sandbox). `data.rl_num_records` keeps the first N. Held-out
+SWE-bench-shaped instances (a generated set's heldout.jsonl: `python -m swerl_jax.tasks generate`) come from
+`agent.eval_instances`, in the same `agent.repos`, the first `agent.eval_tasks` of them.
 """
 
 from __future__ import annotations
@@ -31,18 +33,21 @@ class AgentTasks:
 
     @classmethod
     def from_config(cls, config: Any, workdir: str | pathlib.Path, heldout: bool = False) -> AgentTasks:
-        """The run's training tasks (or, `heldout`, `agent.eval_tasks` synthetic tasks it never trains on)."""
+        """The run's training tasks (or, `heldout`, the first `agent.eval_tasks` of `agent.eval_instances`, else
+        that many synthetic tasks it never trains on)."""
         workdir = pathlib.Path(workdir)
         a, d = config.agent, config.data
         work_root = workdir / "episodes" / ("eval" if heldout else "train")
-        if str(a.instances) and not heldout:
+        named = str(a.eval_instances) if heldout else str(a.instances)
+        if named:
             from swerl_jax.data.swebench import load_instances
             from swerl_jax.tasks.environments import EnvironmentCache
             from swerl_jax.tasks.executors import LocalExecutor
 
-            instances = load_instances(str(a.instances))
-            if int(d.rl_num_records) > 0:
-                instances = instances[:int(d.rl_num_records)]
+            instances = load_instances(named)
+            keep = int(a.eval_tasks) if heldout else int(d.rl_num_records)
+            if keep > 0:
+                instances = instances[:keep]
             repos = pathlib.Path(str(a.repos))
             executor = LocalExecutor(repos, work_root, EnvironmentCache(), _limits(config), verdict="plugin")
             return cls(instances, executor, repos, work_root)

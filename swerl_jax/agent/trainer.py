@@ -21,13 +21,15 @@ episodes whose tests passed, those whose patch changes how tests run), agent/mod
 time split time/generate_s vs time/env_wait_s (environment time not hidden behind generation) and
 time/env_busy_s (all environment time); with agent.error_credit = "until_error", agent/credit_masked_tokens and
 agent/credit_masked_episodes; with eval.every_steps, eval/resolved_rate of greedy episodes on held-out
-synthetic tasks.
+tasks (synthetic, or agent.eval_instances: a generated set's held-out split), their rows in WORKDIR/eval_rollouts/.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import json
+import os
 import pathlib
 import time
 from typing import Any
@@ -73,6 +75,7 @@ class AgentCollector(Collector):
         self.num_samples = int(config.rl.num_samples)
         self.sampling = sampling_params(config)
         self.completion_cap = int(a.max_context)  # a row's completion is the whole transcript after the task
+        self.workdir = pathlib.Path(workdir)
         self.tasks = AgentTasks.from_config(config, workdir)
         self.data_iter = task_iterator(len(self.tasks.instances), local_prompts(config), rl_seed(config),
                                        jax.process_index(), jax.process_count())
@@ -159,14 +162,17 @@ class AgentCollector(Collector):
         return mask_after_first_error(groups.rollouts, advantages)
 
     def evaluate(self, sampler: Sampler, version: int) -> dict:
-        """The evaluator of an agent run: greedy episodes of policy `version` on the held-out synthetic tasks,
-        eval/resolved_rate and friends ({} but on process 0 with eval.every_steps)."""
+        """The evaluator of an agent run: greedy episodes of policy `version` on the held-out tasks (synthetic, or
+        agent.eval_instances), eval/resolved_rate and friends ({} but on process 0 with eval.every_steps); the
+        episodes' rows go to WORKDIR/eval_rollouts/step_XXXXXX.jsonl, so the rates can be recounted."""
         if self.heldout is None:
             return {}
         greedy = dataclasses.replace(self.sampling, temperature=0.0)
         groups, _ = self.episodes(sampler, self.heldout.instances, 1, greedy, 10**6 + version, version,
                                   self.heldout)
-        m = episode_metrics(flatten_groups(groups))
+        rollouts = flatten_groups(groups)
+        write_eval_rollouts(self.workdir, version, rollouts)
+        m = episode_metrics(rollouts)
         return {f"eval/{k.split('/', 1)[1]}": v for k, v in m.items()} | {"eval/episodes": len(groups)}
 
     def close(self) -> None:
@@ -174,6 +180,20 @@ class AgentCollector(Collector):
         if self.stream is not None:
             self.stream.close()
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+EVAL_ROLLOUTS_DIR = "eval_rollouts"
+
+
+def write_eval_rollouts(workdir: str | pathlib.Path, version: int, rollouts: list[Rollout]) -> pathlib.Path:
+    """WORKDIR/eval_rollouts/step_XXXXXX.jsonl: one row per held-out episode of policy `version` (the training
+    rollouts' row, advantage 0: no update reads them), written whole (write, then rename)."""
+    path = pathlib.Path(workdir) / EVAL_ROLLOUTS_DIR / f"step_{int(version):06d}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r.to_json(version, 0.0), default=str) + "\n" for r in rollouts))
+    os.replace(tmp, path)
+    return path
 
 
 def episode_metrics(rollouts: list) -> dict[str, float]:

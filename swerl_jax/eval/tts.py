@@ -44,7 +44,10 @@ def _policy_config(c: Any) -> Any:
     if str(c.hf_dir):
         policy.model.hf_dir = policy.model.tokenizer = str(c.hf_dir)
         policy.model.name = "hf"  # FROM_CHECKPOINT: the folder evaluated is whatever model it holds
-    policy.data.max_prompt_len = int(c.max_context)
+    policy.data.max_prompt_len = policy.agent.max_context = int(c.max_context)  # the policy's own may be longer
+    # the tasks evaluated are `instances`: the policy's training (and held-out) task files are not read here, and
+    # a run trained on a generated set elsewhere must not need them on this machine
+    policy.agent.instances = policy.agent.eval_instances = policy.agent.repos = ""
     policy.sampler.max_new_tokens = max(int(c.max_new_tokens), int(c.test_max_new_tokens))
     policy.sampler.max_batch = max(int(c.k), int(c.reproduction_tests), 1)
     return policy

@@ -28,6 +28,7 @@ OPERATIONAL_KEYS = (
     "sampler.host", "sampler.port", "sampler.request_timeout_s", "sampler.weights_dir",
     "sampler.memory_fraction", "rl.trainer_memory_fraction",  # how much memory, not what is computed
     "data.worker_count", "reward.num_workers", "agent.env_workers", "agent.eval_tasks",
+    "agent.eval_instances",
     # A fleet samples what one process does, bit for bit, at any size (sampler/fleet.py: parts cut at the engine's
     # batch boundaries keep their offsets and seeds; each member's engine runs on one device, as one process's does)
     "sampler.num_processes",

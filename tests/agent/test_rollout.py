@@ -11,7 +11,7 @@ import pytest
 
 from experiments import agent_tiny_cpu
 from swerl_jax.agent.env import SWEEnv
-from swerl_jax.agent.rollout import SYSTEM, ChatFormat, run_episodes
+from swerl_jax.agent.rollout import SYSTEM, ChatFormat, Conversation, run_episodes, score_episode
 from swerl_jax.agent.sft import Scripted, gold_actions
 from swerl_jax.agent.synthetic import SyntheticTasks
 from swerl_jax.rl.rollouts import build_train_batch
@@ -164,6 +164,26 @@ def test_the_token_integrity_check_compares_ids_mask_and_log_probs():
     with pytest.raises(TokenIntegrityError, match=r"\(7 ids\) is not the 6 ids .* token 6 \(row \[11\], "
                                                   r"received \[\]\)"):
         check_token_integrity(c)
+
+
+def test_a_graded_episode_names_its_own_grading_seconds():
+    """Issue 58 item 7: the grading cost per episode was only the step's time/reward_s (over agent.env_workers
+    threads); each scored episode now carries grade_s, its own grading wall clock (an env error has none)."""
+    class Graded:
+        closed = False
+
+        def reward(self):
+            return 1.0, {"status": "resolved", "patch": "diff", "nested": {"dropped": 1}}
+
+        def close(self):
+            self.closed = True
+
+    env = Graded()
+    reward, info = score_episode(Conversation(env=env, group=0, sample=0))
+    assert reward == 1.0 and info["status"] == "resolved" and "nested" not in info and env.closed
+    assert isinstance(info["grade_s"], float) and info["grade_s"] >= 0.0
+    _, failed = score_episode(Conversation(env=Graded(), group=0, sample=1, termination="env_error", error="x"))
+    assert "grade_s" not in failed
 
 
 def test_a_partial_rollouts_turn_keeps_each_tokens_version():

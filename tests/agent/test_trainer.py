@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from swerl_jax.agent.trainer import episode_metrics, mask_after_first_error, task_iterator
+from swerl_jax.agent.trainer import episode_metrics, mask_after_first_error, task_iterator, write_eval_rollouts
 from swerl_jax.rl.rollouts import Rollout, build_train_batch
 from swerl_jax.runs.metrics import read_metrics
 from tests.conftest import requires_smollm2
@@ -38,6 +38,31 @@ def test_episode_metrics_count_turns_errors_and_terminations():
     assert m["agent/resolved_rate"] == 0.5 and m["agent/model_tokens_mean"] == 5
     assert m["agent/termination/finish"] == 0.5 and m["agent/termination/max_turns"] == 0.5
     assert m["agent/termination/timeout"] == 0.0
+
+
+def test_held_out_episodes_are_rows_on_disk_that_recount_to_the_eval_metrics(tmp_path):
+    """Issue 58 item 7: the evaluator's rates were numbers with no rows behind them; each held-out episode is now a
+    row of WORKDIR/eval_rollouts/step_XXXXXX.jsonl, the verdict in its reward_info."""
+    import json
+
+    def rollout(sample, reward, status, termination):
+        return Rollout(prompt_id=f"task-{sample}", group=sample, sample=0, prompt_tokens=np.zeros(3, np.int32),
+                       completion_tokens=np.zeros(4, np.int32), sampler_logprobs=np.zeros(4, np.float32),
+                       finish_reason="stop", completion="x", policy_version=2, reward=reward,
+                       reward_info={"turns": 2, "status": status}, token_mask=np.ones(4, np.float32),
+                       termination=termination)
+
+    episodes = [rollout(0, 1.0, "resolved", "finish"), rollout(1, 0.0, "tampered", "finish"),
+                rollout(2, 0.0, "unresolved", "max_turns")]
+    path = write_eval_rollouts(tmp_path, 2, episodes)
+    assert path == tmp_path / "eval_rollouts" / "step_000002.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["prompt_id"] for r in rows] == ["task-0", "task-1", "task-2"] and {r["step"] for r in rows} == {2}
+    m = episode_metrics(episodes)
+    assert m["agent/resolved_rate"] == sum(r["reward"] >= 1 for r in rows) / 3 == 1 / 3
+    assert m["agent/tampered_rate"] == sum(r["reward_info"]["status"] == "tampered" for r in rows) / 3 == 1 / 3
+    assert m["agent/termination/max_turns"] == sum(r["termination"] == "max_turns" for r in rows) / 3
+    assert not list(path.parent.glob("*.tmp"))  # written whole
 
 
 def test_until_error_credit_drops_only_a_below_baseline_episodes_tokens_after_its_first_failed_call():

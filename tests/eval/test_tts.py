@@ -94,3 +94,19 @@ def test_a_batch_line_names_whose_episodes_it_counts():
     assert batch_line("", 0, batch, 1) == "    instances 1-1 of 1: 2/2 episodes resolved"
     assert batch_line("verifier training, scripted gold episodes", 0, batch, 1) == (
         "    verifier training, scripted gold episodes: instances 1-1 of 1: 2/2 episodes resolved")
+
+
+def test_a_policy_trained_on_a_generated_set_is_evaluated_without_its_training_files(tmp_path, monkeypatch):
+    """Issue 58 item 7: `--config.policy=experiments/agent_tasks_cpu.py` (trained on a generated set's
+    train.jsonl) refused to start where its training files were not, FileNotFoundError naming agent.instances: the
+    instances evaluated are `instances`, and the policy's own task files are never read here."""
+    import pytest
+
+    from swerl_jax.eval import tts
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        tts.main(["--config=experiments/agent_tts.py:tiny", "--out=o", "--config.policy=experiments/agent_tasks_cpu.py",
+                  f"--config.instances={tmp_path / 'heldout.jsonl'}", f"--config.repos={tmp_path}"])
+    assert "agent." not in str(err.value) and str(tmp_path / "heldout.jsonl") in str(err.value), err.value
+    assert not (tmp_path / "o").exists()

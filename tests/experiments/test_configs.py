@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = [("tiny_cpu", None), ("tiny_cpu", "short"), ("smollm2_cpu", None), ("swerl_llama3_70b", None),
                ("sft_llama3_70b", None), ("ablation_discrete_reward", None), ("deepswe_grpo_pp", None),
                ("deepswe_grpo_pp", "tiny"), ("deepswe_grpo_pp", "testbed"), ("agent_tiny_cpu", None),
-               ("agent_tiny_cpu", "short"),
+               ("agent_tiny_cpu", "short"), ("agent_tasks_cpu", None), ("agent_tasks_cpu", "short"),
                ("deepswe_agent", None), ("testbed_cpu", None), ("testbed_cpu", "heldout_families"),
                ("testbed_gpu", None), ("testbed_gpu", "smoke"), ("base", None)]
 # evaluation configs (`python -m swerl_jax.eval run --config=...`, `python -m swerl_jax.eval.tts --config=...`): not
