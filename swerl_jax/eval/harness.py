@@ -43,8 +43,9 @@ from swerl_jax.tasks.index_cutoff import MODES as CUTOFF_MODES
 from swerl_jax.tasks.verdicts import VERDICTS
 
 # Bump when grading, patching or the sandbox changes what a result means: every stored result is then re-graded.
-HARNESS_VERSION = 5  # 4: history-free checkouts, the seccomp filter, a finished pytest session is no crash;
-# 5: the trusted plugin in every pytest run (autoload off, its verdict beside the log's)
+HARNESS_VERSION = 6  # 4: history-free checkouts, the seccomp filter, a finished pytest session is no crash;
+# 5: the trusted plugin in every pytest run (autoload off, its verdict beside the log's); 6: ANSI colour codes are
+# taken out of the test output before the log parser reads it (a repository's --color=yes read as no test passed)
 # Statuses that say the infrastructure failed, not the patch: never reused, so a fixed cause is graded anew.
 INFRA_FAILURES = ("no_repo", "env_failed", "setup_failed", reach.STATUS)  # out of reach: until it is fetched
 # The instance fields a result depends on (with the patch and the executor's fingerprint).

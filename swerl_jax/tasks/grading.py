@@ -22,14 +22,21 @@ def test_list(instance: dict, key: str) -> list[str]:
     return value
 
 
+# ANSI escape sequences (CSI: colours, cursor moves; and the two-byte ones). A repository whose pytest settings say
+# --color=yes (python-humanize) colours the -rA lines ("\x1b[32mPASSED\x1b[0m tests/..."), which SWE-bench's log
+# parsers do not match: every test read as missing, so a gold patch read as unresolved (issue 58's generation).
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[@-Z\\-_])")
+
+
 def test_output(log: str) -> str | None:
-    """The part of an eval log between SWE-bench's start/end markers (None when the tests never started)."""
+    """The part of an eval log between SWE-bench's start/end markers, without ANSI colour codes (None when the
+    tests never started)."""
     consts = specs.constants()
     start, end = consts.START_TEST_OUTPUT, consts.END_TEST_OUTPUT
     if start not in log:
         return None
     body = log.split(start, 1)[1]
-    return body.split(end, 1)[0]
+    return _ANSI.sub("", body.split(end, 1)[0])
 
 
 def grade(instance: dict, log: str) -> dict:

@@ -29,6 +29,17 @@ def test_any_failure_or_missing_test_does_not_resolve(lines):
     assert not grading.grade(INSTANCE, log(*lines))["resolved"]
 
 
+def test_coloured_pytest_lines_are_read_as_the_plain_ones():
+    """A repository whose pytest settings say --color=yes (python-humanize) colours the -rA lines; the log parser
+    matched none of them, so a gold patch read as unresolved (issue 58's generation dropped 6 of 7 candidates)."""
+    green, red, reset = "\x1b[32m", "\x1b[31m", "\x1b[0m"
+    report = grading.grade(INSTANCE, log(f"{green}PASSED{reset} t.py::f2p", f"{green}PASSED{reset} t.py::p2p_a",
+                                         f"\x1b[1m{green}PASSED{reset} t.py::p2p_b"))
+    assert report["resolved"], report
+    assert not grading.grade(INSTANCE, log(f"{red}FAILED{reset} t.py::f2p", f"{green}PASSED{reset} t.py::p2p_a",
+                                           f"{green}PASSED{reset} t.py::p2p_b"))["resolved"]
+
+
 def test_only_the_marked_section_counts():
     """A PASSED line outside the markers (setup output) must not count; no markers means the tests never ran."""
     report = grading.grade(INSTANCE, log("PASSED t.py::p2p_a", "PASSED t.py::p2p_b"))
