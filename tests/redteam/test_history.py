@@ -168,10 +168,12 @@ def test_flask_4045_fix_is_not_reachable_from_a_script(shared_data, tmp_path):
 def test_no_other_code_materialises_a_repository_for_a_sandbox():
     """The class cannot come back unseen: outside `sandbox/checkouts.py`, no code of the layers that run model code
     makes a clone that shares objects or fetches (the old grading checkout was a `--shared` clone whose store and
-    refs were the source's); the two clones left are the host's own (a bundle unpacked bare, a scratch copy that
-    writes a synthetic task's gold patch), never shown to a sandbox."""
+    refs were the source's); the three clones left are the host's own (a bundle unpacked bare, a scratch copy that
+    writes a synthetic task's gold patch, the task generator's bare copy of a mirror that it writes task commits
+    into, `--no-hardlinks`, read by the executors only through `sandbox/checkouts.py`), never shown to a sandbox."""
     package = pathlib.Path(__file__).resolve().parents[2] / "swerl_jax"
     allowed = {("tasks/environments.py", '"clone", "-q", "--bare"'), ("agent/synthetic.py", '"clone", "-q", str(repo)'),
+               ("tasks/sources.py", '"clone", "-q", "--bare", "--no-hardlinks"'),
                ("sandbox/seccomp.py", 'for call in ("unshare", "clone"):')}  # the clone(2) system call, not git
     found = []
     for path in sorted(p for layer in ("eval", "tasks", "agent", "sandbox") for p in (package / layer).rglob("*.py")):
