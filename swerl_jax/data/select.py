@@ -9,10 +9,10 @@ instance` (the default) splits a single repository's PRs, e.g. one curated repos
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import pathlib
 
+from swerl_jax.config import did_you_mean
 from swerl_jax.data.paths import user_path
 
 
@@ -35,9 +35,8 @@ def select_records(records: list[dict], instance_ids: str, limit: int, spec: str
         held = {r["instance_id"] for r in records}
         for iid in wanted:
             if iid not in held:
-                close = difflib.get_close_matches(iid, sorted(held), n=1)
                 raise ValueError(f"--instance_ids: {iid!r} is not a record of --records {spec} ({len(held)} records)"
-                                 + (f"; did you mean {close[0]!r}?" if close else ""))
+                                 + did_you_mean(iid, sorted(held)))
         keep = set(wanted)
         records = [r for r in records if r["instance_id"] in keep]
     return records[:limit] if limit else records
@@ -61,9 +60,7 @@ def split_records(records: list[dict], fraction: float, seed: int, by: str = "in
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"--heldout-fraction {fraction}: must be between 0 and 1 (exclusive)")
     if by not in SPLIT_UNITS:
-        close = difflib.get_close_matches(by, SPLIT_UNITS, n=1)
-        raise ValueError(f"--by {by!r}: not one of {', '.join(SPLIT_UNITS)}"
-                         + (f"; did you mean {close[0]!r}?" if close else ""))
+        raise ValueError(f"--by {by!r}: not one of {', '.join(SPLIT_UNITS)}" + did_you_mean(by, list(SPLIT_UNITS)))
     field = "instance_id" if by == "instance" else "repo"
     train, heldout = [], []
     for record in records:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import difflib
 import hashlib
 import json
 import os
@@ -32,6 +31,7 @@ import traceback
 
 from tqdm import tqdm
 
+from swerl_jax.config import did_you_mean
 from swerl_jax.data.paths import user_path
 from swerl_jax.eval import outcomes
 from swerl_jax.eval.predictions import PREDICTION_FIELDS, index_instances, load_predictions, safe_id
@@ -318,9 +318,8 @@ def select(instances: dict[str, dict], predictions: dict[str, dict], ids: list[s
         return instances, predictions
     for iid in ids:
         if iid not in instances:
-            close = difflib.get_close_matches(iid, list(instances), n=1)
             raise ValueError(f"--instance_ids: {iid!r} is not in the instances file"
-                             + (f" (did you mean {close[0]!r}?)" if close else ""))
+                             + did_you_mean(iid, list(instances)))
     keep = set(ids)
     return ({i: r for i, r in instances.items() if i in keep}, {i: r for i, r in predictions.items() if i in keep})
 
