@@ -194,6 +194,14 @@ def _check_staleness(config: Any) -> None:
     if str(config.sampler.devices).strip() and str(config.sampler.mode) == "inline":
         raise ValueError(f"sampler.devices={str(config.sampler.devices)!r} with sampler.mode='inline': an inline "
                          "sampler runs on the trainer's devices; set sampler.mode='process' or sampler.devices=''")
+    if bool(config.sampler.partial_rollouts):  # before the SFT stage, not when the sampler starts after it
+        if int(config.sampler.partial_segment) < 1:
+            raise ValueError(f"sampler.partial_segment={int(config.sampler.partial_segment)}: the decode steps "
+                             "between two version checks of sampler.partial_rollouts, must be >= 1")
+        if str(config.sampler.mode) == "inline":
+            raise ValueError("sampler.partial_rollouts=True with sampler.mode='inline': partial rollouts take the "
+                             "versions the trainer publishes while a request decodes, in the sampler process; set "
+                             "sampler.mode='process' (inline, the trainer hands over its params between requests)")
 
 
 def start_warnings(config: Experiment) -> list[str]:

@@ -59,6 +59,10 @@ def test_pin_then_widen_in_a_child():
     ({"sampler.devices": "6,x"}, "sampler.devices='6,x': not a device list"),
     ({"sampler.devices": "6", "sampler.num_processes": 2}, "sampler.devices has 1 devices for sampler.num_processes=2"),
     ({"sampler.devices": "0", "sampler.mode": "inline"}, "sampler.devices='0' with sampler.mode='inline'"),
+    # issue 59: both were found only when the sampler started, after the SFT stage
+    ({"sampler.partial_rollouts": True, "sampler.mode": "process", "sampler.partial_segment": 0},
+     "sampler.partial_segment=0: the decode steps"),
+    ({"sampler.partial_rollouts": True, "sampler.mode": "inline"}, "sampler.partial_rollouts=True with sampler.mode"),
     ({"sampler.memory_fraction": 1.2}, "sampler.memory_fraction=1.2: a share"),
     ({"rl.trainer_memory_fraction": -0.1}, "rl.trainer_memory_fraction=-0.1: a share"),
     # both roles on one GPU asking for 90% each: the second to allocate would fail on real hardware
