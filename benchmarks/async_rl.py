@@ -24,7 +24,8 @@ reward, and each variant's speed-up over k0-any and k0-pinned. Partial rollouts 
 (issue 59), side by side in one run:
 
     .venv/bin/python benchmarks/async_rl.py --config=experiments/agent_tiny_cpu.py --steps=8 \
-        --variants=k1-pinned,k1-stream --set=--config.sampler.mode=process --set=--config.agent.kv_cache=reprefill
+        --variants=k1-pinned,k1-stream,k1-partial --set=--config.sampler.mode=process \
+        --set=--config.agent.kv_cache=reprefill
 
     .venv/bin/python benchmarks/async_rl.py --config=experiments/tiny_cpu.py --steps=10
     .venv/bin/python benchmarks/async_rl.py --config=experiments/agent_tiny_cpu.py --steps=8 \
@@ -61,8 +62,13 @@ def run_variant(name: str, config: str, steps: int, root: pathlib.Path, sft_from
                 common: list[str]) -> list[dict]:
     """Train one variant in root/name; returns its GRPO metrics rows."""
     workdir = root / name
-    if sft_from is not None:
-        shutil.copytree(sft_from / "sft", workdir / "sft")  # finished: restored, not retrained
+    if sft_from is not None and not (workdir / "sft").exists():
+        # finished: restored, not retrained. The variants differ only in rl.*, sampler.* and agent.* keys the SFT
+        # stage does not read; shared_from.json says whose stage it is (a workdir with checkpoints and no
+        # config.json is otherwise refused: nothing would say which config made them)
+        shutil.copytree(sft_from / "sft", workdir / "sft")
+        sft_steps = json.loads((sft_from / "config.json").read_text())["sft"]["num_steps"]
+        (workdir / "sft" / "shared_from.json").write_text(json.dumps({"run": str(sft_from), "sft_steps": sft_steps}))
     cmd = [sys.executable, "-m", "swerl_jax.train", f"--config={config}", f"--workdir={workdir}",
            f"--config.rl.num_steps={steps}", "--config.logging.progress_bar=False", "--config.eval.every_steps=0",
            "--config.checkpoint.every_steps=1000", "--config.logging.every_steps=1", *common, *VARIANTS[name]]
@@ -115,14 +121,15 @@ def main() -> None:
     print(f"\n{args.config} {' '.join(args.set)}: {args.steps} GRPO steps, means over steps 3..{args.steps}; "
           f"{os.cpu_count()} cores")
     head = ("variant", "s/step", "episodes/h", "train_s", "gen_s", "trainer idle", "sampler idle", "producer idle",
-            "tok/s/dev", "staleness", "reward", "vs k0-any", "vs k0-pinned")
+            "tok/s/dev", "staleness", "reward", "vs k0-any", "vs k0-pinned", "vs k1-pinned")
     print("".join(f"{h:>14}" for h in head))
     for name, r in results.items():
-        ratios = [results[b]["step_s"] / r["step_s"] if b in results else float("nan") for b in ("k0-any", "k0-pinned")]
+        ratios = [results[b]["step_s"] / r["step_s"] if b in results else float("nan")
+                  for b in ("k0-any", "k0-pinned", "k1-pinned")]
         cells = (name, f"{r['step_s']:.2f}", f"{r['episodes_h']:.0f}", f"{r['train_s']:.2f}", f"{r['generate_s']:.2f}",
                  f"{r['trainer_idle']:.0%}", f"{r['sampler_idle']:.0%}", f"{r['producer_idle']:.0%}",
                  f"{r['tokens_s_dev']:.1f}", f"{r['staleness']:.2f}",
-                 f"{r['reward']:+.3f}", f"{ratios[0]:.2f}x", f"{ratios[1]:.2f}x")
+                 f"{r['reward']:+.3f}", *(f"{x:.2f}x" for x in ratios))
         print("".join(f"{c:>14}" for c in cells))
 
 
