@@ -12,8 +12,12 @@ where "trainer" is the proximal policy: the trainer's params before this step's 
        micro-batch weights need no change; `mismatch_masked_frac` reports how many.
 Both weights are constants (no gradient flows through them). `off` is the identity: nothing here runs.
 
+The clipped surrogate then takes its ratio against the trainer's own log-probs before the update (pi_theta /
+pi_prox), under rl.off_policy="plain" too: with rl.old_logprobs="sampler" (the default) the plain ratio is
+against the sampler's, which already carries the mismatch, and weighting it by w as well counted it twice.
 Under rl.off_policy="decoupled" the behaviour weight pi_prox / pi_behav is this same ratio, so the correction
-replaces it (applying both would correct twice): tis truncates it at the cap, mis drops tokens over the cap.
+replaces it (applying both would correct twice): tis truncates it at the cap, mis drops tokens over the cap, and
+rl.behav_weight_cap is not used.
 """
 
 from __future__ import annotations

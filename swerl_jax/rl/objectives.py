@@ -327,7 +327,8 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
       logp, old_logp: [B, T] sampled tokens' log-probs under the current / behaviour policy.
       prox_logp: [B, T] under the proximal policy (no gradient), needed by rl.off_policy="decoupled"; "plain"
         ignores it (its ratio is against old_logp, whatever the trainer passed as that) unless a mismatch
-        correction is on. sampler_logp: [B, T] the sampler's, needed (with prox_logp) by rl.mismatch_correction.
+        correction is on: then the ratio is against prox_logp under either, and old_logp is not read.
+        sampler_logp: [B, T] the sampler's, needed (with prox_logp) by rl.mismatch_correction.
       ref_logp: [B, T] under the reference policy, or None (required when cfg.kl_coef > 0).
       cfg: a GRPOLossConfig (hashable: a static jit argument), or a config converted by `from_config`.
       advantages: [B] or [B, T]. mask: [B, T] completion-token mask.
@@ -355,7 +356,10 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
         raise ValueError(f"rl.mismatch_correction={cfg.mismatch_correction!r} needs the trainer's (prox_logp) and "
                          "the sampler's (sampler_logp) log-probs")
     if correct:  # the correction weight; under decoupled it replaces the behaviour weight (the same ratio)
-        base = jax.lax.stop_gradient(prox_logp) if cfg.off_policy == "decoupled" else old_logp
+        # The surrogate's ratio is against the trainer's own log-probs before the update (TIS/MIS as Yao et al.
+        # and verl write it), under plain too: old_logp is the sampler's by default (rl.old_logprobs="sampler"),
+        # whose ratio already carries the mismatch, so clipping against it and weighting by w counted it twice.
+        base = jax.lax.stop_gradient(prox_logp)
         pg, pg_metrics = policy_loss(logp, base, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high,
                                      cfg.dual_clip)
         weight, mismatch_metrics = mismatch_weight(prox_logp, sampler_logp, mask, cfg.mismatch_correction,

@@ -43,13 +43,26 @@ def test_tis_loss_by_hand():
         cfg = loss_config(mismatch_correction=mode, mismatch_cap=2.0)
         loss, _ = obj.grpo_loss(logp, logp, None, adv, mask, cfg, prox_logp=logp, sampler_logp=sampler)
         np.testing.assert_allclose(float(loss), want, **TOL)
+        # old_logp = the sampler's (rl.old_logprobs="sampler", the default): the ratio is still against the
+        # trainer's own log-probs. Against the sampler's it was w again (1.5, 4), clipped to 1.2 for A > 0 and then
+        # weighted: -(1.2 * 1.5 + 1.2 * 2) / 2 = -2.1 for tis, the mismatch counted twice.
+        loss, _ = obj.grpo_loss(logp, sampler, None, adv, mask, cfg, prox_logp=logp, sampler_logp=sampler)
+        np.testing.assert_allclose(float(loss), want, **TOL)
+        # and for A < 0 the clip no longer zeroes the gradient of a token whose w is over 1 + eps: d loss / d logp
+        # is -A r min(w, cap) / 2 per token at r = 1 (tis: 1.5 / 2 and 2 / 2)
+        if mode == "tis":
+            grad = jax.grad(lambda lp: obj.grpo_loss(lp, sampler, None, -adv, mask, cfg, prox_logp=logp,
+                                                     sampler_logp=sampler)[0])(logp)
+            np.testing.assert_allclose(np.asarray(grad), [[0.75, 1.0]], **TOL)
 
 
 def ref_loss(logp, old, prox, sampler, adv, mask, lo, hi, off_policy, mode, cap):
-    """Float64: the clipped surrogate (against prox under decoupled, old under plain), times the correction weight
-    of w = exp(prox - sampler) (tis min(w, cap), mis w [w <= cap]), token mean over the mask."""
+    """Float64: the clipped surrogate against prox (the trainer's log-probs before the update, under plain and
+    decoupled: `old` is not read), times the correction weight of w = exp(prox - sampler) (tis min(w, cap), mis w
+    [w <= cap]), token mean over the mask."""
+    del old, off_policy
     on = mask > 0
-    base = prox if off_policy == "decoupled" else old
+    base = prox
     ratio = np.exp(np.where(on, logp - base, 0.0))
     a = np.broadcast_to(adv[:, None], mask.shape)
     per = np.maximum(-a * ratio, -a * np.clip(ratio, 1 - lo, 1 + hi))

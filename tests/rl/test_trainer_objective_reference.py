@@ -99,7 +99,8 @@ def ref_per_token(logp, ent, b, cfg):
     mask = b["loss_mask"] * (1.0 - b["truncated"][:, None]) if cfg.compact_filtering else b["loss_mask"]
     on = mask > 0
     a = b["advantages"][:, None]
-    base = b["prox_logp"] if cfg.off_policy == "decoupled" else b["old_logp"]
+    # against the trainer's own log-probs before the update under decoupled, and under any mismatch correction
+    base = b["prox_logp"] if cfg.off_policy == "decoupled" or cfg.mismatch_correction != "off" else b["old_logp"]
     ratio = jnp.exp(jnp.clip(jnp.where(on, logp - base, 0.0), -20, 20))
     pg = jnp.maximum(-a * ratio, -a * jnp.clip(ratio, 1 - cfg.clip_eps_low, 1 + cfg.clip_eps_high))
     if cfg.dual_clip:
