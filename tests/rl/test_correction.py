@@ -51,8 +51,8 @@ def test_tis_loss_by_hand():
         # and for A < 0 the clip no longer zeroes the gradient of a token whose w is over 1 + eps: d loss / d logp
         # is -A r min(w, cap) / 2 per token at r = 1 (tis: 1.5 / 2 and 2 / 2)
         if mode == "tis":
-            grad = jax.grad(lambda lp: obj.grpo_loss(lp, sampler, None, -adv, mask, cfg, prox_logp=logp,
-                                                     sampler_logp=sampler)[0])(logp)
+            grad = jax.grad(lambda lp, c=cfg: obj.grpo_loss(lp, sampler, None, -adv, mask, c, prox_logp=logp,
+                                                            sampler_logp=sampler)[0])(logp)
             np.testing.assert_allclose(np.asarray(grad), [[0.75, 1.0]], **TOL)
 
 
