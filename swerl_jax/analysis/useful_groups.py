@@ -9,9 +9,13 @@ fair comparison is the cost per useful group:
     wall / useful   = sum(time/step_s) / useful groups
     samples / useful = sum(prompts drawn) x rl.num_samples / useful groups
 
-`zero_variance_groups` counts the trained groups without a signal (with dynamic sampling: the groups it had to
-fill after `rl.dynamic_sampling_max_draws` draws); prompts drawn is `dynamic/prompts_drawn` when logged, else
-rl.prompts_per_step. Samples per useful group does not depend on the machine's load; wall time does.
+The groups without a signal are `no_signal_groups` (every advantage 0, the estimator's own verdict) where every
+step logged it, else `zero_variance_groups` (every reward equal: the same unless the baseline leaves samples out,
+env errors or filtered truncations); with dynamic sampling they are the groups it had to fill after
+`rl.dynamic_sampling_max_draws` draws. Prompts drawn is `dynamic/prompts_drawn` when logged, else
+rl.prompts_per_step. Samples per useful group does not depend on the machine's load; wall time does. A run of
+several processes with dynamic sampling is refused: each process draws for its own prompts and logs its own
+count, while the groups are counted over all of them.
 
     python -m swerl_jax.analysis.useful_groups SWEEP_DIR [--pair A B]
 """
@@ -28,10 +32,11 @@ from collections.abc import Mapping, Sequence
 from swerl_jax.analysis.ablations import load_sweep, paired_difference, t_interval, variant_name, varying_keys
 
 
-def run_cost(rows: Sequence[Mapping], prompts_per_step: int, num_samples: int) -> dict[str, float]:
+def run_cost(rows: Sequence[Mapping], prompts_per_step: int, num_samples: int, processes: int = 1
+             ) -> dict[str, float]:
     """The cost of one run's GRPO steps (`rows`: its metrics.jsonl rows; rows without `reward_mean`, such as an
-    SFT evaluation row, are not steps). ValueError naming the step when a step lacks `time/step_s` or
-    `zero_variance_groups`."""
+    SFT evaluation row, are not steps; `processes`: its mesh.num_processes). ValueError naming the step when a
+    step lacks `time/step_s` or `zero_variance_groups`, or naming the cause for a multi-process dynamic run."""
     steps = [r for r in rows if "reward_mean" in r]
     if not steps:
         raise ValueError("no GRPO step logged (no row with reward_mean)")
@@ -39,8 +44,12 @@ def run_cost(rows: Sequence[Mapping], prompts_per_step: int, num_samples: int) -
         for key in ("time/step_s", "zero_variance_groups"):
             if key not in r:
                 raise ValueError(f"step {r.get('step')}: {key!r} not logged")
+    if processes > 1 and any("dynamic/prompts_drawn" in r for r in steps):
+        raise ValueError(f"a run of {processes} processes with dynamic sampling: dynamic/prompts_drawn is the "
+                         "logging process's own draws, the groups are every process's")
+    no_signal = "no_signal_groups" if all("no_signal_groups" in r for r in steps) else "zero_variance_groups"
     wall = sum(float(r["time/step_s"]) for r in steps)
-    wasted = sum(int(r["zero_variance_groups"]) for r in steps)
+    wasted = sum(int(r[no_signal]) for r in steps)
     drawn = sum(int(r.get("dynamic/prompts_drawn", prompts_per_step)) for r in steps)
     useful = len(steps) * prompts_per_step - wasted
     per = (lambda x: x / useful) if useful > 0 else (lambda x: math.inf)
@@ -51,14 +60,15 @@ def run_cost(rows: Sequence[Mapping], prompts_per_step: int, num_samples: int) -
 
 def sweep_costs(index: Mapping) -> dict[str, dict[int, dict[str, float]]]:
     """{variant: {seed: run_cost}} over the finished runs of a loaded sweep (`load_sweep`), each with its
-    config's rl.prompts_per_step and rl.num_samples (from the run's config.json)."""
+    config's rl.prompts_per_step, rl.num_samples and mesh.num_processes (from the run's config.json)."""
     varying = varying_keys(index)
     out: dict[str, dict[int, dict[str, float]]] = {}
     for run in index["runs"]:
         if run.get("status") != "done":
             continue
         config = json.loads((pathlib.Path(run["workdir"]) / "config.json").read_text())
-        cost = run_cost(run["rows"], int(config["rl"]["prompts_per_step"]), int(config["rl"]["num_samples"]))
+        cost = run_cost(run["rows"], int(config["rl"]["prompts_per_step"]), int(config["rl"]["num_samples"]),
+                        int(config.get("mesh", {}).get("num_processes", 1)))
         out.setdefault(variant_name(run, varying), {})[int(run["seed"])] = cost
     return out
 

@@ -24,6 +24,13 @@ def test_cost_counts_only_groups_with_a_signal():
     cost = run_cost(dynamic, prompts_per_step=2, num_samples=4)
     assert cost["useful_groups"] == 3 and cost["samples_per_useful_group"] == 14 * 4 / 3
     assert cost["wall_s_per_useful_group"] == 7.0
+    # the estimator's verdict wins where every step logged it (an env error's sample left out of the baseline)
+    masked = [{**r, "no_signal_groups": 2} for r in plain if "reward_mean" in r]
+    assert run_cost(masked, prompts_per_step=2, num_samples=16)["useful_groups"] == 0
+    assert run_cost(masked[:1] + plain[1:], prompts_per_step=2, num_samples=16)["useful_groups"] == 3
+    with pytest.raises(ValueError, match=r"a run of 2 processes with dynamic sampling"):
+        run_cost(dynamic, prompts_per_step=2, num_samples=4, processes=2)
+    assert run_cost(plain, prompts_per_step=2, num_samples=16, processes=2)["useful_groups"] == 3
     # a run where no group ever had a signal costs infinitely much per useful group
     assert math.isinf(run_cost(plain[:1], prompts_per_step=1, num_samples=2)["wall_s_per_useful_group"])
 
