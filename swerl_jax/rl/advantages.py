@@ -99,7 +99,8 @@ def zero_variance_groups(rewards: np.ndarray, tol: float = 0.0) -> np.ndarray:
 
 
 def advantage_stats(rewards: np.ndarray, advantages: np.ndarray) -> dict[str, np.ndarray]:
-    """Scalars for the metrics: reward and advantage mean/std/min/max, fraction of zero-variance groups."""
+    """Scalars for the metrics: reward and advantage mean/std/min/max, the zero-variance groups (fraction and
+    count, over every sample's reward) and no_signal_groups (groups whose advantages are all 0: no gradient)."""
     rewards = np.asarray(rewards, np.float32)
     advantages = np.asarray(advantages, np.float32)
     out = {}
@@ -108,4 +109,9 @@ def advantage_stats(rewards: np.ndarray, advantages: np.ndarray) -> dict[str, np
     zv = zero_variance_groups(rewards)
     out["zero_variance_frac"] = np.float32(zv.mean())
     out["zero_variance_groups"] = np.int32(zv.sum())
+    # the groups the update gets no gradient from, by the estimator's own verdict: every advantage 0 (zero variance
+    # among the counted samples, fewer than 2 counted, or filled by dynamic sampling); zero_variance_groups above
+    # reads every sample's reward, also the ones the baseline leaves out (env errors, filtered truncations)
+    if advantages.ndim == rewards.ndim:
+        out["no_signal_groups"] = np.int32((~(advantages != 0).any(axis=-1)).sum())
     return out

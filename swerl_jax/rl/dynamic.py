@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from swerl_jax.rl.collector import Collector, Groups, Sampler
+from swerl_jax.rl.idle import generated_tokens
 
 
 def signal_groups(rewards: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
@@ -80,7 +81,8 @@ class DynamicSampling(Collector):
     def collect(self, sampler: Sampler, step: int, policy_version: int, draw: int = 0) -> Groups:
         """Step `step`'s P groups with a signal (or filled, see the module docstring), and dynamic/* metrics:
         draws, prompts_drawn, groups_dropped (no signal), groups_discarded (signal groups past the P-th),
-        groups_filled (no-signal groups kept after max_draws), kept_frac (kept / drawn)."""
+        groups_filled (no-signal groups kept after max_draws), kept_frac (kept / drawn), generated_tokens (over
+        every draw)."""
         if draw:
             raise ValueError("DynamicSampling draws by itself; it cannot be one draw of another collector")
         kept: list[tuple[Groups, int]] = []  # (draw's groups, group index), in draw order
@@ -113,7 +115,10 @@ class DynamicSampling(Collector):
         metrics = merge_metrics([g.metrics for g in draws], [len(g.rollouts) for g in draws])
         metrics.update({"dynamic/draws": len(draws), "dynamic/prompts_drawn": drawn,
                         "dynamic/groups_dropped": len(dropped) - filled, "dynamic/groups_discarded": discarded,
-                        "dynamic/groups_filled": filled, "dynamic/kept_frac": len(kept) / max(drawn, 1)})
+                        "dynamic/groups_filled": filled, "dynamic/kept_frac": len(kept) / max(drawn, 1),
+                        # every draw's tokens were generated, the dropped groups' too (time/generated_tokens_*)
+                        "dynamic/generated_tokens": sum(generated_tokens([r for group in g.rollouts for r in group])
+                                                        for g in draws)})
         return Groups(rollouts=rollouts, rewards=rewards, excluded=excluded, times=times, metrics=metrics)
 
     def credit(self, groups: Groups, advantages: np.ndarray) -> tuple[np.ndarray | None, dict[str, float]]:

@@ -304,8 +304,9 @@ class GRPOTrainer(TrainLoop):
             t_eval = time.perf_counter() - t0
         metrics["time"] = {**groups.times, "logprobs_s": t_logprobs, "train_s": t_train, "sync_s": t_sync,
                            "step_s": time.perf_counter() - t_step}
-        metrics["time"].update(step_time_metrics(self._timed, t_step, metrics["time"]["step_s"], waited,
-                                                 generated_tokens(rollouts), self._devices))  # idle, tokens/s
+        generated = int(groups.metrics.get("dynamic/generated_tokens", generated_tokens(rollouts)))  # all draws'
+        metrics["time"].update(step_time_metrics(self._timed, t_step, metrics["time"]["step_s"], waited, generated,
+                                                 self._devices))  # idle, tokens/s
         if async_metrics:  # async/trainer_idle_frac: time/trainer_idle_frac under its k >= 1 name
             metrics.update(async_metrics, **{"async/trainer_idle_frac": metrics["time"]["trainer_idle_frac"]})
         if t_eval is not None:

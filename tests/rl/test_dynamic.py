@@ -92,6 +92,7 @@ def test_steps_are_filled_with_signal_groups_as_the_float64_reference_selects():
         assert m["dynamic/draws"] == draws and m["dynamic/prompts_drawn"] == draws * P > P
         assert m["dynamic/groups_dropped"] + m["dynamic/groups_discarded"] + P == draws * P
         assert m["dynamic/kept_frac"] == pytest.approx(P / (draws * P))
+        assert m["dynamic/generated_tokens"] == draws * P * G  # one token a sample, the dropped groups' too
         # every draw's time adds up; a fraction is averaged; maxima the largest, rates weighted, counters the last
         assert groups.times["generate_s"] == 2.0 * draws
         assert groups.times["hidden_frac"] == pytest.approx(0.25 * (draws + 1) / 2)
@@ -110,6 +111,7 @@ def test_draws_are_bounded_and_a_short_batch_is_filled_and_counted():
     m = groups.metrics
     assert len(inner.calls) == 3 and m["dynamic/draws"] == 3 and m["dynamic/prompts_drawn"] == 12
     assert m["dynamic/groups_filled"] == P and m["dynamic/groups_dropped"] == 12 - P and m["dynamic/kept_frac"] == 0
+    assert m["dynamic/generated_tokens"] == 12 * G
     assert groups.rewards.shape == (P, G)  # the batch keeps its shape
     with pytest.raises(ValueError, match="rl.dynamic_sampling_max_draws must be >= 1"):
         DynamicSampling(inner, P, max_draws=0)

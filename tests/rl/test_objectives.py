@@ -57,7 +57,13 @@ def test_advantage_errors_and_zero_variance_stats():
     np.testing.assert_array_equal(obj.zero_variance_groups(REWARDS), [False, True, False])
     stats = obj.advantage_stats(REWARDS, obj.group_advantages(REWARDS, "drgrpo"))
     assert float(stats["zero_variance_frac"]) == pytest.approx(1 / 3)
-    assert int(stats["zero_variance_groups"]) == 1
+    assert int(stats["zero_variance_groups"]) == 1 and int(stats["no_signal_groups"]) == 1
+    # a group whose only differing reward is left out of the baseline (an env error): zero variance does not see
+    # it, the advantages do (all 0: no gradient)
+    valid = np.ones(REWARDS.shape, bool)
+    valid[0, REWARDS[0] != REWARDS[0, 0]] = False
+    masked = obj.advantage_stats(REWARDS, obj.group_advantages(REWARDS, "grpo", valid=valid))
+    assert int(masked["zero_variance_groups"]) == 1 and int(masked["no_signal_groups"]) == 2
     assert float(stats["reward_mean"]) == pytest.approx(4.0 / 12)  # (2 + 2 + 0) / 12
     assert float(stats["reward_min"]) == -1.0 and float(stats["advantage_max"]) == 1.0
 
