@@ -55,8 +55,11 @@ def oracle_solution(record: dict, thought: str | None = None) -> str:
     edits = []
     for path in paths:
         old, new = record["code_context"].get(path), record["oracle_new_content"][path]
-        if not old:
+        if path not in record["code_context"]:
             raise ValueError(f"record {rid!r}: {path!r} is a new file, which SEARCH/REPLACE edits cannot create")
+        if not old:  # an empty search would match anywhere: SWE-RL's format cannot write into an empty file
+            raise ValueError(f"record {rid!r}: {path!r} is an empty file, which a SEARCH/REPLACE edit cannot fill "
+                             "(its search text would be empty)")
         blocks = _search_replace_blocks(old, new)
         edits.append((path, blocks))
     if thought is None:

@@ -63,7 +63,11 @@ def test_repeated_lines_widen_the_search():
 def test_new_file_is_refused():
     r = synthetic_records(1)[0]
     r = dict(r, oracle_new_content={**r["oracle_new_content"], "new.py": "print(1)\n"})
-    with pytest.raises(ValueError, match="new file"):
+    with pytest.raises(ValueError, match="'new.py' is a new file"):
+        oracle_solution(r)
+    # an existing empty file (an __init__.py) was called "a new file" too: it is named as what it is
+    r = dict(r, code_context={**r["code_context"], "new.py": ""})
+    with pytest.raises(ValueError, match="'new.py' is an empty file, which a SEARCH/REPLACE edit cannot fill"):
         oracle_solution(r)
 
 
