@@ -36,7 +36,7 @@ _TOOLS = re.compile(r"^(flake8|black|isort|mypy|pylint|ruff|pre-commit|sphinx|to
                     re.IGNORECASE)
 REQ_FILES = ("requirements.txt", "requirements-test.txt", "requirements_test.txt", "test-requirements.txt",
               "test_requirements.txt", "requirements/test.txt", "requirements/tests.txt", "requirements-dev.txt",
-              "requirements/dev.txt", "dev-requirements.txt")
+              "requirements/dev.txt", "dev-requirements.txt", "tests/requirements.txt", "test/requirements.txt")
 KEYS = ("python", "pip_packages", "install", "test_cmd", "pre_install")
 
 

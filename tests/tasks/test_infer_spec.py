@@ -45,6 +45,9 @@ def test_setup_cfg_and_requirements_and_tox():
     assert spec["python"] == "3.10"  # <3.11 caps it below the newest release
     assert spec["pip_packages"][:5] == ["pytest", "six", "pytest-cov", "freezegun==1.2", "mock"]
     assert set(spec["inferred"]["from"]) == {"setup.cfg", "requirements-test.txt", "tox.ini"}
+    # a tests/ folder's own requirements file (as some projects keep it beside the tests)
+    spec = inf.infer_spec({"setup.py": "", "tests/requirements.txt": "hypothesis>=6\n"}, "2025-01-01T00:00:00Z")
+    assert "hypothesis>=6" in spec["pip_packages"] and "tests/requirements.txt" in spec["inferred"]["from"]
 
 
 def test_setup_py_python_requires_and_overrides_win():
