@@ -8,8 +8,9 @@ variance: they give GRPO no gradient, yet their samples are generated.
 Compared per arm over the seeds: the held-out resolved rate (eval/*; `python -m swerl_jax.analysis.ablations`)
 and the wall time per useful group, sum(time/step_s) / (steps x rl.prompts_per_step - groups without a signal)
 (`python -m swerl_jax.analysis.useful_groups SWEEP_DIR`; with dynamic sampling every kept group is useful unless
-dynamic/groups_filled > 0; without it the zero-variance groups are trained on for nothing). The dynamic arm logs dynamic/{draws,prompts_drawn,groups_dropped,kept_frac}; its
-extra draws advance the data order, so over the same steps it sees more prompts.
+dynamic/groups_filled > 0; without it the zero-variance groups are trained on for nothing). The dynamic arm
+logs dynamic/{draws,prompts_drawn,groups_dropped,kept_frac}; its extra draws advance the data order, so over the
+same steps it sees more prompts.
 """
 
 from experiments import base
