@@ -356,9 +356,7 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
         raise ValueError(f"rl.mismatch_correction={cfg.mismatch_correction!r} needs the trainer's (prox_logp) and "
                          "the sampler's (sampler_logp) log-probs")
     if correct:  # the correction weight; under decoupled it replaces the behaviour weight (the same ratio)
-        # The surrogate's ratio is against the trainer's own log-probs before the update (TIS/MIS as Yao et al.
-        # and verl write it), under plain too: old_logp is the sampler's by default (rl.old_logprobs="sampler"),
-        # whose ratio already carries the mismatch, so clipping against it and weighting by w counted it twice.
+        # against the trainer's own log-probs under plain too: old_logp's ratio already carries w (correction.py)
         base = jax.lax.stop_gradient(prox_logp)
         pg, pg_metrics = policy_loss(logp, base, advantages, mask, cfg.clip_eps_low, cfg.clip_eps_high,
                                      cfg.dual_clip)
