@@ -326,8 +326,7 @@ def grpo_loss(logp: Array, old_logp: Array, ref_logp: Array | None, advantages: 
     Args:
       logp, old_logp: [B, T] sampled tokens' log-probs under the current / behaviour policy.
       prox_logp: [B, T] under the proximal policy (no gradient), needed by rl.off_policy="decoupled"; "plain"
-        ignores it (its ratio is against old_logp, whatever the trainer passed as that) unless a mismatch
-        correction is on: then the ratio is against prox_logp under either, and old_logp is not read.
+        ignores it (its ratio is against old_logp) unless a mismatch correction is on (then against prox_logp).
         sampler_logp: [B, T] the sampler's, needed (with prox_logp) by rl.mismatch_correction.
       ref_logp: [B, T] under the reference policy, or None (required when cfg.kl_coef > 0).
       cfg: a GRPOLossConfig (hashable: a static jit argument), or a config converted by `from_config`.
