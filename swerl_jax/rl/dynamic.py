@@ -26,6 +26,7 @@ import numpy as np
 
 from swerl_jax.rl.collector import Collector, Groups, Sampler
 from swerl_jax.rl.idle import generated_tokens
+from swerl_jax.rl.rollouts import flatten_groups
 
 
 def signal_groups(rewards: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
@@ -117,8 +118,7 @@ class DynamicSampling(Collector):
                         "dynamic/groups_dropped": len(dropped) - filled, "dynamic/groups_discarded": discarded,
                         "dynamic/groups_filled": filled, "dynamic/kept_frac": len(kept) / max(drawn, 1),
                         # every draw's tokens were generated, the dropped groups' too (time/generated_tokens_*)
-                        "dynamic/generated_tokens": sum(generated_tokens([r for group in g.rollouts for r in group])
-                                                        for g in draws)})
+                        "dynamic/generated_tokens": sum(generated_tokens(flatten_groups(g.rollouts)) for g in draws)})
         return Groups(rollouts=rollouts, rewards=rewards, excluded=excluded, times=times, metrics=metrics)
 
     def credit(self, groups: Groups, advantages: np.ndarray) -> tuple[np.ndarray | None, dict[str, float]]:
